@@ -1,0 +1,54 @@
+"""Group advantage estimators (spec section 4), a registry of pure tensor functions.
+
+Every function takes the scalar rewards of whole groups, `rewards [G, n]` (G groups of n responses
+to the same prompt), and returns one advantage per response, `[G, n]`.
+"""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+
+EPS = 1e-6
+
+
+def grpo(rewards: torch.Tensor) -> torch.Tensor:
+    """(r - mean_group) / (std_group + 1e-6), unbiased std; 0 for a whole group with std < 1e-6."""
+    mean = rewards.mean(-1, keepdim=True)
+    std = rewards.std(-1, unbiased=True, keepdim=True)
+    adv = (rewards - mean) / (std + EPS)
+    return torch.where(std < EPS, torch.zeros_like(adv), adv)
+
+
+def dr_grpo(rewards: torch.Tensor) -> torch.Tensor:
+    """Dr. GRPO: r - mean_group, no division by the std."""
+    return rewards - rewards.mean(-1, keepdim=True)
+
+
+def rloo(rewards: torch.Tensor) -> torch.Tensor:
+    """REINFORCE leave-one-out: r_i - mean of the other n - 1 rewards of the group."""
+    n = rewards.shape[-1]
+    return (rewards - rewards.mean(-1, keepdim=True)) * n / (n - 1)
+
+
+def reinforce_pp(rewards: torch.Tensor) -> torch.Tensor:
+    """REINFORCE++ with baseline: subtract the group mean, then normalise over the whole batch."""
+    centred = rewards - rewards.mean(-1, keepdim=True)
+    if centred.numel() < 2:
+        return centred
+    return (centred - centred.mean()) / (centred.std(unbiased=True) + EPS)
+
+
+ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
+    "grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo, "reinforce_pp": reinforce_pp,
+}
+
+
+def compute_advantages(rewards: torch.Tensor, name: str = "grpo") -> torch.Tensor:
+    if rewards.dim() != 2 or rewards.shape[-1] < 2:
+        raise ValueError(f"rewards must be [groups, n >= 2], got {tuple(rewards.shape)}")
+    try:
+        return ADVANTAGES[name](rewards.float())
+    except KeyError:
+        raise ValueError(f"unknown advantage {name!r}; choose one of {', '.join(ADVANTAGES)}") from None

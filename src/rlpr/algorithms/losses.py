@@ -1,0 +1,85 @@
+"""Policy-gradient losses (spec section 5): PPO-clip with clip-higher, aggregation modes whose
+value does not depend on how a mini-batch is split, and KL estimators.
+
+Shapes: token tensors are flat `[N]` over the response tokens of a micro-batch, with `seq [N]`
+giving each token's sequence index (0..S-1) within the micro-batch. Aggregations divide sums by a
+normaliser computed over the WHOLE mini-batch (all micro-batches, all ranks), so that summing the
+micro-batch losses gives exactly the mini-batch loss.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+import torch
+
+
+def ppo_clip_token_loss(logp: torch.Tensor, old_logp: torch.Tensor, advantages: torch.Tensor,
+                        clip_low: float = 0.2, clip_high: float = 0.27) -> tuple[torch.Tensor, torch.Tensor]:
+    """Per-token PPO-clip loss [N] = max(-A r, -A clip(r, 1 - clip_low, 1 + clip_high)) and the
+    per-token clipped indicator [N] (float)."""
+    ratio = torch.exp(logp - old_logp)
+    unclipped = -advantages * ratio
+    clipped = -advantages * torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high)
+    loss = torch.maximum(unclipped, clipped)
+    return loss, (clipped > unclipped).float()
+
+
+@dataclass(frozen=True)
+class Normaliser:
+    """Mini-batch-wide counts that the aggregations divide by."""
+
+    tokens: int  # response tokens in the whole mini-batch
+    sequences: int  # sequences in the whole mini-batch
+
+
+def _seq_lengths(seq: torch.Tensor, num_seqs: int) -> torch.Tensor:
+    return torch.bincount(seq, minlength=num_seqs).clamp(min=1).to(torch.float32)
+
+
+def token_mean(values, seq, num_seqs, norm: Normaliser):
+    """Mean over all response tokens of the mini-batch."""
+    return values.sum() / norm.tokens
+
+
+def seq_mean_token_mean(values, seq, num_seqs, norm: Normaliser):
+    """Mean over sequences of each sequence's token mean."""
+    per_seq = torch.zeros(num_seqs, dtype=values.dtype, device=values.device).index_add(0, seq, values)
+    return (per_seq / _seq_lengths(seq, num_seqs)).sum() / norm.sequences
+
+
+def seq_mean_token_sum(values, seq, num_seqs, norm: Normaliser):
+    """Mean over sequences of each sequence's token sum."""
+    return values.sum() / norm.sequences
+
+
+LOSS_AGGREGATIONS: dict[str, Callable] = {
+    "token_mean": token_mean,
+    "seq_mean_token_mean": seq_mean_token_mean,
+    "seq_mean_token_sum": seq_mean_token_sum,
+}
+
+
+def aggregate_loss(values: torch.Tensor, seq: torch.Tensor, num_seqs: int, norm: Normaliser,
+                   mode: str = "token_mean") -> torch.Tensor:
+    return LOSS_AGGREGATIONS[mode](values, seq, num_seqs, norm)
+
+
+def kl_k1(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """log p - log p_ref."""
+    return logp - ref_logp
+
+
+def kl_k2(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """0.5 (log p - log p_ref)^2."""
+    return 0.5 * (logp - ref_logp) ** 2
+
+
+def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
+    """exp(ref - logp) - (ref - logp) - 1: unbiased, non-negative ("low variance")."""
+    d = torch.clamp(ref_logp - logp, -20.0, 20.0)
+    return torch.exp(d) - d - 1.0
+
+
+KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}

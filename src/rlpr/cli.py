@@ -1,0 +1,125 @@
+"""The `rlpr` command line: train, score, eval, data convert, serve, reward-quality.
+
+Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
+mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import sys
+
+def _user_errors():
+    from rlpr.config import ConfigError
+    from rlpr.data.records import DataError
+    from rlpr.models import ModelError
+
+    return (ConfigError, DataError, ModelError)
+
+
+def _config(args, preset_default: str | None = "demo"):
+    from rlpr.config import load_config
+
+    return load_config(args.preset or preset_default, args.overrides)
+
+
+def cmd_train(args) -> int:
+    from rlpr.trainer import train
+
+    if args.resume:
+        from rlpr.checkpoint import resume_config
+
+        cfg = resume_config(args.resume, args.overrides)
+    else:
+        cfg = _config(args)
+    train(cfg, resume=args.resume)
+    return 0
+
+
+def cmd_score(args) -> int:
+    from rlpr.score_file import score_file
+
+    cfg = _config(args, preset_default=None)  # the spec's defaults unless a preset is named
+    if args.model:
+        cfg.model.path = args.model
+    if args.temperature is not None:
+        cfg.rollout.temperature = args.temperature
+    from rlpr.config import validate
+
+    validate(cfg)
+    score_file(cfg, args.input, args.output, template=args.template, batch_rows=args.batch_rows)
+    return 0
+
+
+def cmd_data_convert(args) -> int:
+    from rlpr.data.convert import convert_file
+    from rlpr.data.loading import ColumnMapping
+
+    mapping = ColumnMapping(args.question_column, args.answer_column, args.choices_column)
+    n = convert_file(args.format, args.input, args.output, template=args.template, mapping=mapping,
+                     limit=args.limit)
+    print(f"wrote {n} rows to {args.output}")
+    return 0
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="rlpr", description=__doc__.splitlines()[0])
+    parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    def with_config(p):
+        p.add_argument("--preset", default=None, help="preset name in configs/ or a .yaml path (default: demo)")
+        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.max_steps=3")
+
+    p = sub.add_parser("train", help="train with RLPR")
+    with_config(p)
+    p.add_argument("--resume", default=None, help="a run directory (runs/NAME) to continue exactly")
+    p.set_defaults(fn=cmd_train)
+
+    p = sub.add_parser("score", help="probability rewards for a JSONL of prompt/response/reference")
+    with_config(p)
+    p.add_argument("--input", required=True)
+    p.add_argument("--output", required=True)
+    p.add_argument("--model", default=None, help="'default' (embedded), a HF model dir or a .gguf")
+    p.add_argument("--template", default="plain",
+                   help="template for string prompts: plain (user turn only), r1, r1_nothink, r1_user")
+    p.add_argument("--temperature", type=float, default=None, help="rollout temperature (logits / T)")
+    p.add_argument("--batch-rows", type=int, default=32)
+    p.set_defaults(fn=cmd_score)
+
+    p = sub.add_parser("data", help="data utilities")
+    dsub = p.add_subparsers(dest="data_command", required=True)
+    c = dsub.add_parser("convert", help="convert a public format into the verl/RLPR parquet layout")
+    c.add_argument("--format", required=True)
+    c.add_argument("--input", required=True)
+    c.add_argument("--output", required=True)
+    c.add_argument("--template", default="r1")
+    c.add_argument("--question-column", default="question")
+    c.add_argument("--answer-column", default="answer")
+    c.add_argument("--choices-column", default="choices")
+    c.add_argument("--limit", type=int, default=None)
+    c.set_defaults(fn=cmd_data_convert)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
+                        format="%(levelname)s %(name)s: %(message)s")
+    os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    try:
+        return args.fn(args) or 0
+    except _user_errors() as e:
+        print(f"rlpr: error: {e}", file=sys.stderr)
+        return 2
+    except ValueError as e:  # converters and validators raise plain ValueError for user input too
+        if args.verbose:
+            raise
+        print(f"rlpr: error: {e} (run with -v for a traceback)", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

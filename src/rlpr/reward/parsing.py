@@ -1,0 +1,105 @@
+"""Response parsing, the format reward and the repetition penalty (spec sections 1 and 3).
+
+Pure string functions: they never raise on any response text.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import Counter
+from dataclasses import dataclass
+
+FORMAT_MODES = ("r1", "r1_nothink", "boxed")
+THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
+BOXED = "\\boxed{"
+_WHITESPACE = re.compile(r"[ \t\n\r]*")
+
+
+@dataclass(frozen=True)
+class ParsedResponse:
+    """Where the reasoning ends.
+
+    `head` is the response text kept in o' (up to and including `<answer>`, or `\\boxed{`),
+    `gap` the whitespace to put between it and the reference, `tail` what closes the answer.
+    """
+
+    valid: bool
+    head: str = ""
+    gap: str = ""
+    tail: str = ""
+
+
+INVALID = ParsedResponse(valid=False)
+
+
+def _answer_gap(response: str, end: int) -> str:
+    """The whitespace the model wrote right after `<answer>`, or one space if it wrote none."""
+    ws = _WHITESPACE.match(response, end).group(0)
+    return ws or " "
+
+
+def parse_r1(response: str) -> ParsedResponse:
+    """Valid iff `<think>`, `</think>`, `<answer>` each occur exactly once, in that order."""
+    if any(response.count(tag) != 1 for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN)):
+        return INVALID
+    t0, t1, a0 = (response.index(tag) for tag in (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN))
+    if not t0 < t1 < a0:
+        return INVALID
+    end = a0 + len(ANSWER_OPEN)
+    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE)
+
+
+def parse_r1_nothink(response: str) -> ParsedResponse:
+    """Valid iff `<answer>` occurs exactly once."""
+    if response.count(ANSWER_OPEN) != 1:
+        return INVALID
+    end = response.index(ANSWER_OPEN) + len(ANSWER_OPEN)
+    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE)
+
+
+def parse_boxed(response: str) -> ParsedResponse:
+    """The answer is the content of the last `\\boxed{...}`: o' keeps the text up to it."""
+    start = response.rfind(BOXED)
+    if start < 0:
+        return INVALID
+    return ParsedResponse(True, response[:start + len(BOXED)], "", "}")
+
+
+PARSERS = {"r1": parse_r1, "r1_nothink": parse_r1_nothink, "boxed": parse_boxed}
+
+
+def parse_response(response: str, mode: str = "r1") -> ParsedResponse:
+    try:
+        return PARSERS[mode](response)
+    except KeyError:
+        raise ValueError(f"unknown format mode {mode!r}; choose one of {', '.join(PARSERS)}") from None
+
+
+_R1_SHAPE = re.compile(r"^<think>.*?</think>.*?<answer>.*?</answer>.*$", re.DOTALL)
+_NOTHINK_SHAPE = re.compile(r"^.*?<answer>.*?</answer>.*$", re.DOTALL)
+_BOXED_SHAPE = re.compile(r"\\boxed\{.+\}", re.DOTALL)
+
+
+def format_reward(response: str, mode: str = "r1") -> float:
+    """1.0 iff the response has the mode's full shape (all tags exactly once, in order), else 0.0."""
+    text = response.lstrip()
+    if mode == "r1":
+        tags = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+        ok = all(text.count(t) == 1 for t in tags) and _R1_SHAPE.match(text) is not None
+    elif mode == "r1_nothink":
+        tags = (ANSWER_OPEN, ANSWER_CLOSE)
+        ok = all(text.count(t) == 1 for t in tags) and _NOTHINK_SHAPE.match(text) is not None
+    elif mode == "boxed":
+        ok = _BOXED_SHAPE.search(text) is not None
+    else:
+        raise ValueError(f"unknown format mode {mode!r}; choose one of {', '.join(PARSERS)}")
+    return float(ok)
+
+
+def has_repetition(response: str, window: int = 10, min_count: int = 10) -> bool:
+    """True iff some run of `window` consecutive whitespace-separated words occurs `min_count`+ times."""
+    words = response.split()
+    if len(words) < window + min_count - 1:
+        return False
+    counts = Counter(tuple(words[i:i + window]) for i in range(len(words) - window + 1))
+    return max(counts.values()) >= min_count

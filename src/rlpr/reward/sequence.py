@@ -1,0 +1,94 @@
+"""Build the scored sequences o' (score B) and prompt + reference (score A), tokenize them with
+character offsets and mark the reference tokens (spec sections 1.2-1.3, 1b and 2).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import torch
+
+from rlpr.reward.parsing import ANSWER_CLOSE, parse_response
+
+DEFAULT_ANSWER_CUE = "\n<answer> "
+FALLBACKS = ("none", "free")
+
+
+@dataclass(frozen=True)
+class ScoredText:
+    """A text whose characters [ref_start, ref_end) are the reference answer to score."""
+
+    text: str
+    ref_start: int
+    ref_end: int
+    fallback: bool = False  # scored through the section-1b fallback (response not format-valid)
+
+
+def _with_reference(head: str, reference: str, tail: str, eos: str, fallback: bool = False) -> ScoredText:
+    return ScoredText(head + reference + tail + eos, len(head), len(head) + len(reference), fallback)
+
+
+def strip_response(response: str, eos: str) -> str:
+    """The response without trailing whitespace and EOS tokens (the fallback keeps all the rest)."""
+    text = response.rstrip()
+    while eos and text.endswith(eos):
+        text = text[: -len(eos)].rstrip()
+    return text
+
+
+def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str, *,
+                       mode: str = "r1", fallback: str = "none",
+                       cue: str = DEFAULT_ANSWER_CUE) -> ScoredText | None:
+    """o' = Q + reasoning + the model's whitespace + y* + " </answer>" + EOS; None when the
+    response is invalid (and the fallback is off)."""
+    parsed = parse_response(response, mode)
+    if parsed.valid:
+        return _with_reference(prompt_text + parsed.head + parsed.gap, reference, parsed.tail, eos)
+    if fallback == "free":
+        head = prompt_text + strip_response(response, eos) + cue
+        return _with_reference(head, reference, " " + ANSWER_CLOSE, eos, fallback=True)
+    if fallback != "none":
+        raise ValueError(f"unknown invalid_fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
+    return None
+
+
+def build_score_a_text(prompt_text: str, reference: str, eos: str, *, cue: str | None = None) -> ScoredText:
+    """Q + " " + y* + " " + EOS (no reasoning, no tags); with the fallback cue: Q + cue + y* + " </answer>" + EOS."""
+    if cue is None:
+        return _with_reference(prompt_text + " ", reference, " ", eos)
+    return _with_reference(prompt_text + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True)
+
+
+@dataclass
+class TokenizedBatch:
+    """Token ids per text and the boolean reference mask per text (same lengths)."""
+
+    input_ids: list[list[int]]
+    ref_mask: list[list[bool]]
+
+
+def reference_mask(offsets: list[tuple[int, int]], start: int, end: int) -> list[bool]:
+    """A token is scored iff its character span overlaps [start, end): " Paris" counts."""
+    return [s < end and e > start and e > s for s, e in offsets]
+
+
+def tokenize_scored(tokenizer, items: list[ScoredText]) -> TokenizedBatch:
+    """Tokenize o' texts (special-token text such as <|im_end|> becomes the special token)."""
+    enc = tokenizer([it.text for it in items], add_special_tokens=False, return_offsets_mapping=True)
+    masks = [reference_mask(off, it.ref_start, it.ref_end) for off, it in zip(enc["offset_mapping"], items)]
+    return TokenizedBatch(list(enc["input_ids"]), masks)
+
+
+def pad_batch(sequences: list[list[int]], masks: list[list[bool]], pad_id: int,
+              side: str = "right") -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+    """(input_ids, attention_mask, target_mask) tensors [B, T], padded on `side`."""
+    width = max(len(s) for s in sequences)
+    ids = torch.full((len(sequences), width), pad_id, dtype=torch.long)
+    attn = torch.zeros((len(sequences), width), dtype=torch.long)
+    target = torch.zeros((len(sequences), width), dtype=torch.bool)
+    for i, (seq, mask) in enumerate(zip(sequences, masks)):
+        sl = slice(0, len(seq)) if side == "right" else slice(width - len(seq), width)
+        ids[i, sl] = torch.tensor(seq, dtype=torch.long)
+        attn[i, sl] = 1
+        target[i, sl] = torch.tensor(mask, dtype=torch.bool)
+    return ids, attn, target

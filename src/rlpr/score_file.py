@@ -1,0 +1,113 @@
+"""`rlpr score`: probability rewards for a JSONL file of (prompt, response, reference) rows.
+
+All rows are validated before any model work, so a malformed file fails in a second with a
+one-line error naming the row and the field; the output is written to a temporary file and renamed
+at the end, so an interrupted run never leaves a half-written output.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+from rlpr.config import Config
+from rlpr.data.records import DataError
+from rlpr.data.templates import build_messages
+from rlpr.progress import progress_bar
+
+MAX_FIELD_CHARS = 1_000_000
+
+
+def _check_text(row: dict, key: str, where: str, allow_empty: bool = False) -> str:
+    if key not in row:
+        raise DataError(f"{where}: field '{key}' is missing")
+    value = row[key]
+    if not isinstance(value, str):
+        raise DataError(f"{where}: field '{key}' must be a string, got {type(value).__name__}")
+    if not allow_empty and not value.strip():
+        raise DataError(f"{where}: field '{key}' is empty")
+    if len(value) > MAX_FIELD_CHARS:
+        raise DataError(f"{where}: field '{key}' is too long ({len(value)} characters)")
+    return value
+
+
+def _messages(row: dict, where: str, template: str) -> list[dict]:
+    prompt = row.get("prompt")
+    if prompt is None:
+        raise DataError(f"{where}: field 'prompt' is missing")
+    if isinstance(prompt, str):
+        _check_text(row, "prompt", where)
+        return build_messages(prompt, template)
+    if not isinstance(prompt, list) or not prompt:
+        raise DataError(f"{where}: field 'prompt' must be a string or a non-empty list of chat messages")
+    for j, m in enumerate(prompt):
+        if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
+            raise DataError(f"{where}: field 'prompt[{j}]' must be an object with string 'role' and 'content'")
+    return prompt
+
+
+def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
+    """(row, chat messages) per line, validated; raises DataError naming the row and field."""
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    rows = []
+    with open(path, encoding="utf-8") as f:
+        for i, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}: row {i}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object")
+            messages = _messages(row, where, template)
+            _check_text(row, "response", where, allow_empty=True)
+            _check_text(row, "reference", where)
+            for key in ("score_a", "scoreA"):
+                if key in row and not isinstance(row[key], (int, float)):
+                    raise DataError(f"{where}: field '{key}' must be a number")
+            rows.append((row, messages))
+    if not rows:
+        raise DataError(f"{path}: no rows")
+    return rows
+
+
+def score_file(cfg: Config, input_path: str, output_path: str, *, template: str = "plain",
+               batch_rows: int = 32, model=None, tokenizer=None) -> int:
+    """Score every row of `input_path` into `output_path`; returns the number of rows."""
+    from rlpr.models import load_model
+    from rlpr.reward.probability_reward import ProbabilityReward
+
+    rows = read_score_rows(Path(input_path), template)
+    if model is None:
+        model, tokenizer = load_model(cfg.model.path)
+    max_length = getattr(model.config, "max_position_embeddings", None)
+    reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
+    out_path = Path(output_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
+        for start in range(0, len(rows), batch_rows):
+            batch = rows[start:start + batch_rows]
+            prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
+                       for _, m in batch]
+            responses = [r["response"] for r, _ in batch]
+            references = [r["reference"].strip() for r, _ in batch]
+            given_a = [r.get("score_a", r.get("scoreA")) for r, _ in batch]
+            outputs = reward(model, prompts, responses, references, precomputed_a=given_a)
+            for (row, _), p, resp, ref, o in zip(batch, prompts, responses, references, outputs):
+                record = dict(row)
+                record.update({
+                    "valid": o.valid, "format": o.format, "score_b": o.score_b, "score_a": o.score_a,
+                    "reward": o.reward, "fallback": o.fallback, "delta": o.delta,
+                    "ref_tokens": reward.reference_tokens(reward.score_b_text(p, resp, ref)),
+                })
+                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+            advance(len(batch))
+    os.replace(tmp, out_path)
+    print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)
+    return len(rows)

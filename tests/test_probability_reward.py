@@ -1,0 +1,101 @@
+"""Shaping, the final reward arithmetic, the score-A cache and the fallback (spec sections 1b-3)."""
+
+import math
+
+import pytest
+
+from rlpr.config import RewardConfig
+from rlpr.reward.probability_reward import ProbabilityReward
+from rlpr.reward.scoring import score_texts
+from rlpr.reward.sequence import build_score_a_text, build_score_b_text
+from rlpr.reward.shaping import get_shaping
+
+VALID = "<think> r </think> <answer> x </answer>"
+
+
+@pytest.mark.parametrize("name,x,expected", [
+    ("threshold_0", 0.3, 0.3), ("threshold_0", -0.2, 0.0), ("threshold_0", 0.0, 0.0),
+    ("threshold_0.1", 0.05, 0.0), ("threshold_0.1", 0.15, 0.15),
+    ("identity", -0.4, -0.4), ("leaky_0", -0.5, -0.005), ("leaky_0", 0.5, 0.5),
+    ("sigmoid_5", 0.5, 0.5), ("sigmoid_5", 1.0, 1 / (1 + math.exp(-5))),
+    ("bin_10", 0.34, 0.3), ("bin_4", 0.9, 1.0),
+])
+def test_shaping(name, x, expected):
+    assert get_shaping(name)(x) == pytest.approx(expected)
+
+
+@pytest.mark.parametrize("name", ["threshold", "tanh_3", "bin_x", "sigmoid"])
+def test_bad_shaping(name):
+    with pytest.raises(ValueError, match="unknown shaping"):
+        get_shaping(name)
+
+
+def make(tokenizer, **kw):
+    return ProbabilityReward(RewardConfig(**kw), tokenizer)
+
+
+def test_combine_arithmetic(tokenizer):
+    pr = make(tokenizer, alpha=0.1)
+    out = pr.combine(VALID, True, False, b=0.7, a=0.2)
+    assert out.delta == pytest.approx(0.5) and out.format == 1.0
+    assert out.reward == pytest.approx(0.9 * 0.5 + 0.1 * 1.0)
+    assert pr.combine("<think> r </think> <answer> x", True, False, 0.1, 0.3).reward == 0.0  # clipped, no format
+    assert make(tokenizer, shaping="identity").combine("no tags", False, False, 0.0, 0.3).delta == pytest.approx(-0.3)
+
+
+def test_repetition_penalty_only_when_nonzero(tokenizer):
+    loop = VALID + " " + " ".join(["again and again"] * 40)
+    pr = make(tokenizer)
+    assert pr.combine(loop, True, False, 0.5, 0.0).penalty == -1.0
+    assert pr.combine("no tags " + " ".join(["x"] * 30), False, False, 0.0, 0.5).penalty == 0.0  # reward 0
+    always = make(tokenizer, repetition_only_nonzero=False)
+    assert always.combine("no tags " + " ".join(["x"] * 30), False, False, 0.0, 0.5).reward == -1.0
+    off = make(tokenizer, repetition_penalty=False)
+    assert off.combine(loop, True, False, 0.5, 0.0).penalty == 0.0
+
+
+def chat(tokenizer, q):
+    return tokenizer.apply_chat_template([{"role": "user", "content": q}], tokenize=False,
+                                         add_generation_prompt=True)
+
+
+def test_rewards_match_independent_scores(tiny_model, tokenizer):
+    pr = make(tokenizer, invalid_fallback="free")
+    q = chat(tokenizer, "Capital of France?")
+    responses = [VALID, "It is Paris.", "<think> a </think> <answer>\nLyon"]
+    outs = pr(tiny_model, [q] * 3, responses, ["Paris"] * 3)
+    eos = tokenizer.eos_token
+    b = score_texts(tiny_model, tokenizer, [build_score_b_text(q, r, "Paris", eos, fallback="free")
+                                            for r in responses])
+    a_plain, a_cue = score_texts(tiny_model, tokenizer, [build_score_a_text(q, "Paris", eos),
+                                                         build_score_a_text(q, "Paris", eos, cue="\n<answer> ")])
+    assert [o.fallback for o in outs] == [False, True, False]
+    assert [o.valid for o in outs] == [True, False, True]
+    for o, b_i, a_i in zip(outs, b, [a_plain, a_cue, a_plain]):
+        assert o.score_b == pytest.approx(b_i, abs=1e-7) and o.score_a == pytest.approx(a_i, abs=1e-7)
+        assert o.reward == pytest.approx(0.9 * max(0.0, b_i - a_i) + 0.1 * o.format, abs=1e-7)
+    assert len(pr.cache) == 2  # one plain A and one cue A for the same (prompt, reference)
+
+
+def test_invalid_without_fallback_scores_zero(tiny_model, tokenizer):
+    pr = make(tokenizer)
+    out = pr(tiny_model, [chat(tokenizer, "Q")], ["no tags at all"], ["Paris"])[0]
+    assert out.score_b == 0.0 and out.reward == 0.0 and not out.valid and not out.fallback
+
+
+def test_score_a_cache_and_precomputed(tiny_model, tokenizer):
+    pr = make(tokenizer)
+    q = chat(tokenizer, "Q")
+    first = pr(tiny_model, [q], [VALID], ["Paris"])[0]
+    state = pr.cache.state_dict()
+    fresh = make(tokenizer)
+    fresh.cache.load_state_dict(state)
+    # a cached A is never recomputed: another policy changes B but not A
+    from rlpr.models import tiny_llama
+
+    later = fresh(tiny_llama(tokenizer, seed=1), [q], [VALID], ["Paris"])[0]
+    assert later.score_a == first.score_a and later.score_b != first.score_b
+    given = pr(tiny_model, [q], [VALID], ["Paris"], precomputed_a=[0.25])[0]
+    assert given.score_a == 0.25
+    no_debias = make(tokenizer, debias=False)(tiny_model, [q], [VALID], ["Paris"])[0]
+    assert no_debias.score_a == 0.0 and no_debias.delta == pytest.approx(no_debias.score_b)

@@ -1,0 +1,78 @@
+"""`rlpr score` as a user runs it: a real HF model directory, JSONL in and out, clear errors."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from rlpr.cli import main
+
+EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "score_example.jsonl"
+
+
+@pytest.fixture(scope="module")
+def model_dir(tmp_path_factory, tiny_model, tokenizer):
+    path = tmp_path_factory.mktemp("tiny")
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return path
+
+
+def test_score_example_file(model_dir, tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(model_dir)]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    inputs = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    assert len(rows) == len(inputs)
+    for row, given in zip(rows, inputs):
+        for key in ("valid", "format", "score_b", "score_a", "reward", "ref_tokens"):
+            assert key in row
+        assert all(row[k] == v for k, v in given.items())  # the input is kept
+    assert rows[0]["ref_tokens"] == " Paris" and rows[1]["ref_tokens"] == " Berlin"
+    assert rows[4]["valid"] is False and rows[4]["score_b"] == 0.0  # spec default: no fallback
+    assert 0.0 < rows[0]["score_b"] < 1.0
+
+
+def test_score_with_fallback_override(model_dir, tmp_path):
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(model_dir),
+                 "reward.invalid_fallback=free", "reward.aggregation=geo_mean_prob"]) == 0
+    last = json.loads(out.read_text().splitlines()[4])
+    assert last["fallback"] is True and last["score_b"] > 0.0 and last["ref_tokens"] == "144"
+
+
+@pytest.mark.parametrize("line,message", [
+    ('{"prompt": "q", "response": "r"}', "row 2: field 'reference' is missing"),
+    ('{"prompt": "q", "response": "r", "reference": "  "}', "row 2: field 'reference' is empty"),
+    ('{"prompt": "q", "response": 5, "reference": "a"}', "row 2: field 'response' must be a string"),
+    ('{"prompt": [{"role": "user"}], "response": "r", "reference": "a"}', "row 2: field 'prompt[0]'"),
+    ('{"prompt": "q", "response": "r", "reference": "a"', "row 2: not valid JSON"),
+    ('[1, 2]', "row 2: expected a JSON object"),
+])
+def test_malformed_rows_give_one_line_errors(tmp_path, capsys, line, message):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"prompt": "q", "response": "r", "reference": "a"}\n' + line + "\n")
+    assert main(["score", "--input", str(bad), "--output", str(tmp_path / "o.jsonl"), "--model", "/nope"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and message in err and str(bad) in err
+    assert not (tmp_path / "o.jsonl").exists()
+
+
+def test_overlong_field_and_bad_model(tmp_path, capsys, model_dir):
+    long_file = tmp_path / "long.jsonl"
+    long_file.write_text(json.dumps({"prompt": "q", "response": "x" * 1_000_001, "reference": "a"}) + "\n")
+    assert main(["score", "--input", str(long_file), "--output", str(tmp_path / "o.jsonl")]) == 2
+    assert "row 1: field 'response' is too long" in capsys.readouterr().err
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(tmp_path / "o.jsonl"),
+                 "--model", str(tmp_path)]) == 2
+    assert "not a Hugging Face model directory" in capsys.readouterr().err
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(tmp_path / "o.jsonl"),
+                 "--model", str(model_dir), "reward.aggregaton=mean_prob"]) == 2
+    assert "did you mean 'reward.aggregation'" in capsys.readouterr().err
+
+
+def test_console_script_help():
+    result = subprocess.run([sys.executable, "-m", "rlpr", "score", "--help"], capture_output=True, text=True)
+    assert result.returncode == 0 and "--input" in result.stdout
