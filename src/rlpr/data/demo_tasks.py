@@ -1,0 +1,428 @@
+"""Built-in demo tasks: short-answer general questions generated from a seed, no files needed.
+
+RLPR rewards the policy's probability of the reference answer, so a demo needs questions with
+short, unambiguous free-form references across many domains (not only arithmetic). Each family
+below is a tiny generator `fn(rng) -> (question, answer)`; `demo_examples` draws a deterministic
+pool from all of them and holds out a validation split by a stable hash of the question text, so
+train and val never share a question and val does not depend on how much train data is requested.
+"""
+
+from __future__ import annotations
+
+import calendar
+import hashlib
+import random
+from collections import deque
+from functools import lru_cache
+from typing import Callable
+
+from rlpr.data.records import Example
+from rlpr.data.templates import build_messages
+
+SPLITS = ("train", "val")
+VAL_EVERY = 8  # about one question in 8 is held out for validation
+DRAWS_PER_FAMILY = 600  # exhausts the small fact tables; leaves room above n=2000 train, 300 val
+
+# --- embedded fact tables (kept small; every entry was checked to have one obvious answer) ---
+
+CAPITALS = {
+    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid",
+    "Portugal": "Lisbon", "Japan": "Tokyo", "China": "Beijing", "India": "New Delhi",
+    "Russia": "Moscow", "Canada": "Ottawa", "Australia": "Canberra", "Brazil": "Brasilia",
+    "Argentina": "Buenos Aires", "Mexico": "Mexico City", "Egypt": "Cairo", "Kenya": "Nairobi",
+    "Greece": "Athens", "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki",
+    "Denmark": "Copenhagen", "Poland": "Warsaw", "Austria": "Vienna", "Ireland": "Dublin",
+    "Hungary": "Budapest", "the Czech Republic": "Prague", "Turkey": "Ankara",
+    "Thailand": "Bangkok", "Vietnam": "Hanoi", "South Korea": "Seoul", "Peru": "Lima",
+    "Chile": "Santiago", "Colombia": "Bogota", "Cuba": "Havana", "Iran": "Tehran",
+    "Iraq": "Baghdad", "the Philippines": "Manila", "Belgium": "Brussels", "Ukraine": "Kyiv",
+    "Morocco": "Rabat", "Nigeria": "Abuja", "Ethiopia": "Addis Ababa",
+    "Saudi Arabia": "Riyadh", "Pakistan": "Islamabad", "New Zealand": "Wellington",
+    "the United Kingdom": "London", "Iceland": "Reykjavik", "Romania": "Bucharest",
+    "Venezuela": "Caracas",
+}
+
+ELEMENT_SYMBOLS = {
+    "hydrogen": "H", "helium": "He", "lithium": "Li", "carbon": "C", "nitrogen": "N",
+    "oxygen": "O", "fluorine": "F", "neon": "Ne", "sodium": "Na", "magnesium": "Mg",
+    "aluminum": "Al", "silicon": "Si", "phosphorus": "P", "sulfur": "S", "chlorine": "Cl",
+    "argon": "Ar", "potassium": "K", "calcium": "Ca", "iron": "Fe", "nickel": "Ni",
+    "copper": "Cu", "zinc": "Zn", "silver": "Ag", "tin": "Sn", "iodine": "I", "gold": "Au",
+    "mercury": "Hg", "lead": "Pb", "uranium": "U",
+}
+
+# Directed pairs: "light" -> ? or "lose" -> ? have two fair answers, so only one direction is kept.
+ANTONYMS = {
+    "hot": "cold", "cold": "hot", "up": "down", "down": "up", "fast": "slow", "slow": "fast",
+    "happy": "sad", "sad": "happy", "day": "night", "night": "day", "early": "late",
+    "full": "empty", "empty": "full", "wet": "dry", "dry": "wet", "tall": "short",
+    "long": "short", "rich": "poor", "poor": "rich", "strong": "weak", "weak": "strong",
+    "push": "pull", "pull": "push", "win": "lose", "true": "false", "false": "true",
+    "above": "below", "below": "above", "inside": "outside", "outside": "inside",
+    "heavy": "light", "dark": "light", "buy": "sell", "sell": "buy", "love": "hate",
+    "hate": "love", "black": "white", "white": "black", "north": "south", "south": "north",
+    "east": "west", "west": "east", "first": "last", "before": "after", "after": "before",
+    "remember": "forget", "forget": "remember", "friend": "enemy", "enemy": "friend",
+    "always": "never", "never": "always", "increase": "decrease", "decrease": "increase",
+    "asleep": "awake", "awake": "asleep", "clean": "dirty", "dirty": "clean",
+    "cheap": "expensive", "expensive": "cheap", "young": "old", "maximum": "minimum",
+    "minimum": "maximum", "inhale": "exhale", "exhale": "inhale", "odd": "even",
+    "positive": "negative", "negative": "positive", "possible": "impossible",
+    "visible": "invisible", "forward": "backward", "top": "bottom", "bottom": "top",
+    "sunrise": "sunset", "sunset": "sunrise", "male": "female", "female": "male",
+    "big": "small", "small": "big", "open": "closed", "closed": "open",
+}
+
+PLURALS = {
+    "child": "children", "mouse": "mice", "foot": "feet", "tooth": "teeth", "goose": "geese",
+    "man": "men", "woman": "women", "ox": "oxen", "leaf": "leaves", "knife": "knives",
+    "wife": "wives", "wolf": "wolves", "half": "halves", "loaf": "loaves", "shelf": "shelves",
+    "thief": "thieves", "calf": "calves", "life": "lives", "box": "boxes", "bus": "buses",
+    "fox": "foxes", "church": "churches", "dish": "dishes", "glass": "glasses",
+    "watch": "watches", "city": "cities", "baby": "babies", "story": "stories",
+    "lady": "ladies", "party": "parties", "potato": "potatoes", "tomato": "tomatoes",
+    "hero": "heroes", "sheep": "sheep", "deer": "deer", "moose": "moose", "crisis": "crises",
+    "criterion": "criteria", "phenomenon": "phenomena", "cat": "cats", "key": "keys",
+    "toy": "toys",
+}
+
+COLORS = {
+    "the sky on a clear day": "blue", "fresh grass": "green", "fresh snow": "white",
+    "coal": "black", "blood": "red", "a ripe banana": "yellow", "a ripe lemon": "yellow",
+    "milk": "white", "a ripe tomato": "red", "a carrot": "orange", "milk chocolate": "brown",
+    "a lime": "green", "an emerald": "green", "a ruby": "red", "a crow": "black",
+    "a flamingo": "pink", "a ripe strawberry": "red", "a pumpkin": "orange",
+    "an egg yolk": "yellow", "a polar bear's fur": "white", "a stop sign": "red",
+    "a school bus in the United States": "yellow",
+}
+
+ANIMAL_SOUNDS = {
+    "moo": "cow", "oink": "pig", "baa": "sheep", "meow": "cat", "woof": "dog", "quack": "duck",
+    "neigh": "horse", "cluck": "chicken", "hoot": "owl", "ribbit": "frog", "gobble": "turkey",
+    "cock-a-doodle-doo": "rooster", "hee-haw": "donkey", "squeak": "mouse", "caw": "crow",
+}
+
+LANGUAGES = {
+    "France": "French", "Germany": "German", "Italy": "Italian", "Spain": "Spanish",
+    "Portugal": "Portuguese", "Brazil": "Portuguese", "Japan": "Japanese", "Russia": "Russian",
+    "Greece": "Greek", "Poland": "Polish", "the Netherlands": "Dutch", "Sweden": "Swedish",
+    "Norway": "Norwegian", "Denmark": "Danish", "Turkey": "Turkish", "Mexico": "Spanish",
+    "Argentina": "Spanish", "Hungary": "Hungarian", "South Korea": "Korean", "Thailand": "Thai",
+    "Vietnam": "Vietnamese", "Iran": "Persian", "Egypt": "Arabic", "Saudi Arabia": "Arabic",
+    "the Czech Republic": "Czech", "Ukraine": "Ukrainian", "Israel": "Hebrew", "China": "Chinese",
+}
+
+# Other spellings or names a grader should also accept, keyed by the reference answer.
+ALIASES = {
+    "Brasilia": ["Brasília"], "Bogota": ["Bogotá"], "Kyiv": ["Kiev"], "Reykjavik": ["Reykjavík"],
+    "aluminum": ["aluminium"], "sulfur": ["sulphur"], "small": ["little"], "big": ["large"],
+    "closed": ["shut"], "backward": ["backwards"], "chicken": ["hen"], "rooster": ["cockerel"],
+    "Persian": ["Farsi"], "Chinese": ["Mandarin"],
+}
+
+# (unit asked for, unit given, how many of the first are in one of the second)
+UNIT_FACTORS = [
+    ("centimeters", "meters", 100), ("millimeters", "centimeters", 10),
+    ("meters", "kilometers", 1000), ("grams", "kilograms", 1000),
+    ("milliliters", "liters", 1000), ("inches", "feet", 12), ("minutes", "hours", 60),
+    ("seconds", "minutes", 60), ("hours", "days", 24), ("days", "weeks", 7),
+    ("months", "years", 12),
+]
+
+WEEKDAYS = list(calendar.day_name)  # Monday .. Sunday
+MONTHS = list(calendar.month_name)[1:]  # January .. December
+
+COUNT_WORDS = [
+    "banana", "apple", "letter", "balloon", "coffee", "committee", "bookkeeper", "pepper",
+    "success", "address", "tomato", "potato", "elephant", "giraffe", "umbrella", "window",
+    "garden", "kitchen", "pencil", "computer", "mountain", "river", "bottle", "cheese",
+    "butter", "rabbit", "dinner", "paper", "summer", "winter", "teacher", "doctor", "school",
+    "orange", "lemon", "cherry", "chocolate", "bicycle", "library", "television", "teapot",
+    "cabbage", "penguin", "dolphin", "octopus", "volcano", "rainbow", "pyramid",
+    "hammer", "ladder", "mirror", "pillow", "blanket", "candle", "guitar", "piano", "violin",
+    "jacket", "bread", "honey", "onion", "island", "forest", "desert", "planet", "rocket",
+]
+
+SORT_WORDS = [
+    "apple", "pear", "fig", "plum", "grape", "lime", "kiwi", "mango", "peach", "melon",
+    "cat", "dog", "owl", "fox", "bear", "lion", "wolf", "deer", "duck", "frog", "goat",
+    "hat", "cup", "pen", "book", "desk", "lamp", "door", "rug", "sock", "boat",
+]
+
+NAMES = [("Tom", "he"), ("Mia", "she"), ("Sam", "he"), ("Lily", "she"), ("Ben", "he"),
+         ("Emma", "she"), ("Max", "he"), ("Zoe", "she"), ("Leo", "he"), ("Ava", "she")]
+ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "balloons", "cards",
+         "shells", "coins"]
+
+VOWELS = "aeiou"
+
+# --- task families ---
+
+
+def capital(rng: random.Random) -> tuple[str, str]:
+    country = rng.choice(sorted(CAPITALS))
+    return f"What is the capital of {country}?", CAPITALS[country]
+
+
+def chemical_symbol(rng: random.Random) -> tuple[str, str]:
+    """Asked both ways, so the fixed table yields twice as many questions."""
+    element = rng.choice(sorted(ELEMENT_SYMBOLS))
+    symbol = ELEMENT_SYMBOLS[element]
+    if rng.random() < 0.5:
+        return f"What is the chemical symbol for {element}?", symbol
+    return f"Which chemical element has the symbol {symbol}?", element
+
+
+def antonym(rng: random.Random) -> tuple[str, str]:
+    word = rng.choice(sorted(ANTONYMS))
+    return f"What is the opposite of the word '{word}'?", ANTONYMS[word]
+
+
+def plural(rng: random.Random) -> tuple[str, str]:
+    noun = rng.choice(sorted(PLURALS))
+    return f"What is the plural of the noun '{noun}'?", PLURALS[noun]
+
+
+def color(rng: random.Random) -> tuple[str, str]:
+    thing = rng.choice(sorted(COLORS))
+    return f"What color is {thing}? Answer with one word.", COLORS[thing]
+
+
+def animal_sound(rng: random.Random) -> tuple[str, str]:
+    sound = rng.choice(sorted(ANIMAL_SOUNDS))
+    return f"Which animal says '{sound}'?", ANIMAL_SOUNDS[sound]
+
+
+def language(rng: random.Random) -> tuple[str, str]:
+    country = rng.choice(sorted(LANGUAGES))
+    return f"What is the main language spoken in {country}?", LANGUAGES[country]
+
+
+def unit_conversion(rng: random.Random) -> tuple[str, str]:
+    small, big, factor = rng.choice(UNIT_FACTORS)
+    n = rng.randint(2, 30)
+    return f"How many {small} are in {n} {big}?", str(n * factor)
+
+
+def weekday(rng: random.Random) -> tuple[str, str]:
+    start = rng.randrange(7)
+    k = rng.randint(1, 10)
+    direction, sign = rng.choice([("after", 1), ("before", -1)])
+    days = "day" if k == 1 else "days"
+    question = f"What day of the week comes {k} {days} {direction} {WEEKDAYS[start]}?"
+    return question, WEEKDAYS[(start + sign * k) % 7]
+
+
+def month(rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(["after", "before", "days"])
+    if kind == "days":  # not February: its length depends on the year
+        i = rng.choice([m for m in range(12) if m != 1])
+        return f"How many days are in {MONTHS[i]}?", str(calendar.monthrange(2023, i + 1)[1])
+    i = rng.randrange(12)
+    if kind == "before":
+        return f"Which month comes right before {MONTHS[i]}?", MONTHS[(i - 1) % 12]
+    return f"Which month comes right after {MONTHS[i]}?", MONTHS[(i + 1) % 12]
+
+
+def extreme_number(rng: random.Random) -> tuple[str, str]:
+    numbers = rng.sample(range(1, 100), rng.choice([3, 4]))
+    listed = ", ".join(map(str, numbers))
+    if rng.random() < 0.5:
+        return f"Which is the largest of these numbers: {listed}?", str(max(numbers))
+    return f"Which is the smallest of these numbers: {listed}?", str(min(numbers))
+
+
+def sort_words(rng: random.Random) -> tuple[str, str]:
+    words = rng.sample(SORT_WORDS, 3)
+    return f"Sort these words alphabetically: {', '.join(words)}", ", ".join(sorted(words))
+
+
+def alphabet_order(rng: random.Random) -> tuple[str, str]:
+    kind = rng.choice(["words", "after", "before"])
+    if kind == "words":
+        a, b = rng.sample(sorted(set(COUNT_WORDS)), 2)
+        return f"Which comes first in the alphabet: '{a}' or '{b}'?", min(a, b)
+    i = rng.randrange(1, 25)
+    letter = chr(ord("A") + i)
+    if kind == "after":
+        return f"Which letter comes right after {letter} in the alphabet?", chr(ord(letter) + 1)
+    return f"Which letter comes right before {letter} in the alphabet?", chr(ord(letter) - 1)
+
+
+def word_length(rng: random.Random) -> tuple[str, str]:
+    word = rng.choice(COUNT_WORDS)
+    return f"How many letters are in the word '{word}'?", str(len(word))
+
+
+def letter_count(rng: random.Random) -> tuple[str, str]:
+    word = rng.choice(COUNT_WORDS)
+    letter = rng.choice(sorted(set(word)))
+    return f"How many times does the letter '{letter}' appear in '{word}'?", str(word.count(letter))
+
+
+def vowel_count(rng: random.Random) -> tuple[str, str]:
+    """Vowels are listed in the question so 'y' is not a matter of opinion."""
+    word = rng.choice(COUNT_WORDS)
+    count = sum(ch in VOWELS for ch in word)
+    return f"How many vowels (a, e, i, o, u) are in the word '{word}'?", str(count)
+
+
+def word_problem(rng: random.Random) -> tuple[str, str]:
+    name, pronoun = rng.choice(NAMES)
+    item = rng.choice(ITEMS)
+    kind = rng.choice(["add", "sub", "mul", "div"])
+    if kind == "add":
+        a, b = rng.randint(2, 20), rng.randint(2, 20)
+        return (f"{name} has {a} {item} and gets {b} more. "
+                f"How many {item} does {pronoun} have now?", str(a + b))
+    if kind == "sub":
+        a = rng.randint(5, 25)
+        b = rng.randint(2, a - 1)
+        return (f"{name} has {a} {item} and gives {b} of them to a friend. "
+                f"How many {item} does {pronoun} have left?", str(a - b))
+    a, b = rng.randint(2, 9), rng.randint(2, 9)
+    if kind == "mul":
+        return (f"{name} has {a} bags with {b} {item} in each bag. "
+                f"How many {item} does {pronoun} have in total?", str(a * b))
+    return (f"{name} shares {a * b} {item} equally among {a} friends. "
+            f"How many {item} does each friend get?", str(b))
+
+
+def arithmetic(rng: random.Random) -> tuple[str, str]:
+    op = rng.choice("+-×")
+    if op == "×":
+        a, b = rng.randint(2, 12), rng.randint(2, 12)
+        return f"What is {a} × {b}?", str(a * b)
+    a, b = rng.randint(10, 99), rng.randint(1, 99)
+    if op == "-":
+        a, b = max(a, b), min(a, b)
+        return f"What is {a} - {b}?", str(a - b)
+    return f"What is {a} + {b}?", str(a + b)
+
+
+FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
+    "capital": capital,
+    "chemical_symbol": chemical_symbol,
+    "antonym": antonym,
+    "plural": plural,
+    "color": color,
+    "animal_sound": animal_sound,
+    "language": language,
+    "unit_conversion": unit_conversion,
+    "weekday": weekday,
+    "month": month,
+    "extreme_number": extreme_number,
+    "sort_words": sort_words,
+    "alphabet_order": alphabet_order,
+    "word_length": word_length,
+    "letter_count": letter_count,
+    "vowel_count": vowel_count,
+    "word_problem": word_problem,
+    "arithmetic": arithmetic,
+}
+
+# --- acceptable answers ---
+
+_ONES = ["zero", "one", "two", "three", "four", "five", "six", "seven", "eight", "nine", "ten",
+         "eleven", "twelve", "thirteen", "fourteen", "fifteen", "sixteen", "seventeen",
+         "eighteen", "nineteen"]
+_TENS = ["", "", "twenty", "thirty", "forty", "fifty", "sixty", "seventy", "eighty", "ninety"]
+
+
+def number_words(n: int) -> str:
+    """English words for 0 <= n < 1,000,000 ("forty-two", "three thousand")."""
+    if n < 20:
+        return _ONES[n]
+    if n < 100:
+        return _TENS[n // 10] + (f"-{_ONES[n % 10]}" if n % 10 else "")
+    if n < 1000:
+        return f"{_ONES[n // 100]} hundred" + (f" {number_words(n % 100)}" if n % 100 else "")
+    rest = f" {number_words(n % 1000)}" if n % 1000 else ""
+    return f"{number_words(n // 1000)} thousand{rest}"
+
+
+def acceptable_answers(answer: str) -> list[str]:
+    """The reference first, then forms a grader should treat as the same answer."""
+    forms = [answer, *ALIASES.get(answer, [])]
+    if answer.isdigit():
+        n = int(answer)
+        words = number_words(n)
+        forms += [words, words.replace("-", " ")]
+        if n >= 1000:
+            forms.append(f"{n:,}")
+    if ", " in answer:  # a sorted list of words
+        forms += [answer.replace(", ", " "), answer.replace(", ", ",")]
+    return list(dict.fromkeys(forms))
+
+
+# --- pool, split and mixing ---
+
+
+def _stable_int(text: str) -> int:
+    """A hash that, unlike hash(), is the same in every process."""
+    return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
+
+
+def split_of(question: str) -> str:
+    """Which split a question belongs to, by its text alone, so no seed or n can leak it."""
+    return "val" if _stable_int(question) % VAL_EVERY == 0 else "train"
+
+
+def _interleave(by_family: dict[str, list[tuple[str, str]]], rng: random.Random) -> tuple:
+    """Round-robin over families (in a shuffled order each round) until every family runs dry."""
+    queues = {name: deque(items) for name, items in by_family.items() if items}
+    out = []
+    while queues:
+        order = sorted(queues)
+        rng.shuffle(order)
+        for name in order:
+            out.append((name, *queues[name].popleft()))
+            if not queues[name]:
+                del queues[name]
+    return tuple(out)
+
+
+@lru_cache(maxsize=8)
+def _pool(seed: int) -> dict[str, tuple[tuple[str, str, str], ...]]:
+    """Every unique (family, question, answer) for a seed, per split, in mixed order."""
+    seen: set[str] = set()
+    by_split: dict[str, dict[str, list[tuple[str, str]]]] = {s: {} for s in SPLITS}
+    for name, fn in FAMILIES.items():
+        rng = random.Random(_stable_int(f"{seed}:{name}"))
+        for _ in range(DRAWS_PER_FAMILY):
+            question, answer = fn(rng)
+            if question not in seen:
+                seen.add(question)
+                by_split[split_of(question)].setdefault(name, []).append((question, answer))
+    return {s: _interleave(by_split[s], random.Random(_stable_int(f"{seed}:{s}:order")))
+            for s in SPLITS}
+
+
+def pool_size(split: str, seed: int = 0) -> int:
+    """How many unique questions `split` has for `seed` (the largest n `demo_examples` accepts)."""
+    if split not in SPLITS:
+        raise ValueError(f"unknown demo split {split!r}; choose 'train' or 'val'")
+    return len(_pool(seed)[split])
+
+
+def demo_examples(split: str = "train", n: int = 200, seed: int = 0,
+                  template: str = "r1") -> list[Example]:
+    """The first `n` demo examples of `split` for `seed`, as chat-prompted Examples.
+
+    Deterministic for (split, n, seed); a smaller n gives a prefix of a larger one, and the val
+    split is the same whatever train n is asked for.
+    """
+    available = pool_size(split, seed)
+    if not 0 <= n <= available:
+        raise ValueError(f"demo {split} split has {available} questions for seed {seed}; got n={n}")
+    return [
+        Example(
+            prompt=build_messages(question, template),
+            reference=answer,
+            uid=f"demo-{split}-{i}",
+            data_source=f"demo/{family}",
+            ability="general",
+            acceptable=acceptable_answers(answer),
+        )
+        for i, (family, question, answer) in enumerate(_pool(seed)[split][:n])
+    ]
