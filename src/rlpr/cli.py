@@ -101,6 +101,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--choices-column", default="choices")
     c.add_argument("--limit", type=int, default=None)
     c.set_defaults(fn=cmd_data_convert)
+
+    from rlpr.evaluation.commands import register as register_evaluation
+
+    register_evaluation(sub)  # eval, serve, reward-quality
     return parser
 
 

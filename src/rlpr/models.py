@@ -125,3 +125,31 @@ def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, seed: int = 0):
         pad_token_id=tokenizer.pad_token_id, eos_token_id=tokenizer.eos_token_id,
     )
     return LlamaForCausalLM(config).eval()
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """A checkpoint directory from a run directory (its latest `checkpoints/step_N`) or a step dir."""
+    path = Path(path)
+    if (path / "adapter").is_dir() or (path / "model").is_dir():
+        return path
+    steps = sorted((path / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1])
+                   if p.name.split("_")[1].isdigit() else -1)
+    if not steps:
+        raise ModelError(f"{path}: no checkpoint (expected a run directory or a checkpoints/step_N directory)")
+    return steps[-1]
+
+
+def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.PathLike | None = None,
+                dtype: torch.dtype = torch.float32):
+    """(model, tokenizer) for inference: the base model with a trained checkpoint applied
+    (a LoRA adapter is merged in; a full fine-tuned model replaces the base)."""
+    if checkpoint is None:
+        return load_model(path, dtype)
+    ckpt = find_checkpoint(checkpoint)
+    if (ckpt / "model").is_dir():
+        return load_model(ckpt / "model", dtype)
+    from peft import PeftModel
+
+    model, tokenizer = load_model(path, dtype)
+    model = PeftModel.from_pretrained(model, ckpt / "adapter").merge_and_unload()
+    return model.eval(), tokenizer

@@ -81,15 +81,16 @@ class HFRollout:
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seed: int = 0) -> list[Rollout]:
-        """n responses per prompt, grouped by prompt (prompt 0's n first). Deterministic in `seed`."""
+        """n responses per prompt, grouped by prompt (prompt 0's n first). Deterministic in `seed`;
+        temperature 0 decodes greedily."""
         from transformers import GenerationConfig
 
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
-        gen_config = GenerationConfig(
-            do_sample=True, temperature=temperature, top_p=top_p, top_k=0, max_new_tokens=max_new_tokens,
-            eos_token_id=eos, pad_token_id=pad,
-        )
+        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 \
+            else dict(do_sample=False)  # temperature 0: greedy
+        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                                      **sampling)
         flat = [(i, p) for i, p in enumerate(prompts) for _ in range(n)]
         out: list[Rollout] = []
         for b, start in enumerate(range(0, len(flat), self.batch_sequences)):

@@ -1,0 +1,275 @@
+"""`rlpr eval`: Avg@k accuracy of a policy on benchmark files (spec section 7).
+
+The arithmetic (Avg@k, the General/All means, the markdown table) is pure and separate from the
+sampling and the file I/O, so it can be tested without a model. Rule graders run in the main
+thread (math-verify's timeouts only work there); only the optional judge runs concurrently.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import re
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from rlpr.data.records import Example
+from rlpr.evaluation.graders import grade, grader_for
+from rlpr.progress import progress_bar
+from rlpr.reward.parsing import format_reward
+
+log = logging.getLogger(__name__)
+
+# The paper's benchmarks, keyed by a lowercase alphanumeric fragment of the file name.
+GENERAL_BENCHMARKS = ("mmlupro", "gpqa", "theoremqa", "webinstruct")
+MATH_BENCHMARKS = ("math500", "minerva", "aime")
+PAPER_BENCHMARKS = GENERAL_BENCHMARKS + MATH_BENCHMARKS
+_AVG_SUFFIX = re.compile(r"_avg(\d+)$", re.IGNORECASE)
+
+
+# --------------------------------------------------------------------------- pure arithmetic
+
+def samples_from_name(path: str | Path) -> int | None:
+    """k from an `_AvgK` file-name suffix (`aime24_Avg16.parquet` -> 16), else None."""
+    m = _AVG_SUFFIX.search(Path(path).stem)
+    return int(m.group(1)) if m and int(m.group(1)) > 0 else None
+
+
+def avg_at_k(correct: list[list[bool]]) -> float:
+    """Avg@k: the mean over questions of each question's fraction of correct samples (equal to
+    the mean over all samples when every question has k of them)."""
+    per_question = [sum(c) / len(c) for c in correct if c]
+    return sum(per_question) / len(per_question) if per_question else 0.0
+
+
+def _key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
+def matching_benchmarks(names: list[str], keys: tuple[str, ...]) -> list[str]:
+    """The benchmark names that contain one of `keys` (case and punctuation ignored)."""
+    return [n for n in names if any(k in _key(n) for k in keys)]
+
+
+def summary_means(accuracies: dict[str, float]) -> dict[str, dict]:
+    """"general" (the paper's four general benchmarks) and "all" (its seven): the mean accuracy
+    over those present, with the benchmarks used; a key is absent when none is present."""
+    out = {}
+    for label, keys in (("general", GENERAL_BENCHMARKS), ("all", PAPER_BENCHMARKS)):
+        names = matching_benchmarks(list(accuracies), keys)
+        if names:
+            present = {k for k in keys if any(k in _key(n) for n in names)}
+            out[label] = {"accuracy": sum(accuracies[n] for n in names) / len(names),
+                          "benchmarks": names, "complete": len(present) == len(keys)}
+    return out
+
+
+def results_table(results: dict) -> str:
+    """Markdown table of a results.json dictionary."""
+    lines = ["| benchmark | Avg@k | accuracy (%) | questions | format valid | mean tokens | judge calls "
+             "| judge failed |",
+             "|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        if name in ("general", "all"):
+            continue
+        lines.append(f"| {name} | Avg@{r['samples_per_question']} | {100 * r['accuracy']:.1f} | "
+                     f"{r['n_questions']} | {100 * r['format_valid_rate']:.1f}% | "
+                     f"{r['mean_response_tokens']:.1f} | {r['judge_calls']} | {r['judge_failed']} |")
+    for label in ("general", "all"):
+        if label in results:
+            r = results[label]
+            note = "" if r["complete"] else " (partial)"
+            lines.append(f"| **{label.title()}**{note} | | {100 * r['accuracy']:.1f} | "
+                         f"{len(r['benchmarks'])} benchmarks | | | | |")
+    return "\n".join(lines) + "\n"
+
+
+# --------------------------------------------------------------------------- sampling and grading
+
+@dataclass
+class Sample:
+    """One graded response; `correct` is the final verdict (rule OR judge)."""
+
+    uid: str
+    sample: int
+    response: str
+    extracted: str | None
+    rule_correct: bool
+    correct: bool
+    judged: bool = False
+    judge_verdict: bool | None = None  # None: not asked, or the judgment failed
+    n_tokens: int = 0
+    finished: bool = True
+    format_valid: bool = False
+    extra: dict = field(default_factory=dict)
+
+    def to_dict(self, benchmark: str) -> dict:
+        d = asdict(self)
+        d.pop("extra")
+        return {"benchmark": benchmark, **d}
+
+
+def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
+    """Token ids of chat messages under the model's chat template, ready for the assistant turn."""
+    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    return tokenizer(text, add_special_tokens=False)["input_ids"]
+
+
+def question_text(example: Example) -> str:
+    """The question as the judge sees it: the last user turn."""
+    users = [m["content"] for m in example.prompt if m.get("role") == "user"]
+    return users[-1] if users else example.prompt[-1]["content"]
+
+
+def grade_example(example: Example, response: str):
+    """The rule grader's verdict for one response to one example."""
+    name = grader_for(example.data_source, example.ability, bool(example.choices))
+    return grade(name, response, example.reference, choices=example.choices or None,
+                 acceptable=example.acceptable or None)
+
+
+def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_new_tokens: int,
+                     temperature: float, top_p: float, seed: int, questions_per_call: int,
+                     advance=lambda n=1: None) -> list[list[Sample]]:
+    """k graded samples per example (rule graders only), generated a few questions at a time so
+    the progress bar moves and memory stays bounded."""
+    out: list[list[Sample]] = []
+    for call, start in enumerate(range(0, len(examples), questions_per_call)):
+        chunk = examples[start:start + questions_per_call]
+        rollouts = engine.generate([prompt_ids(tokenizer, e.prompt) for e in chunk], k,
+                                   max_new_tokens=max_new_tokens, temperature=temperature,
+                                   top_p=top_p, seed=seed * 1_000_003 + call)
+        groups: list[list[Sample]] = [[] for _ in chunk]
+        for r in rollouts:
+            example = chunk[r.prompt_index]
+            g = grade_example(example, r.text)
+            groups[r.prompt_index].append(Sample(
+                uid=example.uid, sample=len(groups[r.prompt_index]), response=r.text,
+                extracted=g.extracted, rule_correct=g.correct, correct=g.correct,
+                n_tokens=len(r.token_ids), finished=r.finished,
+                format_valid=format_reward(r.text, "r1") == 1.0))
+        out.extend(groups)
+        advance(len(chunk))
+    return out
+
+
+def apply_judge(judge, examples: list[Example], groups: list[list[Sample]]) -> None:
+    """Ask the judge about every rule-wrong sample; it can only turn wrong into right, and a
+    failed judgment keeps the rule verdict."""
+    todo = [(e, s) for e, g in zip(examples, groups) for s in g if not s.rule_correct]
+    if not todo:
+        return
+    verdicts = judge.judge_many([(question_text(e), s.response, e.reference) for e, s in todo])
+    for (_, s), v in zip(todo, verdicts):
+        s.judged, s.judge_verdict = True, v
+        s.correct = s.rule_correct or bool(v)
+
+
+def benchmark_result(groups: list[list[Sample]]) -> dict:
+    """The per-benchmark entry of results.json."""
+    flat = [s for g in groups for s in g]
+    n = max(len(flat), 1)
+    return {
+        "accuracy": avg_at_k([[s.correct for s in g] for g in groups]),
+        "rule_accuracy": avg_at_k([[s.rule_correct for s in g] for g in groups]),
+        "n_questions": len(groups),
+        "samples_per_question": max((len(g) for g in groups), default=0),
+        "format_valid_rate": sum(s.format_valid for s in flat) / n,
+        "mean_response_tokens": sum(s.n_tokens for s in flat) / n,
+        "truncated_rate": sum(not s.finished for s in flat) / n,
+        "judge_calls": sum(s.judged for s in flat),
+        "judge_failed": sum(s.judged and s.judge_verdict is None for s in flat),
+        "judge_flipped": sum(s.correct and not s.rule_correct for s in flat),
+    }
+
+
+# --------------------------------------------------------------------------- the command
+
+@dataclass
+class EvalSettings:
+    samples: int | None = None  # None: from the file name's _AvgK suffix, else 1
+    max_new_tokens: int = 1024
+    temperature: float = 1.0
+    top_p: float = 1.0
+    limit: int = 0
+    batch_sequences: int = 32
+    seed: int = 0
+    progress: bool | None = None
+
+
+def validate_settings(s: EvalSettings) -> None:
+    if s.samples is not None and s.samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {s.samples}")
+    if s.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {s.max_new_tokens}")
+    if s.temperature < 0:
+        raise ValueError("--temperature must be >= 0 (0: greedy decoding)")
+    if not 0 < s.top_p <= 1:
+        raise ValueError("--top-p must be in (0, 1]")
+    if s.batch_sequences < 1:
+        raise ValueError("--batch-sequences must be at least 1")
+    if s.limit < 0:
+        raise ValueError("--limit must be >= 0")
+
+
+@dataclass
+class Benchmark:
+    name: str  # the file stem
+    examples: list[Example]
+    k: int  # samples per question
+
+
+def load_benchmarks(files: list[str | Path], settings: EvalSettings) -> list[Benchmark]:
+    """Read and validate every file (before any model work, so a bad file fails at once)."""
+    from rlpr.data.loading import load_examples
+
+    validate_settings(settings)
+    out = []
+    for path in files:
+        examples = load_examples(path)
+        if settings.limit:
+            examples = examples[:settings.limit]
+        k = settings.samples or samples_from_name(path) or 1
+        out.append(Benchmark(Path(path).stem, examples, k))
+    names = [b.name for b in out]
+    if len(set(names)) != len(names):
+        raise ValueError(f"two data files share a benchmark name (file stem): {', '.join(names)}")
+    return out
+
+
+def evaluate_files(engine, tokenizer, files: list[str | Path], output_dir: str | Path,
+                   settings: EvalSettings, judge=None) -> dict:
+    """Evaluate every file; see `evaluate`."""
+    return evaluate(engine, tokenizer, load_benchmarks(files, settings), output_dir, settings, judge)
+
+
+def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | Path,
+             settings: EvalSettings, judge=None) -> dict:
+    """Sample, grade (and judge); write results.json, results.md and samples.jsonl into `output_dir`."""
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict = {}
+    total = sum(len(b.examples) for b in benchmarks)
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as f, \
+            progress_bar(total, "evaluating", settings.progress) as advance:
+        for b in benchmarks:
+            name, examples, k = b.name, b.examples, b.k
+            groups = sample_and_grade(
+                engine, tokenizer, examples, k, max_new_tokens=settings.max_new_tokens,
+                temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
+                questions_per_call=max(1, settings.batch_sequences // k), advance=advance)
+            if judge is not None:
+                apply_judge(judge, examples, groups)
+            results[name] = benchmark_result(groups)
+            if results[name]["judge_failed"]:
+                log.warning("%s: %d of %d judgments failed; those keep the rule verdict", name,
+                            results[name]["judge_failed"], results[name]["judge_calls"])
+            for g in groups:
+                for s in g:
+                    f.write(json.dumps(s.to_dict(name), ensure_ascii=False) + "\n")
+            log.info("%s: Avg@%d = %.1f%% over %d questions", name, k,
+                     100 * results[name]["accuracy"], len(examples))
+    results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    return results

@@ -1,0 +1,175 @@
+"""LLM-as-judge over an OpenAI-compatible chat-completions API (stdlib urllib, no new dependency).
+
+The judge is only asked about responses the rule grader marked wrong, so it can turn "wrong" into
+"right" but never the reverse. Requests run concurrently (a thread pool), each with a timeout and
+retries with exponential backoff; a request that still fails is counted and keeps the rule
+verdict, so a flaky judge never crashes an evaluation. The API key is read from an environment
+variable and only ever placed in the Authorization header: it is never logged or returned.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import logging
+import os
+import random
+import re
+import threading
+import time
+import urllib.error
+import urllib.request
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
+
+JUDGE_PROMPT = """You are grading an answer to a question against the reference answer.
+
+Question:
+{question}
+
+Reference answer:
+{reference}
+
+Response:
+{response}
+
+Is the final answer of the response equivalent to the reference answer? Ignore the reasoning and \
+formatting; only the final answer matters. Reply with exactly one word: YES or NO."""
+
+# The final answer sits at the end; a long rambling response is cut from the front.
+MAX_RESPONSE_CHARS = 6_000
+_VERDICT = re.compile(r"\b(YES|NO)\b")
+
+
+@dataclass
+class JudgeConfig:
+    url: str
+    model: str
+    key_env: str = "OPENAI_API_KEY"
+    concurrency: int = 8
+    timeout: float = 30.0
+    retries: int = 3  # extra attempts after the first
+    max_tokens: int = 8
+    backoff: float = 0.5  # seconds before the first retry; doubles each time
+
+    def validate(self) -> None:
+        if not self.url.startswith(("http://", "https://")):
+            raise ValueError(f"--judge-url must start with http:// or https://, got {self.url!r}")
+        if not self.model:
+            raise ValueError("--judge-model is required with --judge-url")
+        if self.concurrency < 1 or self.retries < 0 or self.timeout <= 0 or self.backoff < 0:
+            raise ValueError("need --judge-concurrency >= 1, --judge-retries >= 0, --judge-timeout > 0 "
+                             "and --judge-backoff >= 0")
+
+
+class JudgeError(Exception):
+    """One failed attempt; `retry` says whether trying again may help (timeouts, 5xx, 429)."""
+
+    def __init__(self, reason: str, retry: bool):
+        super().__init__(reason)
+        self.retry = retry
+
+
+def endpoint(url: str) -> str:
+    """{url}/chat/completions, or the url itself when it already names that endpoint."""
+    url = url.rstrip("/")
+    return url if url.endswith("/chat/completions") else url + "/chat/completions"
+
+
+def judge_messages(question: str, response: str, reference: str) -> list[dict]:
+    if len(response) > MAX_RESPONSE_CHARS:
+        response = "..." + response[-MAX_RESPONSE_CHARS:]
+    return [{"role": "user", "content": JUDGE_PROMPT.format(
+        question=question.strip(), reference=reference.strip(), response=response.strip())}]
+
+
+def parse_verdict(content: str) -> bool | None:
+    """True for YES, False for NO (the first of them in the reply), None when neither appears."""
+    m = _VERDICT.search(content.upper())
+    return None if m is None else m.group(1) == "YES"
+
+
+class _NoRedirect(urllib.request.HTTPRedirectHandler):
+    """urllib would replay the Authorization header to wherever a redirect points: refuse."""
+
+    def redirect_request(self, req, fp, code, msg, headers, newurl):
+        return None  # the 3xx then surfaces as an HTTPError (a non-retried failure)
+
+
+class JudgeClient:
+    """Judges (question, response, reference) triples; counts calls and failures."""
+
+    def __init__(self, cfg: JudgeConfig):
+        cfg.validate()
+        self.cfg = cfg
+        self.url = endpoint(cfg.url)
+        self._key = os.environ.get(cfg.key_env, "")
+        if not self._key:
+            log.warning("judge: environment variable %s is not set; sending requests without a key",
+                        cfg.key_env)
+        self._opener = urllib.request.build_opener(_NoRedirect)
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.failed = 0
+
+    def judge_many(self, items: list[tuple[str, str, str]]) -> list[bool | None]:
+        """Verdicts in order; None where the judgment failed after all retries."""
+        if not items:
+            return []
+        with ThreadPoolExecutor(max_workers=min(self.cfg.concurrency, len(items))) as pool:
+            return list(pool.map(lambda t: self.judge(*t), items))
+
+    def judge(self, question: str, response: str, reference: str) -> bool | None:
+        """One verdict, or None (counted as failed) when every attempt failed."""
+        with self._lock:
+            self.calls += 1
+        reason = ""
+        for attempt in range(self.cfg.retries + 1):
+            if attempt:
+                delay = self.cfg.backoff * 2 ** (attempt - 1)
+                time.sleep(delay * (0.5 + random.random()))  # jitter: retries do not stampede
+            try:
+                verdict = parse_verdict(self._post(judge_messages(question, response, reference)))
+            except JudgeError as e:
+                reason = str(e)
+                if not e.retry:
+                    break
+                continue
+            if verdict is not None:
+                return verdict
+            reason = "reply has neither YES nor NO"
+            break
+        with self._lock:
+            self.failed += 1
+        log.debug("judge: failed after %d attempt(s): %s", attempt + 1, reason)
+        return None
+
+    def _post(self, messages: list[dict]) -> str:
+        """One chat-completions request; the reply's text, or JudgeError (never the key)."""
+        body = json.dumps({"model": self.cfg.model, "messages": messages, "temperature": 0,
+                           "max_tokens": self.cfg.max_tokens}).encode()
+        headers = {"Content-Type": "application/json"}
+        if self._key:
+            headers["Authorization"] = f"Bearer {self._key}"
+        request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        try:
+            with self._opener.open(request, timeout=self.cfg.timeout) as reply:
+                data = json.loads(reply.read().decode("utf-8"))
+        except urllib.error.HTTPError as e:
+            e.close()
+            raise JudgeError(f"HTTP {e.code}", retry=e.code >= 500 or e.code in (408, 429)) from None
+        except TimeoutError:  # socket.timeout is an alias
+            raise JudgeError("timeout", retry=True) from None
+        except urllib.error.URLError as e:
+            what = "timeout" if isinstance(e.reason, TimeoutError) else f"connection error ({type(e.reason).__name__})"
+            raise JudgeError(what, retry=True) from None
+        except (ConnectionError, http.client.HTTPException, OSError) as e:
+            raise JudgeError(f"connection error ({type(e).__name__})", retry=True) from None
+        except (json.JSONDecodeError, UnicodeDecodeError):
+            raise JudgeError("reply is not JSON", retry=True) from None
+        try:
+            return str(data["choices"][0]["message"]["content"] or "")
+        except (KeyError, IndexError, TypeError):
+            raise JudgeError("reply has no choices[0].message.content", retry=False) from None

@@ -1,0 +1,215 @@
+"""`rlpr reward-quality`: AUC with ties, mixed-group filtering, the group bootstrap, end to end."""
+
+from __future__ import annotations
+
+import json
+import random
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from rlpr.evaluation.reward_quality import (
+    auc_report,
+    bootstrap_ci,
+    mean_group_auc,
+    mixed_groups,
+    percentile,
+    pooled_auc,
+    roc_auc,
+)
+
+
+@pytest.mark.parametrize("scores, labels, expected", [
+    ([0.1, 0.4, 0.35, 0.8], [False, False, True, True], 0.75),  # 3 of 4 pairs ordered
+    ([1, 1, 2, 2, 3], [False, True, False, True, True], 4 / 6),  # two ties count 1/2 each
+    ([5, 5, 5, 5], [True, False, True, False], 0.5),  # all tied
+    ([0.2, 0.9], [False, True], 1.0),
+    ([0.9, 0.2, 0.5], [False, True, True], 0.0),
+    ([0.3, 0.3, 0.1], [True, False, False], 0.75),  # (1/2 + 1) / 2
+])
+def test_roc_auc_hand_computed(scores, labels, expected):
+    assert roc_auc(scores, labels) == pytest.approx(expected)
+
+
+def test_roc_auc_needs_both_classes():
+    assert roc_auc([0.1, 0.2], [True, True]) is None
+    assert roc_auc([0.1, 0.2], [False, False]) is None
+    assert roc_auc([], []) is None
+
+
+def _brute_force_auc(scores, labels):
+    pos = [s for s, y in zip(scores, labels) if y]
+    neg = [s for s, y in zip(scores, labels) if not y]
+    return sum((p > n) + 0.5 * (p == n) for p in pos for n in neg) / (len(pos) * len(neg))
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(0, 5), st.booleans()), min_size=2, max_size=30))
+def test_roc_auc_matches_pair_counting(rows):
+    scores, labels = [float(s) for s, _ in rows], [y for _, y in rows]
+    if all(labels) or not any(labels):
+        assert roc_auc(scores, labels) is None
+    else:
+        assert roc_auc(scores, labels) == pytest.approx(_brute_force_auc(scores, labels))
+
+
+def test_mixed_groups_keep_only_groups_with_both_labels():
+    groups = ["a", "a", "b", "b", "c", "a", "d", "d"]
+    labels = [True, False, True, True, False, True, False, True]
+    assert mixed_groups(groups, labels) == {"a": [0, 1, 5], "d": [6, 7]}
+
+
+def test_pooled_and_within_group_auc_differ():
+    """Within each prompt the score ranks perfectly, but across prompts the easy prompt's wrong
+    answer outscores the hard prompt's right one: pooled AUC 3/4, within-group 1."""
+    scores = [0.9, 0.8, 0.3, 0.2, 0.5]
+    labels = [True, False, True, False, True]
+    groups = ["easy", "easy", "hard", "hard", "all-right"]
+    rows = list(mixed_groups(groups, labels).values())
+    assert rows == [[0, 1], [2, 3]]
+    assert pooled_auc(scores, labels, rows) == pytest.approx(0.75)
+    assert mean_group_auc(scores, labels, rows) == pytest.approx(1.0)
+
+
+def test_percentile():
+    assert percentile([3, 1, 2], 0.5) == 2
+    assert percentile([0, 10], 0.25) == pytest.approx(2.5)
+    assert percentile([4], 0.975) == 4
+
+
+def _noisy_groups(n_groups=30, size=6, seed=1):
+    rng = random.Random(seed)
+    scores, labels, groups = [], [], []
+    for g in range(n_groups):
+        offset = rng.random()  # prompt difficulty shifts every score of the group
+        for _ in range(size):
+            y = rng.random() < 0.5
+            scores.append(offset + (0.6 if y else 0.0) + rng.gauss(0, 0.3))
+            labels.append(y)
+            groups.append(g)
+    return scores, labels, groups
+
+
+def test_bootstrap_ci_contains_the_point_estimate_and_is_deterministic():
+    scores, labels, groups = _noisy_groups()
+    report = auc_report({"s": scores}, labels, groups, n_boot=300, seed=0)
+    s = report["scores"]["s"]
+    assert 0.5 < s["auc"] < 1.0
+    lo, hi = s["auc_ci"]
+    assert lo < s["auc"] < hi and hi - lo < 0.3
+    lo, hi = s["mean_group_auc_ci"]
+    assert lo < s["mean_group_auc"] < hi
+    again = auc_report({"s": scores}, labels, groups, n_boot=300, seed=0)["scores"]["s"]
+    assert again == s
+    assert report["n_mixed_groups"] == len(mixed_groups(groups, labels))
+
+
+def test_bootstrap_ci_edge_cases():
+    assert bootstrap_ci(lambda picked: 1.0, 5, n_boot=0) is None
+    assert bootstrap_ci(lambda picked: 1.0, 0, n_boot=10) is None
+    assert bootstrap_ci(lambda picked: None, 3, n_boot=10) is None
+    assert bootstrap_ci(lambda picked: 0.5, 3, n_boot=10) == (0.5, 0.5)
+
+
+# --------------------------------------------------------------------------- end to end
+
+THINK = "<think>The capital is well known.</think> "
+
+
+def _labeled_rows():
+    rows = []
+    for q, right, wrong in (("Capital of France?", "Paris", "Lyon"), ("Capital of Italy?", "Rome", "Milan"),
+                            ("Capital of Spain?", "Madrid", "Seville")):
+        prompt = q if q != "Capital of Italy?" else [{"role": "user", "content": q}]
+        rows += [
+            {"prompt": prompt, "response": f"{THINK}<answer>{right}</answer>", "reference": right, "correct": True},
+            {"prompt": prompt, "response": f"{THINK}<answer>{wrong}</answer>", "reference": right, "correct": False},
+            {"prompt": prompt, "response": f"no tags, it is {wrong}", "reference": right, "correct": False},
+        ]
+    rows.append({"prompt": "2+2?", "response": f"{THINK}<answer>4</answer>", "reference": "4", "correct": True,
+                 "group": "all-right", "ability": "math"})
+    return rows
+
+
+@pytest.fixture
+def model_dir(tmp_path, tiny_model, tokenizer):
+    d = tmp_path / "tiny"
+    tiny_model.save_pretrained(d)
+    tokenizer.save_pretrained(d)
+    return str(d)
+
+
+def _write_jsonl(path, rows):
+    path.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return str(path)
+
+
+def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
+    from rlpr.cli import main
+
+    labeled = _write_jsonl(tmp_path / "labeled.jsonl", _labeled_rows())
+    for fallback in ("none", "free"):
+        out = tmp_path / f"rq_{fallback}"
+        assert main(["reward-quality", "--input", labeled, "--model", model_dir, "--output", str(out),
+                     "--bootstrap", "50", "--fallback", fallback]) == 0
+        report = json.loads((out / "reward_quality.json").read_text())
+        assert (report["n_rows"], report["n_groups"], report["n_mixed_groups"], report["n_mixed_rows"]) == (10, 4, 3, 9)
+        assert set(report["scores"]) == {"reward", "debiased", "score_b", "seq_likelihood", "rule"}
+        assert report["scores"]["rule"]["auc"] == 1.0  # the rule grader agrees with these labels
+        assert report["scores"]["rule"]["mean_group_auc"] == 1.0
+        for s in report["scores"].values():
+            assert 0.0 <= s["auc"] <= 1.0 and len(s["auc_ci"]) == 2
+        scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
+        assert len(scores) == 10
+        for row in scores:
+            assert row["debiased"] == pytest.approx(row["score_b"] - row["score_a"])
+            assert 0.0 <= row["seq_likelihood"] <= row["score_b"] + 1e-9 <= 1.0 + 1e-9
+        tagless = [r for r in scores if r["response"].startswith("no tags")]
+        if fallback == "none":
+            assert all(r["score_b"] == 0.0 and r["seq_likelihood"] == 0.0 for r in tagless)
+        else:
+            assert all(r["score_b"] > 0.0 for r in tagless)
+        assert "| rule-based verifier | 1.000 |" in (out / "reward_quality.md").read_text()
+    assert "rule-based verifier: AUC 1.000" in capsys.readouterr().out
+
+
+def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
+    from rlpr.cli import main
+
+    bad = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "q", "response": "r", "reference": "x", "correct": True},
+                                                 {"prompt": "q", "response": "r", "reference": "x", "correct": "yes"}])
+    assert main(["reward-quality", "--input", bad, "--model", str(tmp_path / "none"), "--output", str(tmp_path)]) == 2
+    err = capsys.readouterr().err.strip()  # rows are checked before the (missing) model is loaded
+    assert err == f"rlpr: error: {bad}: row 2: field 'correct' must be true or false"
+    from rlpr.data.records import DataError
+    from rlpr.evaluation.reward_quality import read_labeled
+
+    with pytest.raises(DataError, match=r"row 1: field 'prompt' must be a string or a list of chat messages"):
+        read_labeled(_write_jsonl(tmp_path / "b2.jsonl", [{"prompt": [{"role": "user"}], "response": "",
+                                                           "reference": "x", "correct": False}]))
+    with pytest.raises(DataError, match=r"row 1: field 'reference' is empty"):
+        read_labeled(_write_jsonl(tmp_path / "b3.jsonl", [{"prompt": "q", "response": "", "reference": " ",
+                                                           "correct": False}]))
+
+
+def test_build_from_then_score(tmp_path, model_dir):
+    from rlpr.cli import main
+
+    data = _write_jsonl(tmp_path / "caps.jsonl", [{"question": f"Capital number {i}?", "answer": "Paris"}
+                                                   for i in range(3)])
+    labeled = tmp_path / "labeled.jsonl"
+    assert main(["reward-quality", "--build-from", data, "--samples", "2", "--limit", "2", "--model", model_dir,
+                 "--max-new-tokens", "5", "--output", str(labeled)]) == 0
+    rows = [json.loads(line) for line in labeled.read_text().splitlines()]
+    assert len(rows) == 4 and [r["group"] for r in rows] == ["0", "0", "1", "1"]
+    assert all(isinstance(r["correct"], bool) and r["reference"] == "Paris" for r in rows)
+    assert isinstance(rows[0]["prompt"], list)
+    out = tmp_path / "rq"
+    assert main(["reward-quality", "--input", str(labeled), "--model", model_dir, "--output", str(out),
+                 "--bootstrap", "10"]) == 0
+    report = json.loads((out / "reward_quality.json").read_text())
+    assert report["n_rows"] == 4
+    if report["n_mixed_groups"] == 0:  # a random tiny model is never right
+        assert report["scores"]["reward"]["auc"] is None
+        assert "n/a" in (out / "reward_quality.md").read_text()
