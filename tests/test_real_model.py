@@ -28,3 +28,30 @@ def test_gguf_conversion_is_trainable_and_saveable(real_model, tmp_path):
     assert all(p.dtype.is_floating_point for p in model.parameters())
     model.save_pretrained(tmp_path)  # refused while the GGUF "quantized" marker is set
     assert (tmp_path / "model.safetensors").exists()
+
+
+def test_demo_preset_two_steps_end_to_end(tmp_path):
+    """2 steps of the demo preset on the embedded model with tiny lengths."""
+    from safetensors.torch import load_file
+
+    from rlpr.checkpoint import latest_checkpoint
+    from rlpr.config import load_config
+    from rlpr.models import load_policy
+    from rlpr.tracking import read_metrics
+    from rlpr.trainer import train
+
+    cfg = load_config("demo", [f"trainer.output_dir={tmp_path}", "trainer.name=e2e", "trainer.max_steps=2",
+                               "rollout.max_new_tokens=12", "rollout.responses_per_prompt=4",
+                               "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=1",
+                               "data.demo_val_size=2", "trainer.progress=false"])
+    summary = train(cfg)
+    run = tmp_path / "e2e"
+    steps = [m for m in read_metrics(run) if "reward/mean" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    assert all(m["policy/updates"] == 2 for m in steps)
+    adapter = load_file(str(latest_checkpoint(run) / "adapter" / "adapter_model.safetensors"))
+    assert any("lora_B" in k and v.abs().max() > 0 for k, v in adapter.items())  # LoRA B starts at 0
+    model, tokenizer = load_policy("default", run)
+    ids = tokenizer("Hello", return_tensors="pt")["input_ids"]
+    assert model(input_ids=ids).logits.shape[-1] == len(tokenizer)
+    assert summary["after"]["eval/questions"] == 2

@@ -45,8 +45,10 @@ class EMAStdFilter:
         return [math.isfinite(s) and (limit is None or s >= limit) for s in stds]
 
     def end_step(self, step: int, mean_std: float) -> None:
-        """Record the pre-filter mean group std of step `step`."""
+        """Record the pre-filter mean group std of step `step` (a non-finite mean, when every group
+        was NaN/inf, leaves the EMA unchanged at the next step)."""
         if not math.isfinite(mean_std):
+            self.last_mean = None
             return
         if self.warmup_steps - self.init_steps < step <= self.warmup_steps:
             self.history.append(mean_std)

@@ -8,6 +8,7 @@ initial policy (or a precomputed dataset column).
 from __future__ import annotations
 
 from dataclasses import asdict, dataclass
+from typing import Callable
 
 from rlpr.config import RewardConfig
 from rlpr.reward.parsing import format_reward, has_repetition
@@ -116,24 +117,31 @@ class ProbabilityReward:
 
     # -- the reward -------------------------------------------------------------------------
     def __call__(self, model, prompt_texts: list[str], responses: list[str], references: list[str], *,
-                 score_a_model=None, precomputed_a: list[float | None] | None = None) -> list[RewardOutput]:
-        """Rewards for parallel lists. B uses `model`; A comes from `precomputed_a` where given,
-        else from the cache, filled with `score_a_model` (default: `model`) when missing."""
+                 score_a_model=None, fill_a: Callable[[list], None] | None = None,
+                 precomputed_a: list[float | None] | None = None) -> list[RewardOutput]:
+        """Rewards for parallel lists. B uses `model` (the current policy). A comes from
+        `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
+        else from the cache; missing entries are filled by `fill_a(pairs)`, by default computed
+        with `score_a_model` (default: `model`)."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         items = [self.score_b_text(p, r, y) for p, r, y in zip(prompt_texts, responses, references)]
         scores_b = self._scores(model, items)
         fallbacks = [it is not None and it.fallback for it in items]
+        given = [a if not f else None for a, f in zip(precomputed_a, fallbacks)]
         if self.cfg.debias:
-            missing = [(p, y, f) for p, y, f, a in zip(prompt_texts, references, fallbacks, precomputed_a)
-                       if a is None]
-            self.fill_score_a(score_a_model if score_a_model is not None else model, missing)
+            missing = [(p, y, f) for p, y, f, a in zip(prompt_texts, references, fallbacks, given) if a is None]
+            if fill_a is None:
+                a_model = score_a_model if score_a_model is not None else model
+                fill_a = lambda pairs: self.fill_score_a(a_model, pairs)  # noqa: E731
+            if missing:
+                fill_a(missing)
         outputs = []
         for i in range(n):
             if not self.cfg.debias:
                 a = 0.0
-            elif precomputed_a[i] is not None:
-                a = float(precomputed_a[i])
+            elif given[i] is not None:
+                a = float(given[i])
             else:
                 a = self.score_a(prompt_texts[i], references[i], fallbacks[i])
             outputs.append(self.combine(responses[i], items[i] is not None and not fallbacks[i],

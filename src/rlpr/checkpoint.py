@@ -1,0 +1,106 @@
+"""Atomic checkpoints and exact resume.
+
+`checkpoints/step_N/` holds what others load (`adapter/`: a peft LoRA adapter, or `model/`: a HF
+model with safetensors, plus the tokenizer) and `trainer_state.pt`: optimizer, scheduler, RNG
+states, filter EMA and warm-up history, prompt stream and re-roll cache, score-A cache. It is
+written into a temporary directory and renamed, so a crash never leaves a half checkpoint.
+"""
+
+from __future__ import annotations
+
+import os
+import random
+import shutil
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from rlpr.config import Config, ConfigError, load_config
+from rlpr.forward import causal_lm
+
+STATE_FILE = "trainer_state.pt"
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+
+
+def set_rng_state(state: dict) -> None:
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+
+
+def is_peft(model) -> bool:
+    return hasattr(model, "peft_config")
+
+
+def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, keep_last: int) -> Path:
+    """Write checkpoints/step_N atomically and keep only the newest `keep_last`."""
+    root = Path(run_dir) / "checkpoints"
+    root.mkdir(parents=True, exist_ok=True)
+    final = root / f"step_{step}"
+    tmp = root / f".tmp-step_{step}"
+    shutil.rmtree(tmp, ignore_errors=True)
+    if is_peft(policy):
+        policy.save_pretrained(tmp / "adapter")
+    else:
+        causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True)
+        tokenizer.save_pretrained(tmp / "model")
+    torch.save(state, tmp / STATE_FILE)
+    if final.exists():
+        shutil.rmtree(final)
+    os.replace(tmp, final)
+    for old in list_checkpoints(run_dir)[:-keep_last]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    root = Path(run_dir) / "checkpoints"
+    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / STATE_FILE).exists()]
+    return sorted(steps, key=lambda p: int(p.name[5:]))
+
+
+def latest_checkpoint(run_dir: Path) -> Path:
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
+    return found[-1]
+
+
+def load_weights(policy, ckpt: Path) -> None:
+    """Load a checkpoint's trained weights into an already-built policy (LoRA or full)."""
+    from safetensors.torch import load_file
+
+    if is_peft(policy):
+        from peft import set_peft_model_state_dict
+
+        set_peft_model_state_dict(policy, load_file(ckpt / "adapter" / "adapter_model.safetensors"))
+    else:
+        lm = causal_lm(policy)
+        missing, unexpected = lm.load_state_dict(load_file(ckpt / "model" / "model.safetensors"), strict=False)
+        real_missing = [k for k in missing if k not in lm.state_dict() or not _is_tied(lm, k)]
+        if real_missing or unexpected:
+            raise ConfigError(f"{ckpt}: model weights do not match (missing {real_missing[:3]}, "
+                              f"unexpected {unexpected[:3]})")
+
+
+def _is_tied(lm, key: str) -> bool:
+    out = lm.get_output_embeddings()
+    return out is not None and key.endswith("lm_head.weight") and \
+        out.weight is lm.get_input_embeddings().weight
+
+
+def load_state(ckpt: Path) -> dict:
+    return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+
+
+def resume_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> Config:
+    """The run's saved config with command-line overrides on top (e.g. more trainer.max_steps)."""
+    path = Path(run_dir) / "config.yaml"
+    if not path.is_file():
+        raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
+    return load_config("", overrides, base=yaml.safe_load(path.read_text()))

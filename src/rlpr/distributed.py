@@ -1,0 +1,82 @@
+"""torch.distributed helpers that are no-ops in a single process.
+
+The trainer is SPMD: every rank runs the same loop on its own prompts and owns whole groups.
+Only global quantities (token counts, kept-group counts, the filter's batch mean, metrics,
+gradients) cross ranks, through these collectives.
+"""
+
+from __future__ import annotations
+
+import os
+from datetime import timedelta
+
+import torch
+import torch.distributed as dist
+
+
+def initialized() -> bool:
+    return dist.is_available() and dist.is_initialized()
+
+
+def world_size() -> int:
+    return dist.get_world_size() if initialized() else 1
+
+
+def rank() -> int:
+    return dist.get_rank() if initialized() else 0
+
+
+def is_main() -> bool:
+    return rank() == 0
+
+
+def init_from_env(timeout_s: float = 1800.0) -> None:
+    """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1): gloo on CPU,
+    NCCL when CUDA is available."""
+    if initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
+        return
+    backend = "nccl" if torch.cuda.is_available() else "gloo"
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    if backend == "nccl":
+        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def sum_values(values: list[float]) -> list[float]:
+    """Element-wise sum over ranks (float64 on CPU; gloo handles it)."""
+    if not initialized():
+        return list(values)
+    t = torch.tensor(values, dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.SUM)
+    return t.tolist()
+
+
+def max_value(value: float) -> float:
+    if not initialized():
+        return value
+    t = torch.tensor([value], dtype=torch.float64)
+    dist.all_reduce(t, op=dist.ReduceOp.MAX)
+    return t.item()
+
+
+def sum_gradients(params) -> None:
+    """Sum gradients over ranks. Losses are normalised by GLOBAL counts, so the sum is exactly the
+    gradient of the global mini-batch, whatever the number of ranks."""
+    if not initialized() or world_size() == 1:
+        return
+    for p in params:
+        if p.grad is None:
+            p.grad = torch.zeros_like(p)
+        dist.all_reduce(p.grad, op=dist.ReduceOp.SUM)
+
+
+def gather_objects(obj) -> list:
+    if not initialized():
+        return [obj]
+    out = [None] * world_size()
+    dist.all_gather_object(out, obj)
+    return out
+
+
+def barrier() -> None:
+    if initialized():
+        dist.barrier()

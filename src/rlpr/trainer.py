@@ -1,0 +1,583 @@
+"""The RLPR training loop, readable top to bottom: one method per stage of a step.
+
+    prompts -> rollouts -> probability rewards -> group std filter (+ dynamic sampling)
+            -> advantages -> old log-probs -> mini-batch PPO updates -> metrics / eval / checkpoint
+
+The loop is SPMD: under torchrun every rank runs it on its own prompts and owns whole groups;
+global counts go through `rlpr.distributed` (no-ops in a single process).
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import random
+import resource
+import signal
+import sys
+import time
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import yaml
+
+from rlpr import distributed as dist
+from rlpr.algorithms.advantages import compute_advantages
+from rlpr.algorithms.std_filter import EMAStdFilter
+from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_state, save_checkpoint,
+                             set_rng_state)
+from rlpr.config import Config, ConfigError
+from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
+from rlpr.forward import causal_lm
+from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
+from rlpr.rollout.hf import HFRollout, Rollout
+from rlpr.tracking import Tracker
+from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+
+log = logging.getLogger("rlpr.train")
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
+
+
+@dataclass
+class Group:
+    """The n responses to one prompt, with their rewards."""
+
+    prompt: Prompt
+    rollouts: list[Rollout]
+    rewards: list[RewardOutput]
+
+    @property
+    def scalar_rewards(self) -> list[float]:
+        return [r.reward for r in self.rewards]
+
+    @property
+    def std(self) -> float:
+        values = torch.tensor(self.scalar_rewards, dtype=torch.float64)
+        return values.std(unbiased=True).item()
+
+
+def load_examples_for(cfg: Config, split: str):
+    """Examples for 'train' or 'val' from the built-in demo tasks or a data file."""
+    from rlpr.data.loading import ColumnMapping, load_examples
+
+    source = cfg.data.train if split == "train" else cfg.data.val
+    if not source:
+        return []
+    if source == "demo":
+        from rlpr.data.demo_tasks import demo_examples
+
+        n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
+        return demo_examples(split, n=n, seed=cfg.trainer.seed, template=cfg.data.template)
+    mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
+    return load_examples(source, cfg.data.template, mapping)
+
+
+def build_policy(cfg: Config, model):
+    """Wrap the base model for training: a LoRA adapter (peft) or all weights."""
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if not cfg.model.lora:
+        model.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                      lora_dropout=cfg.model.lora_dropout, target_modules=list(cfg.model.lora_target_modules),
+                      task_type="CAUSAL_LM")
+    if cfg.model.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, lora)
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+class Trainer:
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False):
+        self.cfg = cfg
+        self.run_dir = Path(run_dir)
+        self.resume = resume
+        self.stop_requested = False
+        self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
+        self._setup()
+
+    # -- set-up -----------------------------------------------------------------------------
+    def _setup(self) -> None:
+        from rlpr.models import load_model
+
+        cfg = self.cfg
+        if cfg.model.threads:
+            torch.set_num_threads(cfg.model.threads)
+        self._seed_everything(cfg.trainer.seed + dist.rank())
+        model, self.tokenizer = load_model(cfg.model.path)
+        self.policy = build_policy(cfg, model)
+        self.policy.train()
+        self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
+        self.ref_model = None
+        if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
+            import copy
+
+            self.ref_model = copy.deepcopy(causal_lm(self.policy)).eval().requires_grad_(False)
+
+        train_examples = load_examples_for(cfg, "train")
+        self.train_prompts, skipped = prepare_prompts(train_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        val_examples = load_examples_for(cfg, "val")
+        if cfg.data.val_limit:
+            val_examples = val_examples[:cfg.data.val_limit]
+        self.val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        self.skipped_prompts = skipped + val_skipped
+        if skipped:
+            log.warning("skipped %d training prompts longer than data.max_prompt_tokens=%d",
+                        skipped, cfg.data.max_prompt_tokens)
+        if not self.train_prompts:
+            raise ConfigError(f"data.train: no usable prompts ({skipped} longer than data.max_prompt_tokens)")
+        self.stream = PromptStream(len(self.train_prompts), cfg.trainer.seed, cfg.data.shuffle)
+
+        max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
+        self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
+        dtype = torch.bfloat16 if cfg.model.rollout_dtype == "bfloat16" else torch.float32
+        self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences)
+        a = cfg.algorithm
+        self.filter = EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps,
+                                   init_steps=a.filter_init_steps, decay=a.filter_ema_decay, enabled=a.std_filter)
+        t = cfg.trainer
+        self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
+                                           weight_decay=t.weight_decay)
+        warmup = t.warmup_steps
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
+            self.optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
+        self.step = 0
+        if self.resume:
+            self._restore(latest_checkpoint(self.run_dir))
+        elif self._needs_upfront_score_a():
+            self._precompute_score_a()
+
+    @staticmethod
+    def _seed_everything(seed: int) -> None:
+        random.seed(seed)
+        np.random.seed(seed % 2**32)
+        torch.manual_seed(seed)
+
+    # -- score A from the initial policy ------------------------------------------------------
+    def _needs_upfront_score_a(self) -> bool:
+        r = self.cfg.reward
+        return r.debias and r.score_a == "initial" and not self.cfg.model.lora and self.ref_model is None
+
+    @contextmanager
+    def _initial_policy(self):
+        """The initial policy: the adapter-off base under LoRA, else the frozen reference copy."""
+        if self.cfg.model.lora:
+            with self.policy.disable_adapter():
+                yield self.policy
+        elif self.ref_model is not None:
+            yield self.ref_model
+        else:
+            raise TrainingError("score A for a prompt that was not precomputed before training")
+
+    def _fill_score_a(self, pairs) -> None:
+        if self.cfg.reward.score_a == "current":
+            self.reward.fill_score_a(self.policy, pairs)
+            return
+        with self._initial_policy() as model:
+            self.reward.fill_score_a(model, pairs)
+
+    def _precompute_score_a(self) -> None:
+        """Full fine-tuning without a reference copy: A for every prompt, before the first step."""
+        variants = [False, True] if self.cfg.reward.invalid_fallback == "free" else [False]
+        pairs = [(p.text, p.example.reference, f) for p in self.train_prompts + self.val_prompts
+                 for f in variants if f or p.example.score_a is None]
+        log.info("computing score A for %d prompt/reference pairs with the initial policy", len(pairs))
+        self.reward.fill_score_a(self.policy, pairs)
+
+    # -- stage 1-2: rollouts and rewards ------------------------------------------------------
+    def rollout_groups(self, indices: list[int], seed: int) -> list[Group]:
+        cfg = self.cfg
+        prompts = [self.train_prompts[i] for i in indices]
+        tick = time.perf_counter()
+        rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
+                                        max_new_tokens=cfg.rollout.max_new_tokens,
+                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, seed=seed)
+        self.timings["perf/rollout_s"] += time.perf_counter() - tick
+        tick = time.perf_counter()
+        rewards = self.score(prompts, rollouts)
+        self.timings["perf/reward_s"] += time.perf_counter() - tick
+        n = cfg.rollout.responses_per_prompt
+        return [Group(p, rollouts[k * n:(k + 1) * n], rewards[k * n:(k + 1) * n]) for k, p in enumerate(prompts)]
+
+    def score(self, prompts: list[Prompt], rollouts: list[Rollout]) -> list[RewardOutput]:
+        if self.cfg.reward.score_a == "current":
+            self.reward.cache = type(self.reward.cache)()  # recompute A with the current policy
+        by_index = [prompts[r.prompt_index] for r in rollouts]
+        return self.reward(self.policy, [p.text for p in by_index], [r.text for r in rollouts],
+                           [p.example.reference for p in by_index], fill_a=self._fill_score_a,
+                           precomputed_a=[p.example.score_a for p in by_index])
+
+    # -- stage 3: filtering with dynamic sampling --------------------------------------------
+    def collect(self, step: int) -> tuple[list[Group], dict]:
+        """Roll out until `prompts_per_step` groups (over all ranks) pass the std filter."""
+        cfg = self.cfg
+        want = cfg.trainer.prompts_per_step
+        ranks = dist.world_size()
+        self.filter.begin_step(step)
+        kept: list[Group] = []
+        generated: list[Group] = []
+        tries = 0
+        global_kept = 0
+        while tries < cfg.algorithm.max_sampling_tries:
+            missing = want - global_kept
+            rate = global_kept / max(len(generated) * ranks, 1) if generated else 1.0
+            to_roll = want if not generated else min(want, math.ceil(missing / max(rate, 0.25)))
+            per_rank = math.ceil(to_roll / ranks)
+            seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + tries
+            groups = self.rollout_groups(self.stream.take(per_rank), seed * 64 + dist.rank())
+            tries += 1
+            generated.extend(groups)
+            keep = self.filter.keep(step, [g.std for g in groups])
+            kept.extend(g for g, k in zip(groups, keep) if k)
+            global_kept = int(dist.sum_values([len(kept)])[0])
+            if global_kept >= want:
+                break
+        kept = self._trim_to_global(kept, want)
+        stds = [g.std for g in generated]
+        std_sum, std_count, gen_count, kept_count = dist.sum_values(
+            [sum(s for s in stds if math.isfinite(s)), sum(math.isfinite(s) for s in stds), len(generated), len(kept)])
+        mean_std = std_sum / std_count if std_count else float("nan")
+        if kept_count < want and cfg.algorithm.on_insufficient == "error":
+            raise TrainingError(
+                f"step {step}: the std filter kept {int(kept_count)} of {want} groups after "
+                f"{tries} rollout rounds; raise algorithm.max_sampling_tries, lower algorithm.filter_beta, "
+                f"or set algorithm.on_insufficient=train")
+        threshold = self.filter.threshold(step)
+        self.filter.end_step(step, mean_std)
+        stats = {"filter/kept_frac": kept_count / max(gen_count, 1), "filter/kept_groups": kept_count,
+                 "filter/generated_groups": gen_count, "filter/tries": tries, "filter/mean_std": mean_std,
+                 "filter/ema_std": self.filter.ema if self.filter.ema is not None else float("nan"),
+                 "filter/threshold": threshold if threshold is not None else 0.0,
+                 "filter/nonzero_std_frac": mean(s > 1e-6 for s in stds),
+                 "filter/cached_prompts": len(self.stream.cache)}
+        return kept, {"generated": generated, **stats}
+
+    def _trim_to_global(self, kept: list[Group], want: int) -> list[Group]:
+        """Keep the first `want` groups over all ranks (rank order); return the rest's prompts to
+        the cache to be re-rolled later with a newer policy."""
+        counts = [int(c) for c in dist.gather_objects(len(kept))]
+        before = sum(counts[:dist.rank()])
+        mine = max(0, min(len(kept), want - before))
+        self.stream.give_back([g.prompt.index for g in kept[mine:]])
+        return kept[:mine]
+
+    # -- stage 4-5: advantages, old log-probs, updates ----------------------------------------
+    def make_samples(self, groups: list[Group]) -> list[list[Sample]]:
+        """Per group, its responses as training samples with advantages."""
+        if not groups:
+            return []
+        rewards = torch.tensor([g.scalar_rewards for g in groups], dtype=torch.float32)
+        adv = compute_advantages(rewards, self.cfg.algorithm.advantage)
+        return [[Sample(g.prompt.token_ids + r.token_ids, len(g.prompt.token_ids), float(a))
+                 for r, a in zip(g.rollouts, adv_row.tolist()) if r.token_ids]
+                for g, adv_row in zip(groups, adv)]
+
+    def update(self, groups: list[Group]) -> dict:
+        cfg, t = self.cfg, self.cfg.trainer
+        per_group = self.make_samples(groups)
+        pad = self.tokenizer.pad_token_id
+        temp = cfg.rollout.temperature
+        ranks = dist.world_size()
+        per_rank_mb = max(1, t.mini_batch_prompts // ranks)
+        n_updates = int(dist.max_value(math.ceil(len(per_group) / per_rank_mb) if per_group else 0))
+        all_samples = [s for g in per_group for s in g]
+        timings = {}
+        tick = time.perf_counter()
+        if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
+            fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp)
+        if cfg.algorithm.kl_coef:
+            with self._initial_policy() as ref:
+                fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp)
+        timings["perf/old_logp_s"] = time.perf_counter() - tick
+        tick = time.perf_counter()
+        totals: dict[str, float] = {}
+        grad_norms = []
+        self.policy.train()
+        for _ in range(t.epochs_per_step):
+            for u in range(n_updates):
+                chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
+                stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
+                                             pad, temp) if chunk else {}
+                dist.sum_gradients(self.trainable)
+                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
+                self.optimizer.step()
+                self.optimizer.zero_grad(set_to_none=True)
+                for k, v in stats.items():
+                    totals[k] = totals.get(k, 0.0) + v
+        self.scheduler.step()
+        timings["perf/update_s"] = time.perf_counter() - tick
+        keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap"]
+        sums = dict(zip(keys, dist.sum_values([totals.get(k, 0.0) for k in keys])))
+        tokens = max(sums["tokens"], 1.0)
+        return {"policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
+                "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
+                "policy/ratio_gap": sums["ratio_gap"] / tokens,
+                "policy/grad_norm": mean(grad_norms), "policy/updates": len(grad_norms),
+                "policy/lr": self.scheduler.get_last_lr()[0], "policy/tokens": sums["tokens"], **timings}
+
+    # -- one step -----------------------------------------------------------------------------
+    def train_step(self, step: int) -> dict:
+        start = time.perf_counter()
+        self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
+        self.engine.sync(self.policy)
+        kept, info = self.collect(step)
+        generated = info.pop("generated")
+        collect_s = time.perf_counter() - start
+        metrics = {**info, **self.rollout_metrics(generated), **self.update(kept), **self.timings}
+        metrics["perf/collect_s"] = collect_s
+        metrics["perf/step_s"] = time.perf_counter() - start
+        metrics["perf/rollout_tok_s"] = metrics.pop("_tokens") / max(metrics["perf/rollout_s"], 1e-9) \
+            / dist.world_size()
+        metrics["perf/peak_rss_gb"] = peak_rss_gb()
+        if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
+            self.tracker.write_samples(step, self.sample_rows(generated))
+        return metrics
+
+    def rollout_metrics(self, groups: list[Group]) -> dict:
+        outs = [r for g in groups for r in g.rewards]
+        rolls = [r for g in groups for r in g.rollouts]
+        keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
+                "truncated", "count"]
+        local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
+                 sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
+                 sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
+                 sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs)]
+        s = dict(zip(keys, dist.sum_values(local)))
+        n = max(s["count"], 1)
+        return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
+                "reward/mean": s["reward"] / n, "reward/format_rate": s["format"] / n,
+                "reward/valid_frac": s["valid"] / n, "reward/fallback_frac": s["fallback"] / n,
+                "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
+                "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
+                "_tokens": s["len"]}
+
+    def sample_rows(self, groups: list[Group], limit: int = 4) -> list[dict]:
+        rows = []
+        for g in groups[:limit]:
+            for r, o in zip(g.rollouts, g.rewards):
+                rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
+                             "response": r.text, **o.to_dict()})
+        return rows
+
+    # -- evaluation ---------------------------------------------------------------------------
+    @torch.no_grad()
+    def evaluate(self) -> dict:
+        """Greedy responses on the held-out prompts: mean probability reward and accuracy."""
+        from rlpr.evaluation.graders import grade, grader_for
+
+        if not self.val_prompts:
+            return {}
+        cfg = self.cfg
+        self.engine.sync(self.policy)
+        prompts = self.val_prompts
+        max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
+        rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
+                                        temperature=0.0, seed=cfg.trainer.seed)
+        rewards = self.score(prompts, rollouts)
+        correct = []
+        for p, r in zip(prompts, rollouts):
+            ex = p.example
+            name = grader_for(ex.data_source, ex.ability, bool(ex.choices))
+            correct.append(grade(name, r.text, ex.reference, choices=ex.choices or None,
+                                 acceptable=ex.acceptable or None).correct)
+        local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
+                 sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards)]
+        reward_sum, b_sum, right, fmt, length, n = dist.sum_values(local)
+        n = max(n, 1)
+        return {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n, "eval/accuracy": right / n,
+                "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
+
+    # -- checkpoints --------------------------------------------------------------------------
+    def trainer_state(self) -> dict:
+        return {"step": self.step, "optimizer": self.optimizer.state_dict(),
+                "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
+                "stream": self.stream.state_dict(), "score_a_cache": self.reward.cache.state_dict(),
+                "rng": rng_state(), "world_size": dist.world_size()}
+
+    def save(self) -> Path | None:
+        states = dist.gather_objects({k: v for k, v in self.trainer_state().items()
+                                      if k in ("stream", "rng", "score_a_cache")})
+        if not dist.is_main():
+            dist.barrier()
+            return None
+        state = self.trainer_state()
+        state["ranks"] = states
+        path = save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state,
+                               self.cfg.trainer.keep_last)
+        dist.barrier()
+        return path
+
+    def _restore(self, ckpt: Path) -> None:
+        state = load_state(ckpt)
+        if state.get("world_size", 1) != dist.world_size():
+            raise ConfigError(f"{ckpt}: saved with {state.get('world_size', 1)} processes; resume with the same "
+                              f"number (now {dist.world_size()})")
+        load_weights(self.policy, ckpt)
+        self.optimizer.load_state_dict(state["optimizer"])
+        self.scheduler.load_state_dict(state["scheduler"])
+        self.filter.load_state_dict(state["filter"])
+        mine = state["ranks"][dist.rank()]
+        self.stream.load_state_dict(mine["stream"])
+        self.reward.cache.load_state_dict(mine["score_a_cache"])
+        set_rng_state(mine["rng"])
+        self.step = state["step"]
+        log.info("resumed from %s at step %d", ckpt, self.step)
+
+    # -- the loop -----------------------------------------------------------------------------
+    def run(self) -> dict:
+        cfg, t = self.cfg, self.cfg.trainer
+        self.tracker = Tracker(self.run_dir, t.tensorboard and dist.is_main(),
+                               resume_step=self.step if self.resume else None) if dist.is_main() else None
+        if not dist.is_main():
+            self.tracker = _NullTracker()
+        summary: dict = {}
+        if not self.resume and self.val_prompts:
+            summary["before"] = self.evaluate()
+            self.tracker.log(0, summary["before"])
+        display = StepDisplay(t.max_steps, self.step, enabled=t.progress and dist.is_main())
+        metrics: dict = {}
+        with self._signals(), display:
+            while self.step < t.max_steps and not self.stop_requested:
+                step = self.step + 1
+                metrics = self.train_step(step)
+                self.step = step
+                if t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
+                    metrics.update(self.evaluate())
+                self.tracker.log(step, metrics)
+                display.update(step, metrics)
+                if t.save_every and step % t.save_every == 0 and step < t.max_steps:
+                    self.save()
+        if self.stop_requested and self.step < t.max_steps:
+            self.save()
+            if dist.is_main():
+                print(f"\nstopped at step {self.step}; checkpoint saved. Resume with:\n"
+                      f"  rlpr train --resume {self.run_dir}", file=sys.stderr)
+            summary["interrupted"] = True
+        else:
+            if self.val_prompts:
+                summary["after"] = self.evaluate()
+                self.tracker.log(self.step, summary["after"])
+            self.save()
+        summary.update(last=metrics, step=self.step, skipped_prompts=self.skipped_prompts,
+                       peak_rss_gb=peak_rss_gb())
+        self.tracker.close()
+        return summary
+
+    @contextmanager
+    def _signals(self):
+        """SIGINT/SIGTERM: finish the current step, checkpoint, exit 0. A second signal aborts."""
+        def handler(signum, frame):
+            if self.stop_requested:
+                raise KeyboardInterrupt
+            self.stop_requested = True
+            if dist.is_main():
+                print(f"\n{signal.Signals(signum).name}: finishing step {self.step + 1}, then saving a "
+                      f"checkpoint (again to abort)", file=sys.stderr)
+
+        try:
+            previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        except ValueError:  # not the main thread: no handlers
+            previous = {}
+        try:
+            yield
+        finally:
+            for s, h in previous.items():
+                signal.signal(s, h)
+
+
+class _NullTracker:
+    def log(self, *a, **k):
+        pass
+
+    def write_samples(self, *a, **k):
+        pass
+
+    def close(self):
+        pass
+
+
+class StepDisplay:
+    """A live bar with step, reward, kept fraction and seconds per step (a log line per step when
+    stderr is not a terminal)."""
+
+    def __init__(self, total: int, start: int, enabled: bool = True):
+        self.total, self.start, self.enabled = total, start, enabled
+        self.tty = sys.stderr.isatty()
+        self._progress = None
+
+    def __enter__(self):
+        if self.enabled and self.tty:
+            from rich.console import Console
+            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+
+            self._progress = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
+                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
+                                      console=Console(stderr=True))
+            self._progress.__enter__()
+            self._task = self._progress.add_task("train", total=self.total, completed=self.start, info="")
+        return self
+
+    def update(self, step: int, m: dict) -> None:
+        if not self.enabled:
+            return
+        info = (f"reward {m.get('reward/mean', float('nan')):.3f}  B {m.get('reward/score_b_mean', float('nan')):.3f}"
+                f"  kept {m.get('filter/kept_frac', float('nan')):.2f}  {m.get('perf/step_s', 0):.1f}s/step")
+        if self._progress is not None:
+            self._progress.update(self._task, completed=step, info=info)
+        else:
+            print(f"step {step}/{self.total}  {info}", file=sys.stderr, flush=True)
+
+    def __exit__(self, *exc):
+        if self._progress is not None:
+            self._progress.__exit__(*exc)
+
+
+def default_run_dir(cfg: Config) -> Path:
+    name = cfg.trainer.name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    return Path(cfg.trainer.output_dir) / name
+
+
+def train(cfg: Config, resume: str | None = None) -> dict:
+    """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
+    dist.init_from_env()
+    run_dir = Path(resume) if resume else default_run_dir(cfg)
+    if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
+        raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
+                          f"or choose another trainer.name")
+    if dist.is_main():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+    dist.barrier()
+    trainer = Trainer(cfg, run_dir, resume=bool(resume))
+    summary = trainer.run()
+    if dist.is_main():
+        (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
+        print(f"run directory: {run_dir}", file=sys.stderr)
+    return summary
+
+
+def _plain(obj):
+    if isinstance(obj, dict):
+        return {k: _plain(v) for k, v in obj.items()}
+    if isinstance(obj, float) and not math.isfinite(obj):
+        return None
+    return obj
+

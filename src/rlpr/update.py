@@ -1,0 +1,126 @@
+"""The policy update of one step (spec section 5): old log-probs, mini-batches of whole groups,
+micro-batches with gradient accumulation, PPO-clip + entropy (+ KL), clipping, optimizer step.
+
+Every micro-batch loss is divided by counts of the WHOLE mini-batch (summed over ranks), so the
+accumulated gradient is the same however the mini-batch is split.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from rlpr import distributed as dist
+from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
+from rlpr.config import AlgorithmConfig
+from rlpr.forward import token_logprobs
+
+
+@dataclass
+class Sample:
+    """One response to train on: prompt + response token ids and its advantage."""
+
+    input_ids: list[int]
+    prompt_len: int
+    advantage: float
+    old_logp: torch.Tensor | None = None  # [response tokens]
+    ref_logp: torch.Tensor | None = None
+
+    @property
+    def response_len(self) -> int:
+        return len(self.input_ids) - self.prompt_len
+
+
+@dataclass
+class MicroBatch:
+    input_ids: torch.Tensor  # [B, T] right-padded
+    attention_mask: torch.Tensor  # [B, T]
+    target_mask: torch.Tensor  # [B, T] response positions
+    samples: list[Sample]
+    seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token
+    advantages: torch.Tensor = field(init=False)  # [N]
+
+    def __post_init__(self):
+        lengths = torch.tensor([s.response_len for s in self.samples])
+        self.seq = torch.repeat_interleave(torch.arange(len(self.samples)), lengths)
+        self.advantages = torch.repeat_interleave(
+            torch.tensor([s.advantage for s in self.samples], dtype=torch.float32), lengths)
+
+    def cat(self, attr: str) -> torch.Tensor | None:
+        parts = [getattr(s, attr) for s in self.samples]
+        return None if any(p is None for p in parts) else torch.cat(parts)
+
+
+def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
+    width = max(len(s.input_ids) for s in samples)
+    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
+    attn = torch.zeros_like(ids)
+    target = torch.zeros_like(ids, dtype=torch.bool)
+    for i, s in enumerate(samples):
+        ids[i, :len(s.input_ids)] = torch.tensor(s.input_ids)
+        attn[i, :len(s.input_ids)] = 1
+        target[i, s.prompt_len:len(s.input_ids)] = True
+    return MicroBatch(ids, attn, target, samples)
+
+
+def micro_batches(samples: list[Sample], size: int, pad_id: int) -> list[MicroBatch]:
+    """Length-sorted micro-batches (less padding; sums do not depend on the order)."""
+    ordered = sorted(samples, key=lambda s: -len(s.input_ids))
+    return [collate(ordered[i:i + size], pad_id) for i in range(0, len(ordered), size)]
+
+
+@torch.no_grad()
+def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float) -> None:
+    """Per-token log-probs of each response under `model`, stored in `sample.<attr>`."""
+    was_training = model.training
+    model.eval()
+    for mb in micro_batches(samples, size, pad_id):
+        logp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature)
+        for s, piece in zip(mb.samples, torch.split(logp, [s.response_len for s in mb.samples])):
+            setattr(s, attr, piece.clone())
+    model.train(was_training)
+
+
+def normaliser(samples: list[Sample]) -> Normaliser:
+    tokens, seqs = dist.sum_values([sum(s.response_len for s in samples), len(samples)])
+    return Normaliser(tokens=max(int(tokens), 1), sequences=max(int(seqs), 1))
+
+
+def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConfig,
+                     temperature: float) -> tuple[torch.Tensor, dict]:
+    """The loss of one micro-batch (already divided by the mini-batch normaliser) and token sums."""
+    logp, entropy = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature,
+                                   with_entropy=True)
+    old = mb.cat("old_logp")
+    old = logp.detach() if old is None else old
+    pg, clipped = ppo_clip_token_loss(logp, old, mb.advantages, cfg.clip_low, cfg.clip_high)
+    n_seq = len(mb.samples)
+
+    def agg(values):
+        return aggregate_loss(values, mb.seq, n_seq, norm, cfg.loss_agg)
+
+    loss = agg(pg) - cfg.entropy_coef * agg(entropy)
+    kl_sum = 0.0
+    if cfg.kl_coef:
+        ref = mb.cat("ref_logp")
+        kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref)
+        loss = loss + cfg.kl_coef * agg(kl)
+        kl_sum = kl.detach().sum().item()
+    stats = {"pg_loss": pg.detach().sum().item(), "clipped": clipped.sum().item(),
+             "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
+             "ratio_gap": (logp.detach() - old).abs().sum().item()}
+    return loss, stats
+
+
+def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
+                         temperature: float) -> dict:
+    """Backward over all micro-batches of one mini-batch; returns summed token statistics."""
+    norm = normaliser(samples)
+    totals: dict[str, float] = {}
+    for mb in micro_batches(samples, micro_size, pad_id):
+        loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
+        loss.backward()
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
+    return totals

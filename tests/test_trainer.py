@@ -1,0 +1,257 @@
+"""The training loop on tiny in-process models: micro-batch invariance, exact resume, dynamic
+sampling, interruption, and the run directory a user gets."""
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rlpr.algorithms.losses import Normaliser
+from rlpr.checkpoint import latest_checkpoint, load_state
+from rlpr.config import AlgorithmConfig, ConfigError, load_config
+from rlpr.reward.probability_reward import RewardOutput
+from rlpr.rollout.hf import Rollout
+from rlpr.tracking import read_metrics
+from rlpr.trainer import Group, Trainer, TrainingError, build_policy, train
+from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def tiny_cfg(tiny_dir, out, name, *extra):
+    return load_config("demo", [
+        f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
+        "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4", "trainer.prompts_per_step=4",
+        "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3", "data.demo_train_size=40",
+        "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false",
+        "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", *extra])
+
+
+# -- (a) micro-batch invariance -------------------------------------------------------------------
+
+def random_samples(vocab, n=7, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        p, r = 3 + i % 4, 2 + (5 * i) % 9
+        ids = torch.randint(3, vocab, (p + r,), generator=g).tolist()
+        out.append(Sample(ids, p, advantage=float(torch.randn(1, generator=g))))
+    return out
+
+
+@pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
+@pytest.mark.parametrize("kl_coef", [0.0, 0.05])
+def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg, kl_coef):
+    from rlpr.models import tiny_llama
+
+    cfg = AlgorithmConfig(loss_agg=loss_agg, kl_coef=kl_coef)
+    model = tiny_llama(tokenizer, seed=3).train()
+    ref = tiny_llama(tokenizer, seed=4)
+    samples = random_samples(len(tokenizer))
+    fill_logprobs(ref, samples, "ref_logp", 4, tokenizer.pad_token_id, 1.0)
+    with torch.no_grad():  # move off the old policy so that ratios and clipping matter
+        for p in model.parameters():
+            p.add_(0.02 * torch.randn_like(p))
+    fill_logprobs(tiny_llama(tokenizer, seed=3), samples, "old_logp", 4, tokenizer.pad_token_id, 1.0)
+    results = []
+    for micro in (len(samples), 1, 3):
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_gradients(model, samples, cfg, micro, tokenizer.pad_token_id, 0.8)
+        grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+        results.append((stats, grads))
+    (s0, g0), *rest = results
+    assert g0.abs().sum() > 0 and s0["clipped"] > 0
+    for stats, grads in rest:
+        assert torch.allclose(grads, g0, atol=1e-6, rtol=0)
+        for key in ("pg_loss", "entropy", "kl", "tokens", "clipped"):
+            assert stats[key] == pytest.approx(s0[key], rel=1e-6, abs=1e-6)
+
+
+def test_normaliser_counts_whole_mini_batch(tokenizer):
+    from rlpr.update import normaliser
+
+    samples = random_samples(len(tokenizer), n=5)
+    assert normaliser(samples) == Normaliser(tokens=sum(s.response_len for s in samples), sequences=5)
+
+
+# -- (b) exact resume -----------------------------------------------------------------------------
+
+def adapter_tensors(run_dir):
+    from safetensors.torch import load_file
+
+    return load_file(str(latest_checkpoint(run_dir) / "adapter" / "adapter_model.safetensors"))
+
+
+def comparable(metrics):
+    return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics]
+
+
+def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
+    straight = tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=4", "data.val=")
+    train(straight)
+    first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=")
+    train(first)
+    from rlpr.checkpoint import resume_config
+
+    train(resume_config(tmp_path / "resumed", ["trainer.max_steps=4"]), resume=str(tmp_path / "resumed"))
+
+    a, b = adapter_tensors(tmp_path / "straight"), adapter_tensors(tmp_path / "resumed")
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.equal(a[k], b[k]), k
+    sa = load_state(latest_checkpoint(tmp_path / "straight"))
+    sb = load_state(latest_checkpoint(tmp_path / "resumed"))
+    assert sa["step"] == sb["step"] == 4
+    assert sa["filter"] == sb["filter"] and sa["filter"]["ema"] is not None  # the EMA really started
+    assert sa["ranks"][0]["stream"] == sb["ranks"][0]["stream"]
+    for group_a, group_b in zip(sa["optimizer"]["state"].values(), sb["optimizer"]["state"].values()):
+        for key in group_a:
+            assert torch.equal(group_a[key], group_b[key])
+    ma, mb = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
+    assert comparable(ma) == comparable(mb)
+    assert [m["step"] for m in ma] == [1, 2, 3, 4]
+
+
+def test_lora_weights_change_and_checkpoint_loads(tiny_dir, tmp_path):
+    cfg = tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=2", "trainer.keep_last=1",
+                   "trainer.save_every=1", "trainer.sample_every=1")
+    summary = train(cfg)
+    run = tmp_path / "run"
+    assert [p.name for p in (run / "checkpoints").iterdir()] == ["step_2"]  # keep_last=1, no temp dirs
+    tensors = adapter_tensors(run)
+    assert any("lora_B" in k and v.abs().sum() > 0 for k, v in tensors.items())  # B starts at zero
+    saved = yaml.safe_load((run / "config.yaml").read_text())
+    assert saved["trainer"]["max_steps"] == 2 and saved["model"]["lora"] is True
+    metrics = read_metrics(run)
+    steps = [m for m in metrics if "reward/mean" in m]
+    for key in ("reward/score_b_mean", "reward/score_a_mean", "reward/mean", "filter/kept_frac", "filter/ema_std",
+                "policy/clip_frac", "policy/entropy", "policy/kl", "policy/grad_norm",
+                "rollout/response_len_mean", "perf/step_s", "perf/rollout_tok_s", "reward/fallback_frac"):
+        assert key in steps[0], key
+    evals = [m for m in metrics if "eval/accuracy" in m]
+    assert [m["step"] for m in evals] == [0, 2] and "before" in summary and "after" in summary
+    assert len(list((run / "samples").glob("*.jsonl"))) == 2
+    from rlpr.models import load_policy
+
+    model, _ = load_policy(tiny_dir, run)
+    assert not hasattr(model, "peft_config")  # adapter merged for inference
+
+
+def test_full_fine_tuning_with_kl_saves_hf_model(tiny_dir, tmp_path):
+    cfg = tiny_cfg(tiny_dir, tmp_path, "full", "trainer.max_steps=1", "model.lora=false",
+                   "algorithm.kl_coef=0.1", "algorithm.kl_estimator=k2", "data.val=")
+    train(cfg)
+    ckpt = latest_checkpoint(tmp_path / "full")
+    assert (ckpt / "model" / "model.safetensors").exists() and (ckpt / "model" / "tokenizer.json").exists()
+    assert read_metrics(tmp_path / "full")[-1]["policy/kl"] >= 0.0
+
+
+def test_existing_run_is_not_overwritten(tiny_dir, tmp_path):
+    cfg = tiny_cfg(tiny_dir, tmp_path, "once", "trainer.max_steps=1", "data.val=")
+    train(cfg)
+    with pytest.raises(ConfigError, match="resume it with --resume"):
+        train(cfg)
+
+
+# -- (d) dynamic sampling -------------------------------------------------------------------------
+
+def fake_groups(trainer, indices, stds_by_index):
+    groups = []
+    for i in indices:
+        spread = stds_by_index(i)
+        rewards = [0.5 - spread, 0.5 + spread, 0.5 - spread, 0.5 + spread]
+        groups.append(Group(trainer.train_prompts[i], [Rollout(0, [1, 2], "x", True)] * 4,
+                            [RewardOutput(True, 1.0, False, r, 0.0, r, 0.0, r) for r in rewards]))
+    return groups
+
+
+def test_dynamic_sampling_refills_and_returns_surplus(tiny_dir, tmp_path):
+    cfg = tiny_cfg(tiny_dir, tmp_path, "dyn", "algorithm.filter_warmup_steps=0", "algorithm.filter_init_steps=0",
+                   "algorithm.max_sampling_tries=5", "data.val=")
+    trainer = Trainer(cfg, tmp_path / "dyn")
+    trainer.filter.ema = 0.2  # threshold 0.1: only odd prompt indices pass
+    rolled = []
+
+    def rollout_groups(indices, seed):
+        rolled.append(list(indices))
+        return fake_groups(trainer, indices, lambda i: 0.3 if i % 2 else 0.0)
+
+    trainer.rollout_groups = rollout_groups
+    kept, stats = trainer.collect(step=1)
+    assert len(kept) == 4 and all(g.prompt.index % 2 for g in kept)
+    assert stats["filter/tries"] == len(rolled) >= 2
+    generated = [i for batch in rolled for i in batch]
+    surplus = [i for i in generated if i % 2][4:]
+    assert trainer.stream.cache == surplus  # surplus kept groups go back to the prompt cache
+    assert stats["filter/kept_frac"] == pytest.approx(4 / len(generated))
+    # the cache is served first on the next step
+    assert trainer.stream.take(len(surplus)) == surplus
+
+
+def test_too_few_kept_groups(tiny_dir, tmp_path):
+    cfg = tiny_cfg(tiny_dir, tmp_path, "few", "algorithm.filter_warmup_steps=0", "algorithm.filter_init_steps=0",
+                   "algorithm.max_sampling_tries=2", "data.val=", "algorithm.on_insufficient=error")
+    trainer = Trainer(cfg, tmp_path / "few")
+    trainer.filter.ema = 1.0
+    trainer.rollout_groups = lambda indices, seed: fake_groups(trainer, indices, lambda i: 0.0)
+    with pytest.raises(TrainingError, match="kept 0 of 4 groups after 2 rollout rounds"):
+        trainer.collect(step=1)
+    trainer.cfg.algorithm.on_insufficient = "train"
+    kept, stats = trainer.collect(step=2)
+    assert kept == [] and stats["filter/kept_frac"] == 0.0
+    assert trainer.update(kept)["policy/tokens"] == 0.0  # nothing to train on, no crash
+
+
+# -- interruption and user errors -----------------------------------------------------------------
+
+def test_sigint_checkpoints_and_resume_finishes(tiny_dir, tmp_path):
+    run = tmp_path / "sig"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "rlpr", "train", f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}",
+           "trainer.name=sig", "trainer.max_steps=200", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=2",
+           "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.val=", "model.threads=1",
+           "trainer.tensorboard=false"]
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.time() + 120
+    while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGINT)
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 0, err[-2000:]
+    assert f"rlpr train --resume {run}" in err
+    step = load_state(latest_checkpoint(run))["step"]
+    assert 1 <= step < 200
+    result = subprocess.run([sys.executable, "-m", "rlpr", "train", "--resume", str(run), "trainer.max_steps=" +
+                             str(step + 1)], env=env, capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert [m["step"] for m in read_metrics(run)] == list(range(1, step + 2))
+
+
+@pytest.mark.parametrize("override,message", [
+    ("trainer.prompts_per_step=5", "must be a multiple of trainer.mini_batch_prompts"),
+    ("trainer.max_stepz=3", "did you mean 'trainer.max_steps'"),
+    ("rollout.temperature=0", "rollout.temperature: must be > 0"),
+    ("reward.aggregation=median", "reward.aggregation: 'median' is not one of"),
+    ("data.train=/nonexistent.parquet", "data.train: file not found"),
+    ("trainer.lr=fast", "trainer.lr: expected a number"),
+    ("rollout.responses_per_prompt=1", "at least 2 responses"),
+])
+def test_config_errors_are_one_line(override, message, capsys):
+    from rlpr.cli import main
+
+    assert main(["train", override]) == 2
+    err = capsys.readouterr().err.strip()
+    assert message in err and len(err.splitlines()) == 1
