@@ -108,6 +108,7 @@ class TrainerConfig:
     adam_beta2: float = 0.999
     grad_clip: float = 1.0
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
+    mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
     max_steps: int = 100
     seed: int = 0
     eval_every: int = 0  # 0: only before the first and after the last step
@@ -283,6 +284,7 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.loss_agg", a.loss_agg, tuple(LOSS_AGGREGATIONS))
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
+    _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16"))
     try:
         get_shaping(r.shaping)
     except ValueError as e:

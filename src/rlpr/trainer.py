@@ -204,12 +204,15 @@ class Trainer:
 
     # -- stage 1-2: rollouts and rewards ------------------------------------------------------
     def rollout_groups(self, indices: list[int], seed: int) -> list[Group]:
+        """Sample a group per prompt; each prompt's sampling is seeded by (seed, prompt index), so
+        the responses do not depend on how prompts are batched or sharded over ranks."""
         cfg = self.cfg
         prompts = [self.train_prompts[i] for i in indices]
         tick = time.perf_counter()
         rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
                                         max_new_tokens=cfg.rollout.max_new_tokens,
-                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p, seed=seed)
+                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                        seeds=[seed * 1_000_003 + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
         tick = time.perf_counter()
         rewards = self.score(prompts, rollouts)
@@ -227,57 +230,62 @@ class Trainer:
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:
-        """Roll out until `prompts_per_step` groups (over all ranks) pass the std filter."""
+        """Roll out until `prompts_per_step` groups (over all ranks) pass the std filter.
+
+        Every rank takes the same prompts from its (identical) stream and rolls out its share
+        (positions rank, rank + world, ...); groups are ordered by (round, position), so the kept
+        set is the same as in a single process.
+        """
         cfg = self.cfg
         want = cfg.trainer.prompts_per_step
-        ranks = dist.world_size()
+        ranks, me = dist.world_size(), dist.rank()
         self.filter.begin_step(step)
-        kept: list[Group] = []
+        kept: list[tuple[tuple[int, int], Group]] = []
         generated: list[Group] = []
-        tries = 0
-        global_kept = 0
+        tries = global_kept = global_generated = 0
         while tries < cfg.algorithm.max_sampling_tries:
-            missing = want - global_kept
-            rate = global_kept / max(len(generated) * ranks, 1) if generated else 1.0
-            to_roll = want if not generated else min(want, math.ceil(missing / max(rate, 0.25)))
-            per_rank = math.ceil(to_roll / ranks)
+            rate = global_kept / global_generated if global_generated else 1.0
+            to_roll = want if not tries else min(want, math.ceil((want - global_kept) / max(rate, 0.25)))
+            taken = list(enumerate(self.stream.take(to_roll)))[me::ranks]
             seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + tries
-            groups = self.rollout_groups(self.stream.take(per_rank), seed * 64 + dist.rank())
-            tries += 1
-            generated.extend(groups)
+            groups = self.rollout_groups([index for _, index in taken], seed)
             keep = self.filter.keep(step, [g.std for g in groups])
-            kept.extend(g for g, k in zip(groups, keep) if k)
-            global_kept = int(dist.sum_values([len(kept)])[0])
+            kept.extend(((tries, pos), g) for (pos, _), g, k in zip(taken, groups, keep) if k)
+            generated.extend(groups)
+            tries += 1
+            global_kept, global_generated = (int(v) for v in dist.sum_values([len(kept), len(generated)]))
             if global_kept >= want:
                 break
-        kept = self._trim_to_global(kept, want)
+        kept_groups = self._first_kept(kept, want)
         stds = [g.std for g in generated]
-        std_sum, std_count, gen_count, kept_count = dist.sum_values(
-            [sum(s for s in stds if math.isfinite(s)), sum(math.isfinite(s) for s in stds), len(generated), len(kept)])
+        std_sum, std_count, nonzero = dist.sum_values(
+            [sum(s for s in stds if math.isfinite(s)), sum(math.isfinite(s) for s in stds), sum(s > 1e-6 for s in stds)])
+        kept_count = min(global_kept, want)
         mean_std = std_sum / std_count if std_count else float("nan")
         if kept_count < want and cfg.algorithm.on_insufficient == "error":
             raise TrainingError(
-                f"step {step}: the std filter kept {int(kept_count)} of {want} groups after "
+                f"step {step}: the std filter kept {kept_count} of {want} groups after "
                 f"{tries} rollout rounds; raise algorithm.max_sampling_tries, lower algorithm.filter_beta, "
                 f"or set algorithm.on_insufficient=train")
         threshold = self.filter.threshold(step)
         self.filter.end_step(step, mean_std)
-        stats = {"filter/kept_frac": kept_count / max(gen_count, 1), "filter/kept_groups": kept_count,
-                 "filter/generated_groups": gen_count, "filter/tries": tries, "filter/mean_std": mean_std,
+        stats = {"filter/kept_frac": kept_count / max(global_generated, 1), "filter/kept_groups": kept_count,
+                 "filter/generated_groups": global_generated, "filter/tries": tries, "filter/mean_std": mean_std,
                  "filter/ema_std": self.filter.ema if self.filter.ema is not None else float("nan"),
                  "filter/threshold": threshold if threshold is not None else 0.0,
-                 "filter/nonzero_std_frac": mean(s > 1e-6 for s in stds),
+                 "filter/nonzero_std_frac": nonzero / max(global_generated, 1),
                  "filter/cached_prompts": len(self.stream.cache)}
-        return kept, {"generated": generated, **stats}
+        return kept_groups, {"generated": generated, **stats}
 
-    def _trim_to_global(self, kept: list[Group], want: int) -> list[Group]:
-        """Keep the first `want` groups over all ranks (rank order); return the rest's prompts to
-        the cache to be re-rolled later with a newer policy."""
-        counts = [int(c) for c in dist.gather_objects(len(kept))]
-        before = sum(counts[:dist.rank()])
-        mine = max(0, min(len(kept), want - before))
-        self.stream.give_back([g.prompt.index for g in kept[mine:]])
-        return kept[:mine]
+    def _first_kept(self, kept: list[tuple[tuple[int, int], Group]], want: int) -> list[Group]:
+        """This rank's share of the first `want` kept groups in global (round, position) order.
+        The prompts of the surplus kept groups go back to every rank's stream cache, to be
+        re-rolled later with a newer policy."""
+        everyone = sorted(k for keys in dist.gather_objects([(key, g.prompt.index) for key, g in kept])
+                          for k in keys)
+        chosen = {key for key, _ in everyone[:want]}
+        self.stream.give_back([index for _, index in everyone[want:]])
+        return [g for key, g in kept if key in chosen]
 
     # -- stage 4-5: advantages, old log-probs, updates ----------------------------------------
     def make_samples(self, groups: list[Group]) -> list[list[Sample]]:
@@ -290,22 +298,29 @@ class Trainer:
                  for r, a in zip(g.rollouts, adv_row.tolist()) if r.token_ids]
                 for g, adv_row in zip(groups, adv)]
 
+    def _precision(self):
+        """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
+        if self.cfg.trainer.mixed_precision == "bf16":
+            device = next(self.policy.parameters()).device.type
+            return torch.autocast(device, dtype=torch.bfloat16)
+        return torch.autocast("cpu", enabled=False)
+
     def update(self, groups: list[Group]) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
         per_group = self.make_samples(groups)
         pad = self.tokenizer.pad_token_id
         temp = cfg.rollout.temperature
-        ranks = dist.world_size()
-        per_rank_mb = max(1, t.mini_batch_prompts // ranks)
+        per_rank_mb = max(1, t.mini_batch_prompts // dist.world_size())
         n_updates = int(dist.max_value(math.ceil(len(per_group) / per_rank_mb) if per_group else 0))
         all_samples = [s for g in per_group for s in g]
         timings = {}
         tick = time.perf_counter()
-        if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
-            fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp)
-        if cfg.algorithm.kl_coef:
-            with self._initial_policy() as ref:
-                fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp)
+        with self._precision():
+            if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
+                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp)
+            if cfg.algorithm.kl_coef:
+                with self._initial_policy() as ref:
+                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp)
         timings["perf/old_logp_s"] = time.perf_counter() - tick
         tick = time.perf_counter()
         totals: dict[str, float] = {}
@@ -314,8 +329,9 @@ class Trainer:
         for _ in range(t.epochs_per_step):
             for u in range(n_updates):
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
-                stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                             pad, temp) if chunk else {}
+                with self._precision():
+                    stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
+                                                 pad, temp) if chunk else {}
                 dist.sum_gradients(self.trainable)
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
                 self.optimizer.step()
@@ -390,7 +406,7 @@ class Trainer:
         prompts = self.val_prompts
         max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
         rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
-                                        temperature=0.0, seed=cfg.trainer.seed)
+                                        temperature=0.0)
         rewards = self.score(prompts, rollouts)
         correct = []
         for p, r in zip(prompts, rollouts):

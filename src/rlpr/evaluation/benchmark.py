@@ -134,11 +134,11 @@ def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_
     """k graded samples per example (rule graders only), generated a few questions at a time so
     the progress bar moves and memory stays bounded."""
     out: list[list[Sample]] = []
-    for call, start in enumerate(range(0, len(examples), questions_per_call)):
+    for start in range(0, len(examples), questions_per_call):
         chunk = examples[start:start + questions_per_call]
         rollouts = engine.generate([prompt_ids(tokenizer, e.prompt) for e in chunk], k,
-                                   max_new_tokens=max_new_tokens, temperature=temperature,
-                                   top_p=top_p, seed=seed * 1_000_003 + call)
+                                   max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
+                                   seeds=[seed * 1_000_003 + start + q for q in range(len(chunk))])
         groups: list[list[Sample]] = [[] for _ in chunk]
         for r in rollouts:
             example = chunk[r.prompt_index]

@@ -59,51 +59,67 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
     return out
 
 
+def plain_copy(lm, dtype: torch.dtype):
+    """A frozen, adapter-free model of the same architecture (weights are filled by `sync`)."""
+    from transformers import AutoModelForCausalLM
+
+    config = copy.deepcopy(lm.config)
+    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    return model.eval().requires_grad_(False)
+
+
 class HFRollout:
     """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32):
         self.tokenizer = tokenizer
         self.batch_sequences = batch_sequences
-        self.model = copy.deepcopy(causal_lm(policy)).to(dtype).eval()
-        for p in self.model.parameters():
-            p.requires_grad_(False)
+        self.model = plain_copy(causal_lm(policy), dtype)
         self.sync(policy)
 
     @torch.no_grad()
     def sync(self, policy) -> None:
         """Copy the current policy weights (LoRA merged) into the sampling model."""
         target = self.model.state_dict()
-        for name, tensor in merged_weights(policy).items():
-            if name in target:
-                target[name].copy_(tensor.to(target[name].dtype))
+        weights = merged_weights(policy)
+        missing = set(target) - set(weights)
+        if missing:
+            raise RuntimeError(f"rollout model has weights the policy lacks: {sorted(missing)[:3]}")
+        for name, tensor in weights.items():
+            target[name].copy_(tensor.to(target[name].dtype))
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seed: int = 0) -> list[Rollout]:
-        """n responses per prompt, grouped by prompt (prompt 0's n first). Deterministic in `seed`;
-        temperature 0 decodes greedily."""
-        from transformers import GenerationConfig
+                 top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
+        """n responses per prompt, grouped by prompt (prompt 0's n first).
+
+        Response j of prompt i is sampled from its own RNG seeded by (seeds[i], j), so it does not
+        depend on which other prompts share the batch or the process. Temperature 0 is greedy.
+        """
+        from transformers import GenerationConfig, LogitsProcessorList
 
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
-        sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 \
-            else dict(do_sample=False)  # temperature 0: greedy
+        seeds = list(range(len(prompts))) if seeds is None else seeds
+        # argmax over our processor's output = the token it sampled (greedy when temperature is 0)
         gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                      **sampling)
-        flat = [(i, p) for i, p in enumerate(prompts) for _ in range(n)]
+                                      do_sample=False)
+        flat = [(i, j, p) for i, p in enumerate(prompts) for j in range(n)]
         out: list[Rollout] = []
-        for b, start in enumerate(range(0, len(flat), self.batch_sequences)):
+        for start in range(0, len(flat), self.batch_sequences):
             chunk = flat[start:start + self.batch_sequences]
-            width = max(len(p) for _, p in chunk)
+            width = max(len(p) for _, _, p in chunk)
             ids = torch.full((len(chunk), width), pad, dtype=torch.long)
             attn = torch.zeros_like(ids)
-            for r, (_, p) in enumerate(chunk):
+            for r, (_, _, p) in enumerate(chunk):
                 ids[r, width - len(p):] = torch.tensor(p)
                 attn[r, width - len(p):] = 1
-            torch.manual_seed(seed * 100_003 + b)
-            generated = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=gen_config)
-            for r, (i, _) in enumerate(chunk):
+            processors = LogitsProcessorList()
+            if temperature > 0:
+                processors.append(PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p))
+            generated = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=gen_config,
+                                            logits_processor=processors)
+            for r, (i, _, _) in enumerate(chunk):
                 tokens = generated[r, width:].tolist()
                 finished = eos in tokens
                 if finished:
@@ -111,3 +127,30 @@ class HFRollout:
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                 out.append(Rollout(i, tokens, text, finished))
         return out
+
+
+def row_seed(prompt_seed: int, sample: int) -> int:
+    return (prompt_seed * 1_000_003 + sample) % (2**63 - 1)
+
+
+class PerRowSampler:
+    """A logits processor that samples each row with its own torch.Generator (temperature, top-p)
+    and returns scores whose argmax is the sampled token, so generation is reproducible per row."""
+
+    def __init__(self, seeds: list[int], temperature: float = 1.0, top_p: float = 1.0):
+        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
+        self.temperature, self.top_p = temperature, top_p
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        probs = torch.softmax(scores.float() / self.temperature, dim=-1)
+        if self.top_p < 1.0:
+            sorted_probs, order = probs.sort(dim=-1, descending=True)
+            drop = sorted_probs.cumsum(-1) - sorted_probs > self.top_p  # keeps at least the top token
+            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
+            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
+            probs = probs / probs.sum(-1, keepdim=True)
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
+        cdf = probs.double().cumsum(-1)
+        tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).clamp(max=probs.shape[-1] - 1)
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter(-1, tokens, 0.0)
