@@ -322,3 +322,13 @@ def validate(cfg: Config) -> None:
         raise ConfigError(f"data.train: file not found: {cfg.data.train}")
     if cfg.data.val not in ("demo", "") and not Path(cfg.data.val).is_file():
         raise ConfigError(f"data.val: file not found: {cfg.data.val}")
+
+
+def validate_world(cfg: Config, world_size: int) -> None:
+    """Checks that depend on the number of processes (known only once launched)."""
+    t = cfg.trainer
+    for key, value in (("trainer.prompts_per_step", t.prompts_per_step),
+                       ("trainer.mini_batch_prompts", t.mini_batch_prompts)):
+        if value % world_size:
+            raise ConfigError(f"{key} ({value}) must be divisible by the number of processes ({world_size}): "
+                              f"every process owns whole groups")

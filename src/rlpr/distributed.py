@@ -41,6 +41,18 @@ def init_from_env(timeout_s: float = 1800.0) -> None:
         torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
 
 
+def default_threads() -> int:
+    """Torch threads per process when several share a CPU machine (0: leave torch's default).
+
+    With 2 cores, two processes of 2 threads each run 5-8x slower than one, not 2x: OpenMP
+    threads spin waiting for a descheduled sibling. Split the cores between local processes.
+    """
+    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
+    if local <= 1 or torch.cuda.is_available():
+        return 0
+    return max(1, (os.cpu_count() or 1) // local)
+
+
 def sum_values(values: list[float]) -> list[float]:
     """Element-wise sum over ranks (float64 on CPU; gloo handles it)."""
     if not initialized():
@@ -75,6 +87,15 @@ def gather_objects(obj) -> list:
     out = [None] * world_size()
     dist.all_gather_object(out, obj)
     return out
+
+
+def broadcast_object(obj):
+    """Rank 0's value on every rank (e.g. a run directory named after the clock)."""
+    if not initialized():
+        return obj
+    box = [obj]
+    dist.broadcast_object_list(box, src=0)
+    return box[0]
 
 
 def barrier() -> None:

@@ -29,7 +29,7 @@ from rlpr.algorithms.advantages import compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_state, save_checkpoint,
                              set_rng_state)
-from rlpr.config import Config, ConfigError
+from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
@@ -119,9 +119,10 @@ class Trainer:
         from rlpr.models import load_model
 
         cfg = self.cfg
-        if cfg.model.threads:
-            torch.set_num_threads(cfg.model.threads)
-        self._seed_everything(cfg.trainer.seed + dist.rank())
+        threads = cfg.model.threads or dist.default_threads()
+        if threads:
+            torch.set_num_threads(threads)
+        self._seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
         model, self.tokenizer = load_model(cfg.model.path)
         self.policy = build_policy(cfg, model)
         self.policy.train()
@@ -137,7 +138,8 @@ class Trainer:
         val_examples = load_examples_for(cfg, "val")
         if cfg.data.val_limit:
             val_examples = val_examples[:cfg.data.val_limit]
-        self.val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        self.val_prompts = val_prompts[dist.rank()::dist.world_size()]  # each rank evaluates its share
         self.skipped_prompts = skipped + val_skipped
         if skipped:
             log.warning("skipped %d training prompts longer than data.max_prompt_tokens=%d",
@@ -329,9 +331,9 @@ class Trainer:
         for _ in range(t.epochs_per_step):
             for u in range(n_updates):
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
-                with self._precision():
+                with self._precision():  # every rank calls it, even with no groups: it holds a collective
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                                 pad, temp) if chunk else {}
+                                                 pad, temp)
                 dist.sum_gradients(self.trainable)
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
                 self.optimizer.step()
@@ -574,7 +576,8 @@ def default_run_dir(cfg: Config) -> Path:
 def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
     dist.init_from_env()
-    run_dir = Path(resume) if resume else default_run_dir(cfg)
+    validate_world(cfg, dist.world_size())
+    run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
     if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
                           f"or choose another trainer.name")

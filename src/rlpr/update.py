@@ -115,7 +115,8 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
                          temperature: float) -> dict:
-    """Backward over all micro-batches of one mini-batch; returns summed token statistics."""
+    """Backward over all micro-batches of one mini-batch; returns summed token statistics.
+    Called on every rank for every update, even with no samples (the normaliser is global)."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
     for mb in micro_batches(samples, micro_size, pad_id):

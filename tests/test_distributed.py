@@ -1,0 +1,105 @@
+"""Data-parallel training with torchrun on 2 CPU processes (gloo), on a tiny model."""
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlpr.checkpoint import latest_checkpoint, load_state
+from rlpr.config import load_config, validate_world, ConfigError
+from rlpr.tracking import read_metrics
+from rlpr.trainer import train
+
+TIMEOUT = 300
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
+    path = tmp_path_factory.mktemp("tiny-dist")
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+def common(tiny_dir, out, name, steps):
+    return [f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
+            f"trainer.max_steps={steps}", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4",
+            "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3",
+            "data.demo_train_size=40", "data.val=", "model.rollout_dtype=float32", "trainer.lr=1e-3",
+            "trainer.tensorboard=false", "trainer.mixed_precision=none", "trainer.sample_every=0"]
+
+
+def torchrun(args, resume=None):
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
+           "-m", "rlpr", "train", *args]
+    if resume:
+        cmd[cmd.index("train") + 1:cmd.index("train") + 1] = ["--resume", resume]
+    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+    assert result.returncode == 0, result.stderr[-3000:]
+    return result
+
+
+def adapter(run):
+    return load_file(str(latest_checkpoint(run) / "adapter" / "adapter_model.safetensors"))
+
+
+def assert_close(a, b, atol):
+    assert a.keys() == b.keys()
+    for k in a:
+        assert torch.allclose(a[k], b[k], atol=atol, rtol=0), (k, (a[k] - b[k]).abs().max())
+
+
+def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path):
+    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2)))
+    torchrun(common(tiny_dir, tmp_path, "two", 2))
+    one, two = adapter(tmp_path / "one"), adapter(tmp_path / "two")
+    assert any(v.abs().max() > 0 for k, v in two.items() if "lora_B" in k)
+    assert_close(one, two, atol=1e-5)
+    m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert [m["step"] for m in m2] == [1, 2]  # only rank 0 writes
+    for a, b in zip(m1, m2):
+        assert a["filter/generated_groups"] == b["filter/generated_groups"]
+        assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
+        assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-6)
+    state = load_state(latest_checkpoint(tmp_path / "two"))
+    assert state["world_size"] == 2 and len(state["ranks"]) == 2
+
+    # resume under 2 processes continues exactly like an uninterrupted 2-process run
+    torchrun(["trainer.max_steps=4"], resume=str(tmp_path / "two"))
+    torchrun(common(tiny_dir, tmp_path, "straight", 4))
+    assert_close(adapter(tmp_path / "two"), adapter(tmp_path / "straight"), atol=0)
+    s_two = load_state(latest_checkpoint(tmp_path / "two"))
+    s_straight = load_state(latest_checkpoint(tmp_path / "straight"))
+    assert s_two["step"] == s_straight["step"] == 4
+    assert s_two["filter"] == s_straight["filter"]
+    assert [r["stream"] for r in s_two["ranks"]] == [r["stream"] for r in s_straight["ranks"]]
+
+
+def test_rank_with_every_group_filtered_does_not_hang(tiny_dir, tmp_path):
+    """Rank 1 gets only prompts whose reference has no scorable token: every group it rolls has
+    zero reward variance and is filtered out, while rank 0 keeps groups."""
+    data = tmp_path / "train.jsonl"
+    rows = [{"question": f"Question {i}?", "answer": "Paris" if i % 2 == 0 else "\x16"} for i in range(16)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    args = common(tiny_dir, tmp_path, "filtered", 3) + [
+        f"data.train={data}", "data.shuffle=false", "algorithm.filter_warmup_steps=1",
+        "algorithm.filter_init_steps=1", "algorithm.filter_beta=1e-6", "algorithm.max_sampling_tries=2",
+        "algorithm.on_insufficient=train", "reward.invalid_fallback=free", "reward.repetition_penalty=false"]
+    torchrun(args)
+    metrics = read_metrics(tmp_path / "filtered")
+    assert [m["step"] for m in metrics] == [1, 2, 3]
+    later = metrics[1:]
+    assert all(m["filter/kept_frac"] == pytest.approx(0.5) for m in later)
+    assert all(m["policy/updates"] >= 1 for m in later)
+
+
+def test_impossible_world_sizes():
+    cfg = load_config("demo", ["trainer.prompts_per_step=6", "trainer.mini_batch_prompts=3"])
+    with pytest.raises(ConfigError, match=r"trainer.mini_batch_prompts \(3\) must be divisible by the number of processes \(2\)"):
+        validate_world(cfg, 2)
+    validate_world(cfg, 3)
