@@ -41,12 +41,14 @@ def independent_probs(model, tokenizer, item, temperature):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
-@pytest.mark.parametrize("padding_side", ["right", "left"])
-def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_side):
+@pytest.mark.parametrize("padding_side,share_prefix", [("right", False), ("left", False), ("right", True)])
+def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_side, share_prefix):
+    """Padded batches (left or right) and the shared-prompt path against single sequences."""
     items = [build_score_b_text(prompt(tokenizer), r, ref, EOS) for r, ref in RESPONSES]
     items.append(build_score_a_text(prompt(tokenizer), "Paris", EOS))
+    items.append(build_score_b_text(prompt(tokenizer, "Another question?"), *RESPONSES[2], EOS))
     batched = reference_logprobs(tiny_model, tokenizer, items, temperature=temperature,
-                                 padding_side=padding_side, max_batch_tokens=10_000)
+                                 padding_side=padding_side, max_batch_tokens=10_000, share_prefix=share_prefix)
     lengths = {len(tokenizer(it.text, add_special_tokens=False)["input_ids"]) for it in items}
     assert len(lengths) > 3  # mixed lengths really are padded together
     for item, logp in zip(items, batched):
@@ -60,12 +62,31 @@ def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_s
             assert aggregate(logp, name) == pytest.approx(want.item(), abs=1e-5)
 
 
-def test_micro_batching_does_not_change_scores(tiny_model, tokenizer):
+@pytest.mark.parametrize("share_prefix", [False, True])
+def test_micro_batching_does_not_change_scores(tiny_model, tokenizer, share_prefix):
     items = [build_score_b_text(prompt(tokenizer), r, ref, EOS) for r, ref in RESPONSES]
-    one = reference_logprobs(tiny_model, tokenizer, items, max_batch_tokens=100_000)
-    many = reference_logprobs(tiny_model, tokenizer, items, max_batch_tokens=64)
+    one = reference_logprobs(tiny_model, tokenizer, items, max_batch_tokens=100_000, share_prefix=share_prefix)
+    many = reference_logprobs(tiny_model, tokenizer, items, max_batch_tokens=64, share_prefix=share_prefix)
     for a, b in zip(one, many):
         assert torch.allclose(a, b, atol=1e-6)
+
+
+def test_prompt_tokens_that_merge_with_the_response_fall_back(tiny_model, tokenizer):
+    """If o' does not start with the prompt's own tokens, the item takes the padded path."""
+    from rlpr.reward.scoring import _shared_prefix_groups
+    from rlpr.reward.sequence import tokenize_scored
+
+    q = prompt(tokenizer)
+    items = [build_score_b_text(q, "<think> a </think> <answer>", "8", EOS),
+             build_score_b_text(q, "\n\n<think> a </think> <answer>", "8", EOS)]
+    enc = tokenize_scored(tokenizer, items)
+    groups, rest = _shared_prefix_groups(tokenizer, items, enc, [0, 1])
+    assert groups and groups[0][1] == [0]
+    assert rest == [1]  # "\n" + "\n\n" merge into one token across the prompt boundary
+    shared = reference_logprobs(tiny_model, tokenizer, items)
+    plain = reference_logprobs(tiny_model, tokenizer, items, share_prefix=False)
+    for a, b in zip(shared, plain):
+        assert torch.allclose(a, b, atol=1e-5)
 
 
 def test_temperature_changes_scores(tiny_model, tokenizer):

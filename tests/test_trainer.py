@@ -52,6 +52,18 @@ def random_samples(vocab, n=7, seed=0):
     return out
 
 
+def grouped_samples(vocab, groups=3, n=4, seed=0):
+    """Responses that share their group's prompt, as in RL."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for k in range(groups):
+        prompt = torch.randint(3, vocab, (5 + 3 * k,), generator=g).tolist()
+        for i in range(n):
+            response = torch.randint(3, vocab, (2 + (5 * i + k) % 7,), generator=g).tolist()
+            out.append(Sample(prompt + response, len(prompt), advantage=float(torch.randn(1, generator=g))))
+    return out
+
+
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
 @pytest.mark.parametrize("kl_coef", [0.0, 0.05])
 def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg, kl_coef):
@@ -60,16 +72,21 @@ def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg,
     cfg = AlgorithmConfig(loss_agg=loss_agg, kl_coef=kl_coef)
     model = tiny_llama(tokenizer, seed=3).train()
     ref = tiny_llama(tokenizer, seed=4)
-    samples = random_samples(len(tokenizer))
+    samples = grouped_samples(len(tokenizer))
     fill_logprobs(ref, samples, "ref_logp", 4, tokenizer.pad_token_id, 1.0)
     with torch.no_grad():  # move off the old policy so that ratios and clipping matter
         for p in model.parameters():
             p.add_(0.02 * torch.randn_like(p))
-    fill_logprobs(tiny_llama(tokenizer, seed=3), samples, "old_logp", 4, tokenizer.pad_token_id, 1.0)
+    fill_logprobs(tiny_llama(tokenizer, seed=3), samples, "old_logp", 4, tokenizer.pad_token_id, 1.0, False)
+    shared = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
+    fill_logprobs(tiny_llama(tokenizer, seed=3), shared, "old_logp", 4, tokenizer.pad_token_id, 1.0, True)
+    for a, b in zip(samples, shared):  # the shared-prompt path gives the same old log-probs
+        assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5)
     results = []
-    for micro in (len(samples), 1, 3):
+    # whole, one sequence at a time, uneven chunks; each with and without the shared-prompt path
+    for micro, share in ((len(samples), False), (1, False), (3, False), (len(samples), True), (1, True), (3, True)):
         model.zero_grad(set_to_none=True)
-        stats = accumulate_gradients(model, samples, cfg, micro, tokenizer.pad_token_id, 0.8)
+        stats = accumulate_gradients(model, samples, cfg, micro, tokenizer.pad_token_id, 0.8, share)
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         results.append((stats, grads))
     (s0, g0), *rest = results

@@ -109,6 +109,8 @@ class TrainerConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
     mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
+    share_prompt_prefix: bool = True  # run each prompt once per micro-batch of its responses (exact;
+    #                                   not combined with model.gradient_checkpointing)
     max_steps: int = 100
     seed: int = 0
     eval_every: int = 0  # 0: only before the first and after the last step

@@ -74,3 +74,38 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
     pred = target_mask[:, 1:]
     return project_logprobs(model, hidden[:, :-1][pred], input_ids[:, 1:][pred], temperature,
                             with_entropy, chunk)
+
+
+def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[int]],
+                           targets: list[list[bool]], temperature: float = 1.0, with_entropy: bool = False,
+                           chunk: int = 512):
+    """Like `token_logprobs` for sequences prefix + continuation[i] that share one prefix: the
+    prefix runs once and its KV cache is repeated for the continuations.
+
+    In RL every prompt has n responses, and the prompt is often most of the tokens: this does
+    the same arithmetic on about (P + n C) instead of n (P + C) tokens. `targets[i][j]` marks
+    continuation token j (its log-prob given prefix + continuation[:j]). Gradients flow through
+    the shared prefix. Returns (logp [N], entropy [N] or None) in row-major order.
+    """
+    lm = causal_lm(model)
+    decoder = lm.get_decoder()
+    n, width = len(continuations), max(len(c) for c in continuations)
+    ids = torch.full((n, width), 0, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    target = torch.zeros((n, width), dtype=torch.bool)
+    for i, (c, t) in enumerate(zip(continuations, targets)):
+        ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        mask[i, :len(c)] = 1
+        target[i, :len(c)] = torch.tensor(t, dtype=torch.bool)
+    device = next(lm.parameters()).device
+    ids, mask, target = ids.to(device), mask.to(device), target.to(device)
+    p = len(prefix)
+    head = decoder(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+    cache = head.past_key_values
+    for layer in cache.layers:
+        layer.batch_repeat_interleave(n)
+    out = decoder(input_ids=ids, attention_mask=torch.cat([mask.new_ones(n, p), mask], dim=1),
+                  position_ids=p + position_ids_from_mask(mask), past_key_values=cache, use_cache=True)
+    # the hidden state before continuation token j: the prefix's last one for j = 0
+    before = torch.cat([head.last_hidden_state[:, -1:].expand(n, 1, -1), out.last_hidden_state[:, :-1]], dim=1)
+    return project_logprobs(model, before[target], ids[target], temperature, with_entropy, chunk)

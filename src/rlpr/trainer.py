@@ -315,14 +315,15 @@ class Trainer:
         per_rank_mb = max(1, t.mini_batch_prompts // dist.world_size())
         n_updates = int(dist.max_value(math.ceil(len(per_group) / per_rank_mb) if per_group else 0))
         all_samples = [s for g in per_group for s in g]
+        share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
         timings = {}
         tick = time.perf_counter()
         with self._precision():
             if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
-                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp)
+                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share)
             if cfg.algorithm.kl_coef:
                 with self._initial_policy() as ref:
-                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp)
+                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share)
         timings["perf/old_logp_s"] = time.perf_counter() - tick
         tick = time.perf_counter()
         totals: dict[str, float] = {}
@@ -333,7 +334,7 @@ class Trainer:
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
                 with self._precision():  # every rank calls it, even with no groups: it holds a collective
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                                 pad, temp)
+                                                 pad, temp, share)
                 dist.sum_gradients(self.trainable)
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
                 self.optimizer.step()

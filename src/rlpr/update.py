@@ -14,7 +14,7 @@ import torch
 from rlpr import distributed as dist
 from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
 from rlpr.config import AlgorithmConfig
-from rlpr.forward import token_logprobs
+from rlpr.forward import shared_prefix_logprobs, token_logprobs
 
 
 @dataclass
@@ -34,10 +34,12 @@ class Sample:
 
 @dataclass
 class MicroBatch:
-    input_ids: torch.Tensor  # [B, T] right-padded
-    attention_mask: torch.Tensor  # [B, T]
-    target_mask: torch.Tensor  # [B, T] response positions
+    """Sequences processed in one forward/backward. With `prefix`, they all share that prompt,
+    which then runs once (see `forward.shared_prefix_logprobs`)."""
+
     samples: list[Sample]
+    pad_id: int
+    prefix: list[int] | None = None
     seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token
     advantages: torch.Tensor = field(init=False)  # [N]
 
@@ -51,32 +53,52 @@ class MicroBatch:
         parts = [getattr(s, attr) for s in self.samples]
         return None if any(p is None for p in parts) else torch.cat(parts)
 
+    def logprobs(self, model, temperature: float, with_entropy: bool = False):
+        """(logp [N], entropy [N] or None) of every response token, in sample order."""
+        if self.prefix is not None:
+            p = len(self.prefix)
+            conts = [s.input_ids[p:] for s in self.samples]
+            return shared_prefix_logprobs(model, self.prefix, conts, [[True] * len(c) for c in conts],
+                                          temperature, with_entropy)
+        width = max(len(s.input_ids) for s in self.samples)
+        ids = torch.full((len(self.samples), width), self.pad_id, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        target = torch.zeros_like(ids, dtype=torch.bool)
+        for i, s in enumerate(self.samples):
+            ids[i, :len(s.input_ids)] = torch.tensor(s.input_ids)
+            attn[i, :len(s.input_ids)] = 1
+            target[i, s.prompt_len:len(s.input_ids)] = True
+        device = next(model.parameters()).device
+        return token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature, with_entropy)
 
-def collate(samples: list[Sample], pad_id: int) -> MicroBatch:
-    width = max(len(s.input_ids) for s in samples)
-    ids = torch.full((len(samples), width), pad_id, dtype=torch.long)
-    attn = torch.zeros_like(ids)
-    target = torch.zeros_like(ids, dtype=torch.bool)
-    for i, s in enumerate(samples):
-        ids[i, :len(s.input_ids)] = torch.tensor(s.input_ids)
-        attn[i, :len(s.input_ids)] = 1
-        target[i, s.prompt_len:len(s.input_ids)] = True
-    return MicroBatch(ids, attn, target, samples)
 
+def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: bool = True) -> list[MicroBatch]:
+    """Split into micro-batches of at most `size` sequences (sums do not depend on the split).
 
-def micro_batches(samples: list[Sample], size: int, pad_id: int) -> list[MicroBatch]:
-    """Length-sorted micro-batches (less padding; sums do not depend on the order)."""
-    ordered = sorted(samples, key=lambda s: -len(s.input_ids))
-    return [collate(ordered[i:i + size], pad_id) for i in range(0, len(ordered), size)]
+    With `share_prefix`, a micro-batch holds responses to one prompt, whose prefix runs once;
+    otherwise sequences are length-sorted to reduce padding.
+    """
+    if not share_prefix:
+        ordered = sorted(samples, key=lambda s: -len(s.input_ids))
+        return [MicroBatch(ordered[i:i + size], pad_id) for i in range(0, len(ordered), size)]
+    groups: dict[tuple[int, ...], list[Sample]] = {}
+    for s in samples:
+        groups.setdefault(tuple(s.input_ids[:s.prompt_len]), []).append(s)
+    out = []
+    for prefix, members in groups.items():
+        for i in range(0, len(members), size):
+            out.append(MicroBatch(members[i:i + size], pad_id, list(prefix)))
+    return out
 
 
 @torch.no_grad()
-def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float) -> None:
+def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float,
+                  share_prefix: bool = True) -> None:
     """Per-token log-probs of each response under `model`, stored in `sample.<attr>`."""
     was_training = model.training
     model.eval()
-    for mb in micro_batches(samples, size, pad_id):
-        logp, _ = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature)
+    for mb in micro_batches(samples, size, pad_id, share_prefix):
+        logp, _ = mb.logprobs(model, temperature)
         for s, piece in zip(mb.samples, torch.split(logp, [s.response_len for s in mb.samples])):
             setattr(s, attr, piece.clone())
     model.train(was_training)
@@ -90,8 +112,7 @@ def normaliser(samples: list[Sample]) -> Normaliser:
 def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConfig,
                      temperature: float) -> tuple[torch.Tensor, dict]:
     """The loss of one micro-batch (already divided by the mini-batch normaliser) and token sums."""
-    logp, entropy = token_logprobs(model, mb.input_ids, mb.attention_mask, mb.target_mask, temperature,
-                                   with_entropy=True)
+    logp, entropy = mb.logprobs(model, temperature, with_entropy=True)
     old = mb.cat("old_logp")
     old = logp.detach() if old is None else old
     pg, clipped = ppo_clip_token_loss(logp, old, mb.advantages, cfg.clip_low, cfg.clip_high)
@@ -114,12 +135,12 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
-                         temperature: float) -> dict:
+                         temperature: float, share_prefix: bool = True) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
     Called on every rank for every update, even with no samples (the normaliser is global)."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
-    for mb in micro_batches(samples, micro_size, pad_id):
+    for mb in micro_batches(samples, micro_size, pad_id, share_prefix):
         loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
         loss.backward()
         for k, v in stats.items():

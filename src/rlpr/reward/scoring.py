@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from rlpr.forward import token_logprobs
+from rlpr.forward import shared_prefix_logprobs, token_logprobs
 from rlpr.reward.sequence import ScoredText, pad_batch, tokenize_scored
 
 
@@ -63,31 +63,69 @@ def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
     return batches
 
 
+def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
+    """Split `keep` (indices into enc) into groups whose tokens start with their prompt's own
+    tokenization (so the prompt can run once for the group), and the rest."""
+    by_prefix: dict[str, list[int]] = {}
+    rest = []
+    for k in keep:
+        item = items[k]
+        if item.prefix_chars:
+            by_prefix.setdefault(item.text[:item.prefix_chars], []).append(k)
+        else:
+            rest.append(k)
+    groups = []
+    for prefix_text, ks in by_prefix.items():
+        prefix = tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
+        p = len(prefix)
+        fits = [k for k in ks if enc.input_ids[k][:p] == prefix and not any(enc.ref_mask[k][:p])]
+        rest.extend(k for k in ks if k not in set(fits))
+        if fits:
+            groups.append((prefix, fits))
+    return groups, rest
+
+
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
-                       padding_side: str = "right") -> list[torch.Tensor | None]:
+                       padding_side: str = "right", share_prefix: bool = True) -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
-    reference token, or is longer than `max_length` tokens (these score 0)."""
+    reference token, or is longer than `max_length` tokens (these score 0).
+
+    With `share_prefix`, texts that start with the same prompt run it once (exact; see
+    `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
+    """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
     if not todo:
         return out
-    enc = tokenize_scored(tokenizer, [items[i] for i in todo])
-    keep = [k for k, i in enumerate(todo)
+    scored = [items[i] for i in todo]
+    enc = tokenize_scored(tokenizer, scored)
+    keep = [k for k in range(len(todo))
             if any(enc.ref_mask[k]) and (max_length is None or len(enc.input_ids[k]) <= max_length)]
-    lengths = [len(enc.input_ids[k]) for k in keep]
+    groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     was_training = model.training
     model.eval()
     try:
+        for prefix, ks in groups:
+            p = len(prefix)
+            conts = [len(enc.input_ids[k]) - p for k in ks]
+            for batch in _micro_batches(conts, max_batch_tokens):
+                batch_ks = [ks[j] for j in batch]
+                logp, _ = shared_prefix_logprobs(model, prefix, [enc.input_ids[k][p:] for k in batch_ks],
+                                                 [enc.ref_mask[k][p:] for k in batch_ks], temperature)
+                counts = [sum(enc.ref_mask[k][p:]) for k in batch_ks]
+                for k, piece in zip(batch_ks, torch.split(logp.float().cpu(), counts)):
+                    out[todo[k]] = piece
+        lengths = [len(enc.input_ids[k]) for k in rest]
         for batch in _micro_batches(lengths, max_batch_tokens):
-            ks = [keep[j] for j in batch]
+            ks = [rest[j] for j in batch]
             ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
                                           tokenizer.pad_token_id, padding_side)
             ids, attn, target = (t.to(model.device) for t in (ids, attn, target))
             logp, _ = token_logprobs(model, ids, attn, target, temperature)
             counts = target[:, 1:].sum(-1).tolist()
-            for k, piece in zip(ks, torch.split(logp.cpu(), counts)):
+            for k, piece in zip(ks, torch.split(logp.float().cpu(), counts)):
                 out[todo[k]] = piece
     finally:
         model.train(was_training)

@@ -22,10 +22,13 @@ class ScoredText:
     ref_start: int
     ref_end: int
     fallback: bool = False  # scored through the section-1b fallback (response not format-valid)
+    prefix_chars: int = 0  # length of the prompt text Q at the start (shared by a group's texts)
 
 
-def _with_reference(head: str, reference: str, tail: str, eos: str, fallback: bool = False) -> ScoredText:
-    return ScoredText(head + reference + tail + eos, len(head), len(head) + len(reference), fallback)
+def _with_reference(head: str, reference: str, tail: str, eos: str, fallback: bool = False,
+                    prefix_chars: int = 0) -> ScoredText:
+    return ScoredText(head + reference + tail + eos, len(head), len(head) + len(reference), fallback,
+                      prefix_chars)
 
 
 def strip_response(response: str, eos: str) -> str:
@@ -43,10 +46,12 @@ def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str
     response is invalid (and the fallback is off)."""
     parsed = parse_response(response, mode)
     if parsed.valid:
-        return _with_reference(prompt_text + parsed.head + parsed.gap, reference, parsed.tail, eos)
+        return _with_reference(prompt_text + parsed.head + parsed.gap, reference, parsed.tail, eos,
+                               prefix_chars=len(prompt_text))
     if fallback == "free":
         head = prompt_text + strip_response(response, eos) + cue
-        return _with_reference(head, reference, " " + ANSWER_CLOSE, eos, fallback=True)
+        return _with_reference(head, reference, " " + ANSWER_CLOSE, eos, fallback=True,
+                               prefix_chars=len(prompt_text))
     if fallback != "none":
         raise ValueError(f"unknown invalid_fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
     return None
@@ -55,8 +60,9 @@ def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str
 def build_score_a_text(prompt_text: str, reference: str, eos: str, *, cue: str | None = None) -> ScoredText:
     """Q + " " + y* + " " + EOS (no reasoning, no tags); with the fallback cue: Q + cue + y* + " </answer>" + EOS."""
     if cue is None:
-        return _with_reference(prompt_text + " ", reference, " ", eos)
-    return _with_reference(prompt_text + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True)
+        return _with_reference(prompt_text + " ", reference, " ", eos, prefix_chars=len(prompt_text))
+    return _with_reference(prompt_text + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True,
+                           prefix_chars=len(prompt_text))
 
 
 @dataclass
