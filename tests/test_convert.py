@@ -218,14 +218,14 @@ def test_malformed_row_names_row_and_field(fmt, row, field):
     with pytest.raises(DataError) as err:
         convert_rows(fmt, [row], source="src")
     message = str(err.value)
-    assert message.startswith(f"src: row 0: field '{field}'") and "\n" not in message
+    assert message.startswith(f"src: row 1: field '{field}'") and "\n" not in message
 
 
 def test_malformed_file_names_the_path(tmp_path):
     src = tmp_path / "bad.jsonl"
     src.write_text(json.dumps({"question": "q", "answer": ["x"]}) + "\n"
                    + json.dumps({"question": "q", "answer": "not a list"}) + "\n")
-    with pytest.raises(DataError, match=re.escape(f"{src}: row 1: field 'answer'")):
+    with pytest.raises(DataError, match=re.escape(f"{src}: row 2: field 'answer'")):
         convert_file("nq_open", src, tmp_path / "out.parquet")
     assert not (tmp_path / "out.parquet").exists()
 

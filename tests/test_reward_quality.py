@@ -185,7 +185,7 @@ def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
     from rlpr.data.records import DataError
     from rlpr.evaluation.reward_quality import read_labeled
 
-    with pytest.raises(DataError, match=r"row 1: field 'prompt' must be a string or a list of chat messages"):
+    with pytest.raises(DataError, match=r"row 1: field 'prompt\[0\]' must be an object with string 'role' and 'content'"):
         read_labeled(_write_jsonl(tmp_path / "b2.jsonl", [{"prompt": [{"role": "user"}], "response": "",
                                                            "reference": "x", "correct": False}]))
     with pytest.raises(DataError, match=r"row 1: field 'reference' is empty"):

@@ -41,6 +41,7 @@ class DataConfig:
     train: str = "demo"  # "demo" (built-in tasks) or a .parquet/.jsonl/.json/.csv file
     val: str = "demo"  # held-out data for evaluation: "demo", a file, or "" for none
     template: str = "r1"  # r1 | r1_nothink | r1_user | plain (flat files and demo tasks only)
+    prefill: str = ""  # text the assistant turn starts with, e.g. "<think>" (part of the response)
     question_column: str = "question"
     answer_column: str = "answer"
     choices_column: str = "choices"

@@ -13,6 +13,7 @@ import sys
 from pathlib import Path
 
 from rlpr.config import Config
+from rlpr.data.loading import iter_jsonl
 from rlpr.data.records import DataError
 from rlpr.data.templates import build_messages
 from rlpr.progress import progress_bar
@@ -33,7 +34,8 @@ def _check_text(row: dict, key: str, where: str, allow_empty: bool = False) -> s
     return value
 
 
-def _messages(row: dict, where: str, template: str) -> list[dict]:
+def messages_of(row: dict, where: str, template: str) -> list[dict]:
+    """A row's `prompt` as chat messages: a string question gets `template`."""
     prompt = row.get("prompt")
     if prompt is None:
         raise DataError(f"{where}: field 'prompt' is missing")
@@ -45,32 +47,24 @@ def _messages(row: dict, where: str, template: str) -> list[dict]:
     for j, m in enumerate(prompt):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise DataError(f"{where}: field 'prompt[{j}]' must be an object with string 'role' and 'content'")
-    return prompt
+    return [{"role": m["role"], "content": m["content"]} for m in prompt]
+
+
+def check_response_and_reference(row: dict, where: str) -> None:
+    _check_text(row, "response", where, allow_empty=True)
+    _check_text(row, "reference", where)
 
 
 def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
     """(row, chat messages) per line, validated; raises DataError naming the row and field."""
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for i, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}: row {i}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            messages = _messages(row, where, template)
-            _check_text(row, "response", where, allow_empty=True)
-            _check_text(row, "reference", where)
-            for key in ("score_a", "scoreA"):
-                if key in row and not isinstance(row[key], (int, float)):
-                    raise DataError(f"{where}: field '{key}' must be a number")
-            rows.append((row, messages))
+    for where, row in iter_jsonl(path):
+        messages = messages_of(row, where, template)
+        check_response_and_reference(row, where)
+        for key in ("score_a", "scoreA"):
+            if key in row and not isinstance(row[key], (int, float)):
+                raise DataError(f"{where}: field '{key}' must be a number")
+        rows.append((row, messages))
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows

@@ -123,6 +123,8 @@ class Trainer:
         if threads:
             torch.set_num_threads(threads)
         self._seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
+        if dist.is_main():
+            log.info("loading model %s", cfg.model.path)
         model, self.tokenizer = load_model(cfg.model.path)
         self.policy = build_policy(cfg, model)
         self.policy.train()
@@ -134,11 +136,13 @@ class Trainer:
             self.ref_model = copy.deepcopy(causal_lm(self.policy)).eval().requires_grad_(False)
 
         train_examples = load_examples_for(cfg, "train")
-        self.train_prompts, skipped = prepare_prompts(train_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        self.train_prompts, skipped = prepare_prompts(train_examples, self.tokenizer, cfg.data.max_prompt_tokens,
+                                                           cfg.data.prefill)
         val_examples = load_examples_for(cfg, "val")
         if cfg.data.val_limit:
             val_examples = val_examples[:cfg.data.val_limit]
-        val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens)
+        val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens,
+                                                       cfg.data.prefill)
         self.val_prompts = val_prompts[dist.rank()::dist.world_size()]  # each rank evaluates its share
         self.skipped_prompts = skipped + val_skipped
         if skipped:
@@ -162,6 +166,10 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
         self.step = 0
+        if dist.is_main():
+            log.info("%d training prompts, %d held-out; %d steps of %d prompts x %d responses; run dir %s",
+                     len(self.train_prompts), len(val_prompts), cfg.trainer.max_steps, cfg.trainer.prompts_per_step,
+                     cfg.rollout.responses_per_prompt, self.run_dir)
         if self.resume:
             self._restore(latest_checkpoint(self.run_dir))
         elif self._needs_upfront_score_a():
@@ -226,7 +234,8 @@ class Trainer:
         if self.cfg.reward.score_a == "current":
             self.reward.cache = type(self.reward.cache)()  # recompute A with the current policy
         by_index = [prompts[r.prompt_index] for r in rollouts]
-        return self.reward(self.policy, [p.text for p in by_index], [r.text for r in rollouts],
+        return self.reward(self.policy, [p.text for p in by_index],
+                           [p.response_text(r.text) for p, r in zip(by_index, rollouts)],
                            [p.example.reference for p in by_index], fill_a=self._fill_score_a,
                            precomputed_a=[p.example.score_a for p in by_index])
 
@@ -393,7 +402,7 @@ class Trainer:
         for g in groups[:limit]:
             for r, o in zip(g.rollouts, g.rewards):
                 rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
-                             "response": r.text, **o.to_dict()})
+                             "response": g.prompt.response_text(r.text), **o.to_dict()})
         return rows
 
     # -- evaluation ---------------------------------------------------------------------------
@@ -405,6 +414,8 @@ class Trainer:
         if not self.val_prompts:
             return {}
         cfg = self.cfg
+        if dist.is_main():
+            log.info("evaluating on %d held-out prompts (greedy)", len(self.val_prompts) * dist.world_size())
         self.engine.sync(self.policy)
         prompts = self.val_prompts
         max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
@@ -415,7 +426,7 @@ class Trainer:
         for p, r in zip(prompts, rollouts):
             ex = p.example
             name = grader_for(ex.data_source, ex.ability, bool(ex.choices))
-            correct.append(grade(name, r.text, ex.reference, choices=ex.choices or None,
+            correct.append(grade(name, p.response_text(r.text), ex.reference, choices=ex.choices or None,
                                  acceptable=ex.acceptable or None).correct)
         local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
                  sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards)]

@@ -211,7 +211,7 @@ def convert_rows(fmt: str, rows: list[dict], *, source: str, template: str = "r1
     mapping = mapping or ColumnMapping()
     examples = []
     for i, data in enumerate(rows):
-        where = f"{path or source}: row {i}"
+        where = f"{path or source}: row {i + 1}"
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected an object with named fields")
         example = convert(_Row(data, where, i, template, mapping, source))

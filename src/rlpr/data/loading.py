@@ -26,6 +26,26 @@ class ColumnMapping:
     choices: str = "choices"
 
 
+def iter_jsonl(path: str | Path):
+    """(where, row) per non-blank line of a JSONL file, `where` = "FILE: row N" (N = line
+    number); a line that is not a JSON object raises a one-line DataError."""
+    path = Path(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    with open(path, encoding="utf-8") as f:
+        for n, line in enumerate(f, start=1):
+            if not line.strip():
+                continue
+            where = f"{path}: row {n}"
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected a JSON object")
+            yield where, row
+
+
 def read_rows(path: str | Path) -> list[dict]:
     """Raw rows of a .parquet, .jsonl, .json or .csv file."""
     path = Path(path)
@@ -38,19 +58,7 @@ def read_rows(path: str | Path) -> list[dict]:
 
             return pq.read_table(path).to_pylist()
         if suffix == ".jsonl":
-            rows = []
-            with open(path, encoding="utf-8") as f:
-                for i, line in enumerate(f):
-                    if not line.strip():
-                        continue
-                    try:
-                        row = json.loads(line)
-                    except json.JSONDecodeError as e:
-                        raise DataError(f"{path}: row {i}: not valid JSON ({e.msg})") from None
-                    if not isinstance(row, dict):
-                        raise DataError(f"{path}: row {i}: expected a JSON object")
-                    rows.append(row)
-            return rows
+            return [row for _, row in iter_jsonl(path)]
         if suffix == ".json":
             with open(path, encoding="utf-8") as f:
                 data = json.load(f)
@@ -171,7 +179,7 @@ def load_examples(path: str | Path, template: str = "r1",
     mapping = mapping or ColumnMapping()
     out = []
     for i, row in enumerate(rows):
-        where = f"{path}: row {i}"
+        where = f"{path}: row {i + 1}"
         if not isinstance(row, dict):
             raise DataError(f"{where}: expected an object with named fields")
         if "reward_model" in row or ("prompt" in row and mapping.question not in row):

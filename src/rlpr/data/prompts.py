@@ -18,25 +18,31 @@ class Prompt:
     """A training/evaluation prompt: chat-templated text and its token ids."""
 
     index: int  # position in the prepared list (stable across runs with the same data)
-    text: str
-    token_ids: list[int]
+    text: str  # chat-templated, ending with the generation prompt
+    token_ids: list[int]  # tokens of text + prefill: what the policy is conditioned on
     example: Example
+    prefill: str = ""  # start of the assistant turn written for the model (e.g. "<think>")
+
+    def response_text(self, generated: str) -> str:
+        """The response as the reward sees it: the pre-filled start plus what the model wrote."""
+        return self.prefill + generated
 
 
 def chat_text(tokenizer, messages: list[dict]) -> str:
     return tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
 
 
-def prepare_prompts(examples: list[Example], tokenizer, max_prompt_tokens: int) -> tuple[list[Prompt], int]:
+def prepare_prompts(examples: list[Example], tokenizer, max_prompt_tokens: int,
+                    prefill: str = "") -> tuple[list[Prompt], int]:
     """Chat-template and tokenize; prompts over `max_prompt_tokens` are skipped and counted."""
     prompts, skipped = [], 0
     for ex in examples:
         text = chat_text(tokenizer, ex.prompt)
-        ids = tokenizer(text, add_special_tokens=False)["input_ids"]
+        ids = tokenizer(text + prefill, add_special_tokens=False)["input_ids"]
         if len(ids) > max_prompt_tokens:
             skipped += 1
             continue
-        prompts.append(Prompt(len(prompts), text, ids, ex))
+        prompts.append(Prompt(len(prompts), text, ids, ex, prefill))
     return prompts, skipped
 
 

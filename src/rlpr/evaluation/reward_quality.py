@@ -155,42 +155,18 @@ def report_markdown(report: dict) -> str:
 
 def read_labeled(path: str | Path, template: str = "plain") -> list[dict]:
     """Validated rows {messages, response, reference, correct, group, ...}; one-line DataError."""
-    from rlpr.data.templates import build_messages
+    from rlpr.data.loading import iter_jsonl
+    from rlpr.score_file import check_response_and_reference, messages_of
 
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
     rows = []
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
-            if not line.strip():
-                continue
-            where = f"{path}: row {n}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            prompt = row.get("prompt")
-            if isinstance(prompt, str) and prompt.strip():
-                messages = build_messages(prompt, template)
-            elif isinstance(prompt, list) and prompt and all(
-                    isinstance(m, dict) and isinstance(m.get("role"), str) and isinstance(m.get("content"), str)
-                    for m in prompt):
-                messages = [{"role": m["role"], "content": m["content"]} for m in prompt]
-            else:
-                raise DataError(f"{where}: field 'prompt' must be a string or a list of chat messages")
-            for key in ("response", "reference"):
-                if not isinstance(row.get(key), str):
-                    raise DataError(f"{where}: field '{key}' must be a string")
-            if not row["reference"].strip():
-                raise DataError(f"{where}: field 'reference' is empty")
-            if not isinstance(row.get("correct"), bool):
-                raise DataError(f"{where}: field 'correct' must be true or false")
-            group = row.get("group")
-            group = json.dumps(messages) if group is None else json.dumps(group)  # hashable id
-            rows.append({**row, "messages": messages, "group_id": group})
+    for where, row in iter_jsonl(path):
+        messages = messages_of(row, where, template)
+        check_response_and_reference(row, where)
+        if not isinstance(row.get("correct"), bool):
+            raise DataError(f"{where}: field 'correct' must be true or false")
+        group = row.get("group")
+        group = json.dumps(messages) if group is None else json.dumps(group)  # hashable id
+        rows.append({**row, "messages": messages, "group_id": group})
     if not rows:
         raise DataError(f"{path}: no rows")
     return rows
