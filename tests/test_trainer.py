@@ -1,13 +1,11 @@
 """The training loop on tiny in-process models: micro-batch invariance, exact resume, dynamic
 sampling, interruption, and the run directory a user gets."""
 
-import json
 import os
 import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 import torch
@@ -19,7 +17,7 @@ from rlpr.config import AlgorithmConfig, ConfigError, load_config
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
 from rlpr.tracking import read_metrics
-from rlpr.trainer import Group, Trainer, TrainingError, build_policy, train
+from rlpr.trainer import Group, Trainer, TrainingError, train
 from rlpr.update import Sample, accumulate_gradients, fill_logprobs
 
 

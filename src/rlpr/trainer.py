@@ -473,7 +473,7 @@ class Trainer:
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
-        cfg, t = self.cfg, self.cfg.trainer
+        t = self.cfg.trainer
         self.tracker = Tracker(self.run_dir, t.tensorboard and dist.is_main(),
                                resume_step=self.step if self.resume else None) if dist.is_main() else None
         if not dist.is_main():
