@@ -31,6 +31,15 @@ def tiny_model(tokenizer):
 
 
 @pytest.fixture(scope="session")
+def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
+    """The tiny model saved as a real HF model directory (what `model.path` / `--model` take)."""
+    path = tmp_path_factory.mktemp("tiny-model")
+    tiny_model.save_pretrained(path)
+    tokenizer.save_pretrained(path)
+    return str(path)
+
+
+@pytest.fixture(scope="session")
 def real_model():
     """The embedded SmolLM2-135M-Instruct (end-to-end tests only)."""
     from rlpr.models import load_model

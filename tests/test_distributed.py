@@ -17,14 +17,6 @@ from rlpr.trainer import train
 TIMEOUT = 300
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
-    path = tmp_path_factory.mktemp("tiny-dist")
-    tiny_model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def common(tiny_dir, out, name, steps):
     return [f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
             f"trainer.max_steps={steps}", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4",

@@ -12,17 +12,9 @@ from rlpr.cli import main
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "score_example.jsonl"
 
 
-@pytest.fixture(scope="module")
-def model_dir(tmp_path_factory, tiny_model, tokenizer):
-    path = tmp_path_factory.mktemp("tiny")
-    tiny_model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return path
-
-
-def test_score_example_file(model_dir, tmp_path):
+def test_score_example_file(tiny_dir, tmp_path):
     out = tmp_path / "out.jsonl"
-    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(model_dir)]) == 0
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(tiny_dir)]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     inputs = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
     assert len(rows) == len(inputs)
@@ -35,9 +27,9 @@ def test_score_example_file(model_dir, tmp_path):
     assert 0.0 < rows[0]["score_b"] < 1.0
 
 
-def test_score_with_fallback_override(model_dir, tmp_path):
+def test_score_with_fallback_override(tiny_dir, tmp_path):
     out = tmp_path / "out.jsonl"
-    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(model_dir),
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(tiny_dir),
                  "reward.invalid_fallback=free", "reward.aggregation=geo_mean_prob"]) == 0
     last = json.loads(out.read_text().splitlines()[4])
     assert last["fallback"] is True and last["score_b"] > 0.0 and last["ref_tokens"] == "144"
@@ -60,7 +52,7 @@ def test_malformed_rows_give_one_line_errors(tmp_path, capsys, line, message):
     assert not (tmp_path / "o.jsonl").exists()
 
 
-def test_overlong_field_and_bad_model(tmp_path, capsys, model_dir):
+def test_overlong_field_and_bad_model(tmp_path, capsys, tiny_dir):
     long_file = tmp_path / "long.jsonl"
     long_file.write_text(json.dumps({"prompt": "q", "response": "x" * 1_000_001, "reference": "a"}) + "\n")
     assert main(["score", "--input", str(long_file), "--output", str(tmp_path / "o.jsonl")]) == 2
@@ -69,7 +61,7 @@ def test_overlong_field_and_bad_model(tmp_path, capsys, model_dir):
                  "--model", str(tmp_path)]) == 2
     assert "not a Hugging Face model directory" in capsys.readouterr().err
     assert main(["score", "--input", str(EXAMPLE), "--output", str(tmp_path / "o.jsonl"),
-                 "--model", str(model_dir), "reward.aggregaton=mean_prob"]) == 2
+                 "--model", str(tiny_dir), "reward.aggregaton=mean_prob"]) == 2
     assert "did you mean 'reward.aggregation'" in capsys.readouterr().err
 
 

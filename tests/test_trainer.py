@@ -21,14 +21,6 @@ from rlpr.trainer import Group, Trainer, TrainingError, train
 from rlpr.update import Sample, accumulate_gradients, fill_logprobs
 
 
-@pytest.fixture(scope="module")
-def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
-    path = tmp_path_factory.mktemp("tiny-model")
-    tiny_model.save_pretrained(path)
-    tokenizer.save_pretrained(path)
-    return str(path)
-
-
 def tiny_cfg(tiny_dir, out, name, *extra):
     return load_config("demo", [
         f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
