@@ -47,6 +47,7 @@ class DataConfig:
     choices_column: str = "choices"
     demo_train_size: int = 1000
     demo_val_size: int = 50
+    demo_seed: int = 0  # which draw of the demo tasks (fixed, so that training seeds share the data)
     val_limit: int = 0  # evaluate on at most this many held-out examples (0: all)
     max_prompt_tokens: int = 1024  # longer prompts are skipped (counted), never crash the run
     shuffle: bool = True

@@ -73,7 +73,7 @@ def load_examples_for(cfg: Config, split: str):
         from rlpr.data.demo_tasks import demo_examples
 
         n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
-        return demo_examples(split, n=n, seed=cfg.trainer.seed, template=cfg.data.template)
+        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template)
     mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
     return load_examples(source, cfg.data.template, mapping)
 
