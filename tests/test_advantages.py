@@ -8,8 +8,8 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from rlpr.algorithms.advantages import (ADVANTAGES, compute_advantages, dr_grpo, grpo, reinforce_pp,
-                                        rloo)
+from rlpr.algorithms.advantages import (ADVANTAGES, centred_moments, compute_advantages, dr_grpo, grpo,
+                                        reinforce_pp, rloo)
 
 TOL = dict(atol=1e-6, rtol=1e-6)
 
@@ -145,6 +145,19 @@ def test_reinforce_pp_is_batch_normalised():
     # each group sums to 0 (group-centred), the whole batch has unbiased std ~1
     torch.testing.assert_close(adv.sum(-1), torch.zeros(6), atol=1e-5, rtol=0)
     assert float(adv.std(unbiased=True)) == pytest.approx(1.0, abs=1e-5)
+
+
+def test_reinforce_pp_split_over_ranks_equals_whole_batch():
+    # what data-parallel training does: each rank holds some groups, the moments are summed
+    torch.manual_seed(1)
+    rewards = torch.rand(5, 8)
+    parts = [rewards[:2], rewards[2:]]
+    moments = tuple(sum(m) for m in zip(*(centred_moments(p) for p in parts)))
+    split = torch.cat([compute_advantages(p, "reinforce_pp", moments) for p in parts])
+    torch.testing.assert_close(split, compute_advantages(rewards, "reinforce_pp"), **TOL)
+    # a rank-local normalisation would differ
+    local = torch.cat([compute_advantages(p, "reinforce_pp") for p in parts])
+    assert not torch.allclose(local, split, atol=1e-3)
 
 
 # ---------------------------------------------------------------------------------------------

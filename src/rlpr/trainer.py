@@ -25,7 +25,7 @@ import torch
 import yaml
 
 from rlpr import distributed as dist
-from rlpr.algorithms.advantages import compute_advantages
+from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_state, save_checkpoint,
                              set_rng_state)
@@ -300,11 +300,17 @@ class Trainer:
 
     # -- stage 4-5: advantages, old log-probs, updates ----------------------------------------
     def make_samples(self, groups: list[Group]) -> list[list[Sample]]:
-        """Per group, its responses as training samples with advantages."""
+        """Per group, its responses as training samples with advantages (every rank calls it:
+        REINFORCE++ normalises over the global batch)."""
+        name = self.cfg.algorithm.advantage
+        rewards = torch.tensor([g.scalar_rewards for g in groups], dtype=torch.float32)
+        moments = None
+        if name == "reinforce_pp" and dist.world_size() > 1:
+            local = centred_moments(rewards) if groups else (0.0, 0.0, 0.0)
+            moments = tuple(dist.sum_values(list(local)))
         if not groups:
             return []
-        rewards = torch.tensor([g.scalar_rewards for g in groups], dtype=torch.float32)
-        adv = compute_advantages(rewards, self.cfg.algorithm.advantage)
+        adv = compute_advantages(rewards, name, moments)
         return [[Sample(g.prompt.token_ids + r.token_ids, len(g.prompt.token_ids), float(a))
                  for r, a in zip(g.rollouts, adv_row.tolist()) if r.token_ids]
                 for g, adv_row in zip(groups, adv)]

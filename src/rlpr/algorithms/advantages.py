@@ -32,12 +32,26 @@ def rloo(rewards: torch.Tensor) -> torch.Tensor:
     return (rewards - rewards.mean(-1, keepdim=True)) * n / (n - 1)
 
 
-def reinforce_pp(rewards: torch.Tensor) -> torch.Tensor:
-    """REINFORCE++ with baseline: subtract the group mean, then normalise over the whole batch."""
+def centred_moments(rewards: torch.Tensor) -> tuple[float, float, float]:
+    """(count, sum, sum of squares) of the group-centred rewards: summed over ranks, they give
+    REINFORCE++'s batch statistics of the global batch."""
+    centred = (rewards - rewards.mean(-1, keepdim=True)).double()
+    return float(centred.numel()), centred.sum().item(), centred.pow(2).sum().item()
+
+
+def reinforce_pp(rewards: torch.Tensor, moments: tuple[float, float, float] | None = None) -> torch.Tensor:
+    """REINFORCE++ with baseline: subtract the group mean, then normalise over the whole batch.
+
+    `moments` (see `centred_moments`) are the batch's statistics when the batch spans several
+    ranks; by default, those of `rewards`.
+    """
     centred = rewards - rewards.mean(-1, keepdim=True)
-    if centred.numel() < 2:
+    n, total, squares = moments if moments is not None else centred_moments(rewards)
+    if n < 2:
         return centred
-    return (centred - centred.mean()) / (centred.std(unbiased=True) + EPS)
+    mean = total / n
+    std = max(squares - total * total / n, 0.0) / (n - 1)
+    return (centred - mean) / (std ** 0.5 + EPS)
 
 
 ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
@@ -45,10 +59,12 @@ ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
 }
 
 
-def compute_advantages(rewards: torch.Tensor, name: str = "grpo") -> torch.Tensor:
+def compute_advantages(rewards: torch.Tensor, name: str = "grpo", moments=None) -> torch.Tensor:
+    """`moments`: the global batch statistics for `reinforce_pp` (ignored by the per-group estimators)."""
     if rewards.dim() != 2 or rewards.shape[-1] < 2:
         raise ValueError(f"rewards must be [groups, n >= 2], got {tuple(rewards.shape)}")
-    try:
-        return ADVANTAGES[name](rewards.float())
-    except KeyError:
-        raise ValueError(f"unknown advantage {name!r}; choose one of {', '.join(ADVANTAGES)}") from None
+    if name not in ADVANTAGES:
+        raise ValueError(f"unknown advantage {name!r}; choose one of {', '.join(ADVANTAGES)}")
+    if name == "reinforce_pp":
+        return reinforce_pp(rewards.float(), moments)
+    return ADVANTAGES[name](rewards.float())
