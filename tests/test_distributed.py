@@ -25,10 +25,17 @@ def common(tiny_dir, out, name, steps):
             "trainer.tensorboard=false", "trainer.mixed_precision=none", "trainer.sample_every=0"]
 
 
-def torchrun(args, resume=None):
+LAUNCHERS = {
+    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
+    # accelerate's multi-process launcher (torch elastic underneath); with no GPU, rlpr picks gloo
+    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2",
+                   "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"],
+}
+
+
+def torchrun(args, resume=None, launcher="torchrun"):
     env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2",
-           "-m", "rlpr", "train", *args]
+    cmd = [*LAUNCHERS[launcher], "-m", "rlpr", "train", *args]
     if resume:
         cmd[cmd.index("train") + 1:cmd.index("train") + 1] = ["--resume", resume]
     result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
@@ -70,6 +77,13 @@ def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path):
     assert s_two["step"] == s_straight["step"] == 4
     assert s_two["filter"] == s_straight["filter"]
     assert [r["stream"] for r in s_two["ranks"]] == [r["stream"] for r in s_straight["ranks"]]
+
+
+def test_accelerate_launch_equals_one_process(tiny_dir, tmp_path):
+    train(load_config("demo", common(tiny_dir, tmp_path, "one", 1)))
+    torchrun(common(tiny_dir, tmp_path, "two", 1), launcher="accelerate")
+    assert_close(adapter(tmp_path / "one"), adapter(tmp_path / "two"), atol=1e-5)
+    assert load_state(latest_checkpoint(tmp_path / "two"))["world_size"] == 2
 
 
 def test_rank_with_every_group_filtered_does_not_hang(tiny_dir, tmp_path):
