@@ -7,6 +7,7 @@ initial policy (or a precomputed dataset column).
 
 from __future__ import annotations
 
+import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
@@ -68,6 +69,8 @@ class ProbabilityReward:
         self.shaping = get_shaping(cfg.shaping)
         self.eos = tokenizer.eos_token or ""
         self.cache = ScoreACache()
+        # wall seconds spent in the model forwards of score B and score A (accumulated; reset freely)
+        self.seconds = {"score_b": 0.0, "score_a": 0.0}
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
@@ -102,7 +105,9 @@ class ProbabilityReward:
         todo = list(todo.values())
         if not todo:
             return
+        tick = time.perf_counter()
         values = self._scores(model, [self.score_a_text(*t) for t in todo])
+        self.seconds["score_a"] += time.perf_counter() - tick
         for t, v in zip(todo, values):
             self.cache.put(self._key(*t), v)
 
@@ -126,7 +131,9 @@ class ProbabilityReward:
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         items = [self.score_b_text(p, r, y) for p, r, y in zip(prompt_texts, responses, references)]
+        tick = time.perf_counter()
         scores_b = self._scores(model, items)
+        self.seconds["score_b"] += time.perf_counter() - tick
         fallbacks = [it is not None and it.fallback for it in items]
         given = [a if not f else None for a, f in zip(precomputed_a, fallbacks)]
         if self.cfg.debias:
