@@ -172,6 +172,7 @@ def main() -> int:
     parser.add_argument("--mmlu-variants", default="rlpr", help="variants also run on MMLU (time budget)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--output", default=str(RESULTS / "learning"))
+    parser.add_argument("--report", action="store_true", help="only summarise the runs already in the .jsonl")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
     args = parser.parse_args()
     if args.quick:
@@ -187,8 +188,8 @@ def main() -> int:
     have = {(r["dataset"], r["variant"], r["seed"]) for r in done}
     common = [f"trainer.max_steps={args.steps}", f"trainer.lr={args.lr}", f"model.threads={args.threads}"]
     start = time.time()
-    all_data = datasets(workdir, args.val_size)
-    for dataset in args.data.split(","):
+    all_data = {} if args.report else datasets(workdir, args.val_size)
+    for dataset in [] if args.report else args.data.split(","):
         if dataset not in all_data:
             sys.exit(f"--data: unknown or unavailable dataset {dataset!r} (have {', '.join(all_data)})")
         overrides = all_data[dataset] + common
