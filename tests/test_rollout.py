@@ -68,3 +68,24 @@ def test_sync_copies_merged_lora_weights(tokenizer):
         got = engine.model(input_ids=ids).logits
     assert torch.allclose(want, got, atol=1e-5)
     assert set(merged_weights(policy)) == set(engine.model.state_dict())
+
+
+def test_bf16_output_layer_gets_contiguous_rows_with_identical_logits(tiny_model, tokenizer):
+    """The rollout copy's output layer copies generate's strided last-position view before the
+    bf16 projection (avoids a [B, H, vocab] weight copy on CPU): logits and samples unchanged."""
+    engine = HFRollout(tiny_model, tokenizer, torch.bfloat16, batch_sequences=8)
+    head = engine.model.get_output_embeddings()
+    hidden = torch.randn(8, 13, head.in_features).to(torch.bfloat16)
+    with torch.no_grad():
+        hooked = head(hidden[:, -1:, :])
+        plain = torch.nn.functional.linear(hidden[:, -1:, :], head.weight)
+        assert torch.equal(hooked, plain)
+        assert torch.equal(head(hidden), torch.nn.functional.linear(hidden, head.weight))  # no-op when contiguous
+    ps = prompts(tokenizer, ["Capital of France?", "A much longer question about rivers and mountains?"])
+    ours = engine.generate(ps, 4, max_new_tokens=12, seeds=[3, 4])
+    greedy = engine.generate(ps, 1, max_new_tokens=12, temperature=0.0)
+    head._forward_pre_hooks.clear()
+    assert [r.token_ids for r in engine.generate(ps, 4, max_new_tokens=12, seeds=[3, 4])] == \
+        [r.token_ids for r in ours]
+    assert [r.token_ids for r in engine.generate(ps, 1, max_new_tokens=12, temperature=0.0)] == \
+        [r.token_ids for r in greedy]
