@@ -35,25 +35,52 @@ def hidden_states(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) 
     return out.last_hidden_state
 
 
+def _rows_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: float, softcap,
+                   with_entropy: bool):
+    """fp32 log-prob of `targets` [n] (and entropy [n]) from output-layer logits [n, V]."""
+    logits = logits.float()
+    if softcap:
+        logits = torch.tanh(logits / softcap) * softcap
+    if temperature != 1.0:  # x / 1.0 == x: skip a full-vocabulary copy
+        logits = logits / temperature
+    logp_all = torch.log_softmax(logits, dim=-1)
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return logp, logp.new_zeros(0)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
 def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk: int = 512):
+                     with_entropy: bool = False, chunk: int = 512, softmax_rows: int | None = 64):
     """Log-prob of `targets` [N] given hidden states [N, H]; logits / temperature, fp32 softmax.
+
+    The output layer runs on `chunk` rows at a time; the fp32 softmax part on `softmax_rows` rows
+    at a time, and under autograd it is checkpointed: only the output layer's logits are kept for
+    backward and each piece's softmax is recomputed there, instead of keeping several fp32
+    [chunk, vocab] tensors per chunk (400 MB at 512 rows of a 49k vocabulary). Every softmax op
+    works row by row, so the values and gradients are bit-identical to `softmax_rows=None` (one
+    piece per chunk, no checkpoint; tests/test_trainer.py).
 
     Returns (logp [N], entropy [N] or None).
     """
+    from torch.utils.checkpoint import checkpoint
+
     lm = causal_lm(model)
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
     logps, ents = [], []
     for start in range(0, hidden.shape[0], chunk):
-        logits = head(hidden[start:start + chunk]).float()
-        if softcap:
-            logits = torch.tanh(logits / softcap) * softcap
-        logits = logits / temperature
-        logp_all = torch.log_softmax(logits, dim=-1)
-        logps.append(logp_all.gather(-1, targets[start:start + chunk, None]).squeeze(-1))
-        if with_entropy:
-            ents.append(-(logp_all.exp() * logp_all).sum(-1))
+        logits = head(hidden[start:start + chunk])
+        rows = softmax_rows or logits.shape[0]
+        for piece, tgt in zip(logits.split(rows), targets[start:start + chunk].split(rows)):
+            if torch.is_grad_enabled() and piece.requires_grad and softmax_rows:
+                logp, ent = checkpoint(_rows_logprobs, piece, tgt, temperature, softcap, with_entropy,
+                                       use_reentrant=False)
+            else:
+                logp, ent = _rows_logprobs(piece, tgt, temperature, softcap, with_entropy)
+            logps.append(logp)
+            ents.append(ent)
+        del logits
     empty = hidden.new_zeros(0, dtype=torch.float32)
     logp = torch.cat(logps) if logps else empty
     entropy = (torch.cat(ents) if ents else empty) if with_entropy else None

@@ -32,6 +32,7 @@ from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_st
 from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
+from rlpr.memory import release_memory
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.tracking import Tracker
@@ -224,8 +225,10 @@ class Trainer:
                                         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
                                         seeds=[seed * 1_000_003 + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
+        release_memory()
         tick = time.perf_counter()
         rewards = self.score(prompts, rollouts)
+        release_memory()
         self.timings["perf/reward_s"] += time.perf_counter() - tick
         n = cfg.rollout.responses_per_prompt
         return [Group(p, rollouts[k * n:(k + 1) * n], rewards[k * n:(k + 1) * n]) for k, p in enumerate(prompts)]
@@ -427,7 +430,9 @@ class Trainer:
         max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
         rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
                                         temperature=0.0)
+        release_memory()
         rewards = self.score(prompts, rollouts)
+        release_memory()
         correct = []
         for p, r in zip(prompts, rollouts):
             ex = p.example

@@ -15,6 +15,7 @@ from rlpr import distributed as dist
 from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
 from rlpr.config import AlgorithmConfig
 from rlpr.forward import shared_prefix_logprobs, token_logprobs
+from rlpr.memory import release_memory
 
 
 @dataclass
@@ -143,6 +144,8 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     for mb in micro_batches(samples, micro_size, pad_id, share_prefix):
         loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
         loss.backward()
+        del loss
+        release_memory()  # the next micro-batch would otherwise grow a fragmented heap
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v
     return totals
