@@ -17,6 +17,9 @@ mean probability reward, score B, exact-match / letter accuracy, format rate, re
     python benchmarks/learning.py            # full: about 2 hours on 2 CPU cores
     python benchmarks/learning.py --quick    # under 15 minutes (1 seed, demo tasks, 3 steps)
 
+Two 1-thread workers use 2 cores better than one 2-thread process (small matmuls scale poorly):
+    python benchmarks/learning.py --threads 1 & python benchmarks/learning.py --threads 1 --reverse
+
 Each finished run is appended to benchmarks/results/learning.jsonl, and a re-run skips runs that
 are already there (so an interrupted benchmark loses at most the run in progress); the summary
 goes to learning.json and learning.md (mean and sample standard deviation over seeds).
@@ -125,6 +128,24 @@ def run_base(dataset: str, overrides: list[str]) -> dict:
             "questions": before["eval/questions"], "seconds": time.time() - start}
 
 
+def read_rows(log_path: Path, settings: dict) -> list[dict]:
+    rows = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
+    return [r for r in rows if r.get("settings") == settings]
+
+
+def claim(workdir: Path, job: tuple, settings: dict) -> bool:
+    """Several workers (e.g. two 1-thread processes on 2 cores) share the job list: each job is
+    claimed by creating a file; delete `workdir/claims` to re-run abandoned jobs."""
+    claims = workdir / "claims"
+    claims.mkdir(exist_ok=True)
+    name = "-".join(str(v) for v in (*job, *settings.values()))
+    try:
+        (claims / name).open("x").close()
+        return True
+    except FileExistsError:
+        return False
+
+
 def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     base = {r["dataset"]: r for r in rows if r["variant"] == "base"}
     table, lines = [], [
@@ -172,6 +193,7 @@ def main() -> int:
     parser.add_argument("--mmlu-variants", default="rlpr", help="variants also run on MMLU (time budget)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--output", default=str(RESULTS / "learning"))
+    parser.add_argument("--reverse", action="store_true", help="take jobs in reverse order (a second worker)")
     parser.add_argument("--report", action="store_true", help="only summarise the runs already in the .jsonl")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
     args = parser.parse_args()
@@ -183,8 +205,7 @@ def main() -> int:
     log_path = Path(args.output + ".jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     settings = {"steps": args.steps, "val_size": args.val_size, "lr": args.lr, "seeds": args.seeds}
-    done = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
-    done = [r for r in done if r.get("settings") == settings]
+    done = read_rows(log_path, settings)
     have = {(r["dataset"], r["variant"], r["seed"]) for r in done}
     common = [f"trainer.max_steps={args.steps}", f"trainer.lr={args.lr}", f"model.threads={args.threads}"]
     start = time.time()
@@ -195,11 +216,11 @@ def main() -> int:
         overrides = all_data[dataset] + common
         variants = args.variants.split(",") if dataset == "demo" else args.mmlu_variants.split(",")
         jobs = [(dataset, "base", None)] + [(dataset, v, s) for v in variants for s in range(args.seeds)]
-        for job in jobs:
-            if job in have:
-                continue
+        for job in reversed(jobs) if args.reverse else jobs:
             if job[1] != "base" and job[1] not in VARIANTS:
                 sys.exit(f"--variants: unknown variant {job[1]!r} (have {', '.join(VARIANTS)})")
+            if job in have or not claim(workdir, job, settings):
+                continue
             print(f"[{time.time() - start:6.0f}s] {job}", flush=True)
             row = run_base(dataset, overrides) if job[1] == "base" else run_one(*job, overrides, workdir)
             row["settings"] = settings
@@ -207,6 +228,7 @@ def main() -> int:
             with log_path.open("a") as f:
                 f.write(json.dumps(row) + "\n")
             print(json.dumps(row), flush=True)
+    done = read_rows(log_path, settings)  # with the rows of other workers
     table, markdown = summarise(done)
     total = sum(r["seconds"] for r in done)
     header = (f"Learning benchmark: {args.steps} steps x 4 prompts x 8 responses x 64 tokens per run, "
