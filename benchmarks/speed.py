@@ -57,6 +57,12 @@ RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
 
 
+def demo_micro_batch() -> int:
+    from rlpr.config import load_config
+
+    return load_config("demo").trainer.micro_batch_sequences
+
+
 # -- memory -------------------------------------------------------------------------------------
 
 def rss_gb() -> float:
@@ -565,7 +571,8 @@ def main() -> int:
 
     res: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "quick": args.quick,
                  "settings": {"steps": args.steps, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
-                              "prompts_per_step": 4, "responses_per_prompt": 8, "micro_batch_sequences": 8,
+                              "prompts_per_step": 4, "responses_per_prompt": 8,
+                              "micro_batch_sequences": demo_micro_batch(),
                               "micro_new_tokens": args.micro_new_tokens, "micro_reps": args.micro_reps,
                               "rss_method": "psutil RSS sampled every 20 ms by a background thread (max per part); "
                                             "ru_maxrss = lifetime peak of the process"},
