@@ -3,14 +3,14 @@
 In one process, on the embedded SmolLM2-135M-Instruct:
 
 1. rlpr: `--warmup` untimed + `--steps` timed `Trainer.train_step` calls at the demo settings
-   (LoRA r16/alpha32, 4 prompts x 8 responses x 64 new tokens, micro-batch 8, bf16 rollout copy,
+   (LoRA r16/alpha32, 4 prompts x 8 responses x 64 new tokens, the preset's micro-batch, bf16 rollout copy,
    bf16 autocast update, r1_user template + "<think>" pre-filled, reward.invalid_fallback=free),
    with exactly one rollout round per step (std filter off, max_sampling_tries=1). Breakdown per
    step: rollout, score B, score A, old log-probs, update, the rest (weight sync to the rollout
    copy, parsing, advantages).
 2. TRL 1.16 `GRPOTrainer` on a fresh copy of the same model, the same prompts in the same order
    (the same chat-templated text with "<think>" pre-filled, given as plain-text prompts), the same
-   LoRA, 8 generations x 4 prompts per optimizer step (per-device batch 8 x 4 accumulation steps),
+   LoRA, 8 generations x 4 prompts per optimizer step (per-device batch = the micro-batch, accumulated),
    64 new tokens, temperature 1.0, beta 0, clip 0.2/0.27, entropy bonus 1e-3, bf16 autocast on
    CPU, gradient checkpointing off, and a reward function that computes the SAME probability
    reward with rlpr's `ProbabilityReward` on TRL's current model (score A with the adapter off,
