@@ -149,9 +149,9 @@ def claim(workdir: Path, job: tuple, settings: dict) -> bool:
 def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     base = {r["dataset"]: r for r in rows if r["variant"] == "base"}
     table, lines = [], [
-        "| data | variant | seeds | accuracy before | accuracy after | reward before | reward after | "
-        "format after | length after | groups with std > 0 (train) | s/step |",
-        "|---|---|---|---|---|---|---|---|---|---|---|"]
+        ("| data | variant | seeds | accuracy before | accuracy after | reward before | reward after | "
+         "score B before | score B after | format after | length after | groups with std > 0 (train) | s/step |"),
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for dataset in base:
         b = base[dataset]
         for variant in VARIANTS:
@@ -176,6 +176,7 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             lines.append(
                 f"| {dataset} | {variant} | {len(runs)} | {b['before/eval/accuracy'] * 100:.1f}% | "
                 f"{pm('eval/accuracy', 100, 1)}% | {b['before/eval/reward_mean']:.4f} | {pm('eval/reward_mean', 1, 4)} | "
+                f"{b['before/eval/score_b_mean']:.4f} | {pm('eval/score_b_mean', 1, 4)} | "
                 f"{pm('eval/format_rate', 100, 1)}% | {pm('eval/response_len_mean', 1, 1)} | "
                 f"{(entry['nonzero_std_frac'] or 0) * 100:.0f}% | {entry['step_s'] or 0:.0f} |")
     return table, "\n".join(lines) + "\n"
@@ -233,7 +234,7 @@ def main() -> int:
     total = sum(r["seconds"] for r in done)
     header = (f"Learning benchmark: {args.steps} steps x 4 prompts x 8 responses x 64 tokens per run, "
               f"lr {args.lr}, {args.val_size} held-out questions per dataset, greedy; "
-              f"runs' total time {total / 60:.0f} min on this machine.\n\n")
+              f"the runs took {total / 60:.0f} min in sum (several workers overlap in wall time).\n\n")
     Path(args.output + ".md").write_text(header + markdown)
     Path(args.output + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
                                                        "table": table, "runs": done}, indent=1))
