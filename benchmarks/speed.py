@@ -448,7 +448,7 @@ def markdown(res: dict) -> str:
     s = res["settings"]
     lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "",
              (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
-             f"responses x {s['max_new_tokens']} new tokens, micro-batch 8; mean of {s['steps']} timed steps after "
+             f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
              f"{s['warmup']} warm-up; {res['machine']['cpu_count']} CPU cores, {res['machine']['torch_threads']} "
              "torch threads."), ""]
     r, t = res.get("rlpr"), res.get("trl")

@@ -145,7 +145,7 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
         loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
         loss.backward()
         del loss
-        release_memory()  # the next micro-batch would otherwise grow a fragmented heap
         for k, v in stats.items():
             totals[k] = totals.get(k, 0.0) + v
+    release_memory()  # once per update: a trim per micro-batch cost 30% of the update (6 s of 22 s)
     return totals
