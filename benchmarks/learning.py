@@ -84,8 +84,9 @@ def evaluate(trainer, base_cfg) -> dict:
 
 
 def training_summary(run_dir: Path) -> dict:
-    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
-    steps = [r for r in rows if "reward/mean" in r]
+    from rlpr.tracking import read_metrics
+
+    steps = [r for r in read_metrics(run_dir) if "reward/mean" in r]
 
     def avg(key, part=slice(None)):
         values = [r[key] for r in steps[part] if r.get(key) is not None]

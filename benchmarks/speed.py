@@ -37,13 +37,11 @@ from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
 import gc
 import json
 import logging
 import os
 import platform
-import resource
 import statistics
 import sys
 import tempfile
@@ -52,6 +50,8 @@ import time
 from pathlib import Path
 
 import torch
+
+from rlpr.trainer import mean, peak_rss_gb
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
@@ -75,16 +75,12 @@ def rss_gb() -> float:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024 ** 3
 
 
-def ru_maxrss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-
-
 def release_memory() -> None:
+    """Free the previous part's objects and give the pages back (rlpr's own malloc_trim)."""
+    from rlpr.memory import release_memory as trim
+
     gc.collect()
-    try:
-        ctypes.CDLL("libc.so.6").malloc_trim(0)
-    except (OSError, AttributeError):
-        pass
+    trim()
 
 
 class PeakRSS:
@@ -113,12 +109,7 @@ class PeakRSS:
 
     def to_dict(self) -> dict:
         return {"rss_at_start_gb": round(self.start, 3), "peak_rss_gb": round(self.peak, 3),
-                "ru_maxrss_after_gb": round(ru_maxrss_gb(), 3)}
-
-
-def mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else float("nan")
+                "ru_maxrss_after_gb": round(peak_rss_gb(), 3)}
 
 
 # -- settings -----------------------------------------------------------------------------------

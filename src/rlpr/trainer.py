@@ -228,8 +228,8 @@ class Trainer:
         release_memory()
         tick = time.perf_counter()
         rewards = self.score(prompts, rollouts)
-        release_memory()
         self.timings["perf/reward_s"] += time.perf_counter() - tick
+        release_memory()
         n = cfg.rollout.responses_per_prompt
         return [Group(p, rollouts[k * n:(k + 1) * n], rewards[k * n:(k + 1) * n]) for k, p in enumerate(prompts)]
 
