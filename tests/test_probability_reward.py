@@ -95,6 +95,10 @@ def test_score_a_cache_and_precomputed(tiny_model, tokenizer):
 
     later = fresh(tiny_llama(tokenizer, seed=1), [q], [VALID], ["Paris"])[0]
     assert later.score_a == first.score_a and later.score_b != first.score_b
+    # fill_a is asked only for uncached pairs (full fine-tuning has no initial policy left to ask)
+    asked = []
+    again = pr(tiny_model, [q], [VALID], ["Paris"], fill_a=asked.extend)[0]
+    assert asked == [] and again.score_a == first.score_a
     given = pr(tiny_model, [q], [VALID], ["Paris"], precomputed_a=[0.25])[0]
     assert given.score_a == 0.25
     no_debias = make(tokenizer, debias=False)(tiny_model, [q], [VALID], ["Paris"])[0]

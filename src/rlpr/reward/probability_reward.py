@@ -137,7 +137,8 @@ class ProbabilityReward:
         fallbacks = [it is not None and it.fallback for it in items]
         given = [a if not f else None for a, f in zip(precomputed_a, fallbacks)]
         if self.cfg.debias:
-            missing = [(p, y, f) for p, y, f, a in zip(prompt_texts, references, fallbacks, given) if a is None]
+            missing = [(p, y, f) for p, y, f, a in zip(prompt_texts, references, fallbacks, given)
+                       if a is None and self.cache.get(self._key(p, y, f)) is None]
             if fill_a is None:
                 a_model = score_a_model if score_a_model is not None else model
                 fill_a = lambda pairs: self.fill_score_a(a_model, pairs)  # noqa: E731
