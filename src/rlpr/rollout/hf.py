@@ -35,7 +35,10 @@ class RolloutEngine(Protocol):
 
 
 def merged_weights(policy) -> dict[str, torch.Tensor]:
-    """The policy's weights as a plain (un-wrapped) state dict, LoRA deltas merged in."""
+    """The policy's weights as a plain (un-wrapped) state dict, LoRA deltas merged in.
+
+    Read from the modules' tensors rather than `state_dict()`: under FSDP (inside
+    `sharding.gathered`) those are the full weights, while `state_dict()` would reshard them."""
     lm = causal_lm(policy)
     try:
         from peft.tuners.lora import LoraLayer
@@ -52,10 +55,12 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
                         weight = weight + module.get_delta_weight(adapter).detach()
             out[f"{name}.weight"] = weight
             lora_prefixes.append(name + ".")
-    for name, tensor in lm.state_dict().items():
-        if any(name.startswith(p) for p in lora_prefixes):
-            continue
-        out.setdefault(name, tensor)
+    for module_name, module in lm.named_modules(remove_duplicate=False):  # the keys of lm.state_dict()
+        prefix = f"{module_name}." if module_name else ""
+        buffers = [(n, b) for n, b in module._buffers.items() if n not in module._non_persistent_buffers_set]
+        for name, tensor in [*module._parameters.items(), *buffers]:
+            if tensor is not None and not any((prefix + name).startswith(p) for p in lora_prefixes):
+                out.setdefault(prefix + name, tensor.detach())
     return out
 
 
