@@ -37,17 +37,19 @@ def is_peft(model) -> bool:
     return hasattr(model, "peft_config")
 
 
-def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, keep_last: int) -> Path:
-    """Write checkpoints/step_N atomically and keep only the newest `keep_last`."""
+def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, keep_last: int,
+                    weights: dict | None = None) -> Path:
+    """Write checkpoints/step_N atomically and keep only the newest `keep_last`. `weights`: the
+    policy's full trainable state dict when the module itself is sharded (FSDP)."""
     root = Path(run_dir) / "checkpoints"
     root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}"
     shutil.rmtree(tmp, ignore_errors=True)
     if is_peft(policy):
-        policy.save_pretrained(tmp / "adapter")
+        policy.save_pretrained(tmp / "adapter", state_dict=weights)
     else:
-        causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True)
+        causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
         tokenizer.save_pretrained(tmp / "model")
     torch.save(state, tmp / STATE_FILE)
     if final.exists():

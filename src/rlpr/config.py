@@ -111,6 +111,8 @@ class TrainerConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
     mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
+    strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
+    #                        sharded over processes; see rlpr/sharding.py). One process: both the same
     share_prompt_prefix: bool = True  # run each prompt once per micro-batch of its responses (exact;
     #                                   not combined with model.gradient_checkpointing)
     max_steps: int = 100
@@ -289,6 +291,9 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
     _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16"))
+    _choice("trainer.strategy", t.strategy, ("ddp", "fsdp"))
+    if t.strategy == "fsdp" and cfg.model.gradient_checkpointing:
+        raise ConfigError("trainer.strategy=fsdp cannot be combined with model.gradient_checkpointing yet")
     try:
         get_shaping(r.shaping)
     except ValueError as e:

@@ -35,6 +35,7 @@ from rlpr.forward import causal_lm
 from rlpr.memory import release_memory
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
+from rlpr.sharding import make_strategy
 from rlpr.tracking import Tracker
 from rlpr.update import Sample, accumulate_gradients, fill_logprobs
 
@@ -129,7 +130,6 @@ class Trainer:
         model, self.tokenizer = load_model(cfg.model.path)
         self.policy = build_policy(cfg, model)
         self.policy.train()
-        self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         self.ref_model = None
         if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
             import copy
@@ -157,6 +157,8 @@ class Trainer:
         self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
         dtype = torch.bfloat16 if cfg.model.rollout_dtype == "bfloat16" else torch.float32
         self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences)
+        self.strategy = make_strategy(cfg.trainer.strategy, self.policy)  # fsdp shards the policy in place
+        self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         a = cfg.algorithm
         self.filter = EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps,
                                    init_steps=a.filter_init_steps, decay=a.filter_ema_decay, enabled=a.std_filter)
@@ -211,7 +213,8 @@ class Trainer:
         pairs = [(p.text, p.example.reference, f) for p in self.train_prompts + self.val_prompts
                  for f in variants if f or p.example.score_a is None]
         log.info("computing score A for %d prompt/reference pairs with the initial policy", len(pairs))
-        self.reward.fill_score_a(self.policy, pairs)
+        with self.strategy.gathered():
+            self.reward.fill_score_a(self.policy, pairs)
 
     # -- stage 1-2: rollouts and rewards ------------------------------------------------------
     def rollout_groups(self, indices: list[int], seed: int) -> list[Group]:
@@ -237,10 +240,11 @@ class Trainer:
         if self.cfg.reward.score_a == "current":
             self.reward.cache = type(self.reward.cache)()  # recompute A with the current policy
         by_index = [prompts[r.prompt_index] for r in rollouts]
-        return self.reward(self.policy, [p.text for p in by_index],
-                           [p.response_text(r.text) for p, r in zip(by_index, rollouts)],
-                           [p.example.reference for p in by_index], fill_a=self._fill_score_a,
-                           precomputed_a=[p.example.score_a for p in by_index])
+        with self.strategy.gathered():  # every rank calls score(), even with no rollouts
+            return self.reward(self.policy, [p.text for p in by_index],
+                               [p.response_text(r.text) for p, r in zip(by_index, rollouts)],
+                               [p.example.reference for p in by_index], fill_a=self._fill_score_a,
+                               precomputed_a=[p.example.score_a for p in by_index])
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:
@@ -336,7 +340,7 @@ class Trainer:
         share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
         timings = {}
         tick = time.perf_counter()
-        with self._precision():
+        with self._precision(), self.strategy.gathered():
             if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
                 fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share)
             if cfg.algorithm.kl_coef:
@@ -350,10 +354,10 @@ class Trainer:
         for _ in range(t.epochs_per_step):
             for u in range(n_updates):
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
-                with self._precision():  # every rank calls it, even with no groups: it holds a collective
+                with self._precision(), self.strategy.training():  # every rank calls it, even with no groups
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                                 pad, temp, share)
-                dist.sum_gradients(self.trainable)
+                                                 pad, temp, share, lockstep=self.strategy.lockstep)
+                self.strategy.reduce_gradients(self.trainable)
                 grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
                 self.optimizer.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -374,7 +378,8 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         start = time.perf_counter()
         self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
-        self.engine.sync(self.policy)
+        with self.strategy.gathered():
+            self.engine.sync(self.policy)
         kept, info = self.collect(step)
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start
@@ -425,7 +430,8 @@ class Trainer:
         cfg = self.cfg
         if dist.is_main():
             log.info("evaluating on %d held-out prompts (greedy)", len(self.val_prompts) * dist.world_size())
-        self.engine.sync(self.policy)
+        with self.strategy.gathered():
+            self.engine.sync(self.policy)
         prompts = self.val_prompts
         max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
         rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
@@ -448,21 +454,21 @@ class Trainer:
 
     # -- checkpoints --------------------------------------------------------------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "optimizer": self.optimizer.state_dict(),
+        return {"step": self.step, "optimizer": self.strategy.optimizer_state(self.policy, self.optimizer),
                 "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
                 "stream": self.stream.state_dict(), "score_a_cache": self.reward.cache.state_dict(),
-                "rng": rng_state(), "world_size": dist.world_size()}
+                "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy}
 
     def save(self) -> Path | None:
-        states = dist.gather_objects({k: v for k, v in self.trainer_state().items()
-                                      if k in ("stream", "rng", "score_a_cache")})
+        state = self.trainer_state()  # on every rank: with fsdp, gathering the optimizer state is a collective
+        weights = self.strategy.model_state(self.policy)
+        states = dist.gather_objects({k: v for k, v in state.items() if k in ("stream", "rng", "score_a_cache")})
         if not dist.is_main():
             dist.barrier()
             return None
-        state = self.trainer_state()
         state["ranks"] = states
         path = save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state,
-                               self.cfg.trainer.keep_last)
+                               self.cfg.trainer.keep_last, weights)
         dist.barrier()
         return path
 
@@ -471,8 +477,11 @@ class Trainer:
         if state.get("world_size", 1) != dist.world_size():
             raise ConfigError(f"{ckpt}: saved with {state.get('world_size', 1)} processes; resume with the same "
                               f"number (now {dist.world_size()})")
-        load_weights(self.policy, ckpt)
-        self.optimizer.load_state_dict(state["optimizer"])
+        if state.get("strategy", "ddp") != self.cfg.trainer.strategy:
+            raise ConfigError(f"{ckpt}: saved with trainer.strategy={state.get('strategy', 'ddp')}; resume with it")
+        with self.strategy.load_weights_context():
+            load_weights(self.policy, ckpt)
+        self.strategy.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.filter.load_state_dict(state["filter"])
         mine = state["ranks"][dist.rank()]

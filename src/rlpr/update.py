@@ -135,13 +135,28 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     return loss, stats
 
 
+def padding_micro_batch(pad_id: int, share_prefix: bool) -> MicroBatch:
+    """A one-token prompt and response: the same module calls as a real micro-batch (so the same
+    FSDP collectives); its log-prob times 0 gives a zero gradient and no statistics."""
+    return MicroBatch([Sample([pad_id, pad_id], 1, 0.0)], pad_id, [pad_id] if share_prefix else None)
+
+
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
-                         temperature: float, share_prefix: bool = True) -> dict:
+                         temperature: float, share_prefix: bool = True, lockstep: bool = False) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
-    Called on every rank for every update, even with no samples (the normaliser is global)."""
+    Called on every rank for every update, even with no samples (the normaliser is global).
+    With `lockstep` (FSDP), every rank runs as many forward/backward passes as the busiest one."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
-    for mb in micro_batches(samples, micro_size, pad_id, share_prefix):
+    batches = micro_batches(samples, micro_size, pad_id, share_prefix)
+    real = len(batches)
+    if lockstep:
+        batches += [padding_micro_batch(pad_id, share_prefix)] * (int(dist.max_value(real)) - real)
+    for i, mb in enumerate(batches):
+        if i >= real:
+            logp, _ = mb.logprobs(model, temperature)
+            (logp.sum() * 0.0).backward()  # finite, unlike a loss whose KL term could overflow
+            continue
         loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
         loss.backward()
         del loss

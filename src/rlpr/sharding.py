@@ -1,0 +1,160 @@
+"""Training strategies: `trainer.strategy: ddp` (a full replica per process, gradients summed
+once per optimizer step) or `fsdp` (FSDP2 `fully_shard`: weights, gradients and optimizer states
+sharded over the processes, ZeRO-3-like).
+
+FSDP all-gathers a module's weights in its forward and reduce-scatters its gradients in its
+backward: collectives that every process must call in the same order. rlpr's processes do
+unequal amounts of forward work (score A is cached per prompt, generation lengths differ, a
+process may own no group). So the sharded model is used in two ways only:
+
+- `gathered()`: no-grad phases (weight sync to the rollout copy, reward scoring, old/reference
+  log-probs, evaluation). Every process all-gathers every module once on entry and frees the
+  copies on exit; forwards inside do no collectives, so their number may differ per process.
+  The cost: these phases hold the full weights, like DDP.
+- `training()` + lock-step micro-batches: in the update every process runs the same number of
+  forward/backward passes (`update.accumulate_gradients(lockstep=True)` pads with zero-weight
+  micro-batches), each layer is gathered for its forward and backward only, and gradients are
+  reduce-scattered with SUM (losses are normalised by global counts).
+
+rlpr calls the decoder and the output layer directly (`forward.py`), not the root module's
+forward, so the root group (embeddings, final norm, tied output layer) is gathered explicitly for
+the update and stays gathered until its end.
+"""
+
+from __future__ import annotations
+
+from contextlib import contextmanager, nullcontext
+
+import torch
+
+from rlpr import distributed as dist
+from rlpr.forward import causal_lm
+
+
+class Replicated:
+    """DDP-style: every process holds the whole model; one all-reduce per optimizer step."""
+
+    lockstep = False
+
+    def gathered(self):
+        return nullcontext()
+
+    def training(self):
+        return nullcontext()
+
+    def reduce_gradients(self, params) -> None:
+        dist.sum_gradients(params)
+
+    def model_state(self, policy):
+        """None: save the module itself."""
+        return None
+
+    def optimizer_state(self, policy, optimizer) -> dict:
+        return optimizer.state_dict()
+
+    def load_optimizer_state(self, policy, optimizer, state: dict) -> None:
+        optimizer.load_state_dict(state)
+
+    def load_weights_context(self):
+        return nullcontext()
+
+
+def decoder_layers(lm) -> list[torch.nn.Module]:
+    """The transformer blocks of a HF causal LM (Llama, Qwen, Mistral, Gemma, SmolLM...)."""
+    layers = getattr(lm.get_decoder(), "layers", None)
+    if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
+        raise ValueError(f"trainer.strategy=fsdp: cannot find the decoder layers of {type(lm).__name__}")
+    return list(layers)
+
+
+class FullySharded(Replicated):
+    """FSDP2 over all processes: one group per decoder layer and one for the rest (the root)."""
+
+    lockstep = True
+
+    def __init__(self, policy):
+        from torch.distributed.device_mesh import init_device_mesh
+        from torch.distributed.fsdp import fully_shard
+
+        device = next(policy.parameters()).device
+        mesh = init_device_mesh(device.type, (dist.world_size(),))
+        lm = causal_lm(policy)
+        self.layers = [fully_shard(layer, mesh=mesh) for layer in decoder_layers(lm)]
+        self.root = fully_shard(lm, mesh=mesh)
+        for module in (*self.layers, self.root):
+            # rlpr normalises losses by global counts: it needs the SUM over processes, not the mean
+            module.set_gradient_divide_factor(1.0)
+            module.set_force_sum_reduction_for_comms(True)
+            # a trainable weight without a gradient on one process must not desynchronise the rest
+            module.set_reduce_scatter_unused_params(True, recurse=False)
+        self.root.set_reshard_after_backward(False, recurse=False)
+        self._depth = 0
+        # FSDP picks its root at the first forward: run one through the real root, on every process
+        with torch.no_grad():
+            lm(input_ids=torch.zeros((1, 1), dtype=torch.long, device=device), use_cache=False)
+        self.root.reset_iter_state()
+
+    @contextmanager
+    def gathered(self):
+        """Full weights on every process for forwards without backward (re-entrant)."""
+        self._depth += 1
+        if self._depth == 1:
+            for module in (*self.layers, self.root):
+                module.set_reshard_after_forward(False, recurse=False)
+                module.unshard()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            if self._depth == 0:
+                for module in self.layers:
+                    module.set_reshard_after_forward(True, recurse=False)
+                # reshards everything and forgets the forward order recorded by this phase's
+                # forwards (their number differs per process; backward prefetching reads it)
+                self.root.reset_iter_state()
+
+    @contextmanager
+    def training(self):
+        """The update: the root group gathered throughout, layers gathered per forward/backward."""
+        self.root.unshard()
+        try:
+            yield
+        finally:
+            self.root.reset_iter_state()
+
+    def reduce_gradients(self, params) -> None:
+        """Nothing to do: FSDP reduce-scattered (summed) them in every backward."""
+
+    def model_state(self, policy) -> dict:
+        """The full trainable state (a LoRA adapter, or all weights) on process 0, on CPU."""
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_model_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True, ignore_frozen_params=True)
+        state = get_model_state_dict(policy, options=options)
+        # a tied weight once, under its first name, as the unsharded module's save would write it
+        names = {n for n, _ in policy.named_parameters()} | {n for n, _ in policy.named_buffers()}
+        return {k: v for k, v in state.items() if k in names}
+
+    def optimizer_state(self, policy, optimizer) -> dict:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, get_optimizer_state_dict
+
+        options = StateDictOptions(full_state_dict=True, cpu_offload=True)
+        return get_optimizer_state_dict(policy, optimizer, options=options)
+
+    def load_optimizer_state(self, policy, optimizer, state: dict) -> None:
+        from torch.distributed.checkpoint.state_dict import StateDictOptions, set_optimizer_state_dict
+
+        set_optimizer_state_dict(policy, optimizer, state, options=StateDictOptions(full_state_dict=True))
+
+    def load_weights_context(self):
+        """Loading full tensors into sharded parameters: each process keeps its own slice."""
+        from torch.distributed.tensor.experimental import implicit_replication
+
+        return implicit_replication()
+
+
+def make_strategy(name: str, policy):
+    """`ddp` (the default) or `fsdp`; with one process fsdp shards nothing and behaves as ddp."""
+    if name == "fsdp" and dist.world_size() > 1:
+        return FullySharded(policy)
+    return Replicated()
