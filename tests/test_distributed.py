@@ -86,16 +86,19 @@ def test_accelerate_launch_equals_one_process(tiny_dir, tmp_path):
     assert load_state(latest_checkpoint(tmp_path / "two"))["world_size"] == 2
 
 
-def test_rank_with_every_group_filtered_does_not_hang(tiny_dir, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_rank_with_every_group_filtered_does_not_hang(tiny_dir, tmp_path, strategy):
     """Rank 1 gets only prompts whose reference has no scorable token: every group it rolls has
-    zero reward variance and is filtered out, while rank 0 keeps groups."""
+    zero reward variance and is filtered out, while rank 0 keeps groups (under fsdp rank 1 runs
+    zero-weight micro-batches in lock-step with rank 0's)."""
     data = tmp_path / "train.jsonl"
     rows = [{"question": f"Question {i}?", "answer": "Paris" if i % 2 == 0 else "\x16"} for i in range(16)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
     args = common(tiny_dir, tmp_path, "filtered", 3) + [
         f"data.train={data}", "data.shuffle=false", "algorithm.filter_warmup_steps=1",
         "algorithm.filter_init_steps=1", "algorithm.filter_beta=1e-6", "algorithm.max_sampling_tries=2",
-        "algorithm.on_insufficient=train", "reward.invalid_fallback=free", "reward.repetition_penalty=false"]
+        "algorithm.on_insufficient=train", "reward.invalid_fallback=free", "reward.repetition_penalty=false",
+        f"trainer.strategy={strategy}"]
     torchrun(args)
     metrics = read_metrics(tmp_path / "filtered")
     assert [m["step"] for m in metrics] == [1, 2, 3]

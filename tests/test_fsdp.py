@@ -1,0 +1,129 @@
+"""Fully sharded training (trainer.strategy=fsdp, FSDP2) on 2 CPU processes (gloo), tiny model:
+the same parameters as one process, for a LoRA adapter and for full fine-tuning, and exact resume."""
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+from safetensors.torch import load_file
+
+from rlpr.checkpoint import latest_checkpoint, load_state
+from rlpr.config import ConfigError, load_config
+from rlpr.sharding import Replicated, make_strategy
+from rlpr.tracking import read_metrics
+from rlpr.trainer import train
+
+from test_distributed import LAUNCHERS, TIMEOUT, adapter, assert_close, common, torchrun
+
+
+def fsdp(tiny_dir, out, name, steps, *extra):
+    return common(tiny_dir, out, name, steps) + ["trainer.strategy=fsdp", *extra]
+
+
+def full_model(run):
+    return load_file(str(latest_checkpoint(run) / "model" / "model.safetensors"))
+
+
+def test_fsdp_lora_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path):
+    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2)))
+    torchrun(fsdp(tiny_dir, tmp_path, "two", 2))
+    one, two = adapter(tmp_path / "one"), adapter(tmp_path / "two")
+    assert any(v.abs().max() > 0 for k, v in two.items() if "lora_B" in k)
+    assert_close(one, two, atol=1e-5)
+    m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for a, b in zip(m1, m2):
+        assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
+        assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-6)
+        assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-4)
+    state = load_state(latest_checkpoint(tmp_path / "two"))
+    assert state["strategy"] == "fsdp" and state["world_size"] == 2
+
+    # 2 steps + resume + 2 steps under fsdp == 4 uninterrupted steps under fsdp
+    torchrun(["trainer.max_steps=4"], resume=str(tmp_path / "two"))
+    torchrun(fsdp(tiny_dir, tmp_path, "straight", 4))
+    assert_close(adapter(tmp_path / "two"), adapter(tmp_path / "straight"), atol=0)
+    s_two = load_state(latest_checkpoint(tmp_path / "two"))
+    s_straight = load_state(latest_checkpoint(tmp_path / "straight"))
+    assert s_two["step"] == s_straight["step"] == 4
+    assert s_two["filter"] == s_straight["filter"]
+
+
+def test_fsdp_full_fine_tuning_equals_one_process(tiny_dir, tmp_path):
+    extra = ["model.lora=false", "trainer.lr=1e-4"]
+    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2) + extra))
+    torchrun(fsdp(tiny_dir, tmp_path, "two", 2, *extra))
+    one, two = full_model(tmp_path / "one"), full_model(tmp_path / "two")
+    initial = load_file(str(Path(tiny_dir) / "model.safetensors"))
+    assert any((two[k] - initial[k]).abs().max() > 0 for k in initial)
+    assert_close(one, two, atol=1e-5)
+
+    # resume: full weights and Adam states are loaded back into the shards
+    torchrun(["trainer.max_steps=3"], resume=str(tmp_path / "two"))
+    torchrun(fsdp(tiny_dir, tmp_path, "straight", 3, *extra))
+    assert_close(full_model(tmp_path / "two"), full_model(tmp_path / "straight"), atol=0)
+
+
+def test_fsdp_config_errors_and_one_process():
+    with pytest.raises(ConfigError, match="trainer.strategy"):
+        load_config("demo", ["trainer.strategy=deepspeed"])
+    with pytest.raises(ConfigError, match="gradient_checkpointing"):
+        load_config("demo", ["trainer.strategy=fsdp", "model.gradient_checkpointing=true"])
+    assert isinstance(make_strategy("fsdp", policy=None), Replicated)  # one process: nothing to shard
+
+
+WORKER = '''
+import copy, sys, torch
+from rlpr import distributed as dist, sharding
+from rlpr.config import load_config
+from rlpr.models import load_model
+from rlpr.trainer import build_policy
+from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+
+dist.init_from_env()
+cfg = load_config("demo", [f"model.path={sys.argv[1]}", f"model.lora={sys.argv[2]}"])
+torch.manual_seed(0)  # the same LoRA initialisation on every rank, as the trainer does
+model, _ = load_model(cfg.model.path)
+policy = build_policy(cfg, model).train()
+single = copy.deepcopy(policy)
+g = torch.Generator().manual_seed(1)
+
+def groups(n, plen):
+    out = []
+    for i in range(n):
+        prompt = torch.randint(0, 1000, (plen,), generator=g).tolist()
+        out += [Sample(prompt + torch.randint(0, 1000, (2 + (i + j) % 4,), generator=g).tolist(), plen, j - 1.0)
+                for j in range(3)]
+    return out
+
+shares = [groups(3, 5), groups(1, 7)]  # rank 0: 6 micro-batches of 2 sequences, rank 1: 2
+strategy = sharding.make_strategy("fsdp", policy)
+with strategy.gathered():
+    for _ in range(dist.rank() + 1):  # unequal numbers of no-grad forwards
+        fill_logprobs(policy, shares[dist.rank()], "old_logp", 2, 0, 1.0)
+with strategy.training():
+    accumulate_gradients(policy, shares[dist.rank()], cfg.algorithm, 2, 0, 1.0, lockstep=True)
+grads = {n: p.grad.full_tensor() for n, p in policy.named_parameters() if p.requires_grad}
+
+everything = shares[0] + shares[1]  # the same mini-batch in one process
+fill_logprobs(single, everything, "old_logp", 2, 0, 1.0)
+import rlpr.update
+rlpr.update.dist.sum_values = lambda v: list(v)  # this process's counts are the global ones
+accumulate_gradients(single, everything, cfg.algorithm, 2, 0, 1.0)
+expected = {n: p.grad for n, p in single.named_parameters() if p.requires_grad}
+assert grads.keys() == expected.keys()
+print("MAXDIFF", max((grads[k] - expected[k]).abs().max().item() for k in grads))
+'''
+
+
+@pytest.mark.parametrize("lora", ["true", "false"])
+def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, lora):
+    """Ranks with different numbers of forwards and micro-batches: the summed sharded gradient is
+    the single-process gradient of the whole mini-batch."""
+    script = tmp_path / "worker.py"
+    script.write_text(WORKER)
+    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora], capture_output=True,
+                            text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    diffs = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("MAXDIFF")]
+    assert len(diffs) == 2 and max(diffs) < 1e-6, diffs
