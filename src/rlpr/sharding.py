@@ -28,6 +28,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from rlpr import distributed as dist
+from rlpr.config import ConfigError
 from rlpr.forward import causal_lm
 
 
@@ -63,7 +64,7 @@ def decoder_layers(lm) -> list[torch.nn.Module]:
     """The transformer blocks of a HF causal LM (Llama, Qwen, Mistral, Gemma, SmolLM...)."""
     layers = getattr(lm.get_decoder(), "layers", None)
     if not isinstance(layers, torch.nn.ModuleList) or not len(layers):
-        raise ValueError(f"trainer.strategy=fsdp: cannot find the decoder layers of {type(lm).__name__}")
+        raise ConfigError(f"trainer.strategy=fsdp: cannot find the decoder layers of {type(lm).__name__}")
     return list(layers)
 
 
