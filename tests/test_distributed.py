@@ -90,17 +90,23 @@ def test_accelerate_launch_equals_one_process(tiny_dir, tmp_path):
 def test_rank_with_every_group_filtered_does_not_hang(tiny_dir, tmp_path, strategy):
     """Rank 1 gets only prompts whose reference has no scorable token: every group it rolls has
     zero reward variance and is filtered out, while rank 0 keeps groups (under fsdp rank 1 runs
-    zero-weight micro-batches in lock-step with rank 0's)."""
+    zero-weight micro-batches in lock-step with rank 0's). The single held-out question leaves
+    rank 1 nothing to evaluate: it must still join the evaluation's collectives."""
     data = tmp_path / "train.jsonl"
     rows = [{"question": f"Question {i}?", "answer": "Paris" if i % 2 == 0 else "\x16"} for i in range(16)]
     data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    val = tmp_path / "val.jsonl"
+    val.write_text(json.dumps({"question": "Capital of France?", "answer": "Paris"}) + "\n")
     args = common(tiny_dir, tmp_path, "filtered", 3) + [
-        f"data.train={data}", "data.shuffle=false", "algorithm.filter_warmup_steps=1",
+        f"data.train={data}", f"data.val={val}", "data.shuffle=false", "algorithm.filter_warmup_steps=1",
         "algorithm.filter_init_steps=1", "algorithm.filter_beta=1e-6", "algorithm.max_sampling_tries=2",
         "algorithm.on_insufficient=train", "reward.invalid_fallback=free", "reward.repetition_penalty=false",
         f"trainer.strategy={strategy}"]
     torchrun(args)
     metrics = read_metrics(tmp_path / "filtered")
+    evals = [m for m in metrics if "eval/questions" in m]
+    assert [(m["step"], m["eval/questions"]) for m in evals] == [(0, 1), (3, 1)]
+    metrics = [m for m in metrics if "reward/mean" in m]
     assert [m["step"] for m in metrics] == [1, 2, 3]
     later = metrics[1:]
     assert all(m["filter/kept_frac"] == pytest.approx(0.5) for m in later)

@@ -425,11 +425,12 @@ class Trainer:
         """Greedy responses on the held-out prompts: mean probability reward and accuracy."""
         from rlpr.evaluation.graders import grade, grader_for
 
-        if not self.val_prompts:
+        total = int(dist.sum_values([len(self.val_prompts)])[0])  # global: a rank may hold none
+        if not total:
             return {}
         cfg = self.cfg
         if dist.is_main():
-            log.info("evaluating on %d held-out prompts (greedy)", len(self.val_prompts) * dist.world_size())
+            log.info("evaluating on %d held-out prompts (greedy)", total)
         with self.strategy.gathered():
             self.engine.sync(self.policy)
         prompts = self.val_prompts
@@ -499,9 +500,11 @@ class Trainer:
         if not dist.is_main():
             self.tracker = _NullTracker()
         summary: dict = {}
-        if not self.resume and self.val_prompts:
-            summary["before"] = self.evaluate()
-            self.tracker.log(0, summary["before"])
+        if not self.resume:
+            before = self.evaluate()  # every rank calls it: it holds collectives
+            if before:
+                summary["before"] = before
+                self.tracker.log(0, before)
         display = StepDisplay(t.max_steps, self.step, enabled=t.progress and dist.is_main())
         metrics: dict = {}
         with self._signals(), display:
@@ -522,9 +525,10 @@ class Trainer:
                       f"  rlpr train --resume {self.run_dir}", file=sys.stderr)
             summary["interrupted"] = True
         else:
-            if self.val_prompts:
-                summary["after"] = self.evaluate()
-                self.tracker.log(self.step, summary["after"])
+            after = self.evaluate()
+            if after:
+                summary["after"] = after
+                self.tracker.log(self.step, after)
             self.save()
         summary.update(last=metrics, step=self.step, skipped_prompts=self.skipped_prompts,
                        peak_rss_gb=peak_rss_gb())
