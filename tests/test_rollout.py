@@ -3,7 +3,7 @@
 import pytest
 import torch
 
-from rlpr.rollout.hf import HFRollout, PerRowSampler, merged_weights
+from rlpr.rollout.hf import HFRollout, PerRowSampler, inverse_cdf, merged_weights
 
 
 def prompts(tokenizer, questions):
@@ -48,6 +48,19 @@ def test_sampler_follows_the_distribution():
     hot = PerRowSampler(list(range(4000)), temperature=0.5)(None, logits).argmax(-1)
     p = torch.tensor([0.7, 0.2, 0.1]) ** 2
     assert torch.allclose(torch.bincount(hot, minlength=3).float() / 4000, p / p.sum(), atol=0.03)
+
+
+def test_blocked_inverse_cdf_equals_full_cumsum():
+    """The two-level search picks the token a full-vocabulary float64 cumsum picks."""
+    gen = torch.Generator().manual_seed(0)
+    for vocab, block in [(49152, 1024), (1000, 64), (5, 1024), (1030, 16)]:
+        probs = torch.softmax(torch.randn(64, vocab, generator=gen) * 3, -1)
+        probs[:, ::7] = 0.0  # flat stretches of the cdf, where a search could land differently
+        u = torch.rand(64, generator=gen, dtype=torch.float64)
+        u[:3] = torch.tensor([0.0, 1.0 - 1e-12, 0.5])
+        cdf = probs.double().cumsum(-1)
+        plain = torch.searchsorted(cdf, (u * cdf[:, -1])[:, None]).clamp(max=vocab - 1)[:, 0]
+        assert torch.equal(inverse_cdf(probs, u, block), plain), (vocab, block)
 
 
 def test_sync_copies_merged_lora_weights(tokenizer):
