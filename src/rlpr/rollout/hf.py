@@ -64,12 +64,14 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
     return out
 
 
-def plain_copy(lm, dtype: torch.dtype):
-    """A frozen, adapter-free model of the same architecture (weights are filled by `sync`)."""
+def plain_copy(lm, dtype: torch.dtype, device: torch.device | str = "cpu"):
+    """A frozen, adapter-free model of the same architecture on `device` (weights are filled by
+    `sync`)."""
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(lm.config)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(device):  # built in place: no CPU copy of a GPU model's weights
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.get_output_embeddings().register_forward_pre_hook(_contiguous_reduced_precision_input)
     return model.eval().requires_grad_(False)
 
@@ -87,12 +89,14 @@ def _contiguous_reduced_precision_input(module, args):
 
 
 class HFRollout:
-    """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy."""
+    """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy, on the
+    policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32):
         self.tokenizer = tokenizer
         self.batch_sequences = batch_sequences
-        self.model = plain_copy(causal_lm(policy), dtype)
+        lm = causal_lm(policy)
+        self.model = plain_copy(lm, dtype, next(lm.parameters()).device)
         self.sync(policy)
 
     @torch.no_grad()
@@ -135,8 +139,10 @@ class HFRollout:
             processors = LogitsProcessorList()
             if temperature > 0:
                 processors.append(PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p))
-            generated = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=gen_config,
-                                            logits_processor=processors)
+            generated = self.model.generate(input_ids=ids.to(self.model.device),
+                                            attention_mask=attn.to(self.model.device),
+                                            generation_config=gen_config, logits_processor=processors)
+            generated = generated.cpu()
             for r, (i, _, _) in enumerate(chunk):
                 tokens = generated[r, width:].tolist()
                 finished = eos in tokens
@@ -153,7 +159,10 @@ def row_seed(prompt_seed: int, sample: int) -> int:
 
 class PerRowSampler:
     """A logits processor that samples each row with its own torch.Generator (temperature, top-p)
-    and returns scores whose argmax is the sampled token, so generation is reproducible per row."""
+    and returns scores whose argmax is the sampled token, so generation is reproducible per row.
+
+    The generators stay on the CPU (one uniform draw per row and token, the same stream whatever
+    the device) and the draws move to the scores' device, where the inverse-CDF lookup runs."""
 
     def __init__(self, seeds: list[int], temperature: float = 1.0, top_p: float = 1.0):
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
@@ -167,7 +176,7 @@ class PerRowSampler:
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
             probs = probs / probs.sum(-1, keepdim=True)
-        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
+        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators]).to(scores.device)
         cdf = probs.double().cumsum(-1)
         tokens = torch.searchsorted(cdf, (u * cdf[:, -1]).unsqueeze(-1)).clamp(max=probs.shape[-1] - 1)
         out = torch.full_like(scores, float("-inf"))
