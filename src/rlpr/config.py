@@ -34,6 +34,7 @@ class ModelConfig:
     gradient_checkpointing: bool = False
     rollout_dtype: str = "bfloat16"  # dtype of the sampling copy: bfloat16 (faster on CPU) or float32
     threads: int = 0  # torch threads per process (0: torch's default)
+    device: str = "auto"  # auto (cuda:LOCAL_RANK when CUDA is available, else cpu) | cpu | cuda
 
 
 @dataclass
@@ -280,6 +281,9 @@ def validate(cfg: Config) -> None:
 
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
     _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("bfloat16", "float32"))
+    from rlpr.distributed import resolve_device
+
+    resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
     _choice("data.template", cfg.data.template, TEMPLATES)
     _choice("rollout.engine", ro.engine, ("hf",))
     _choice("reward.format_mode", r.format_mode, FORMAT_MODES)

@@ -13,6 +13,10 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
+from rlpr.config import ConfigError
+
+DEVICES = ("auto", "cpu", "cuda")
+
 
 def initialized() -> bool:
     return dist.is_available() and dist.is_initialized()
@@ -30,15 +34,39 @@ def is_main() -> bool:
     return rank() == 0
 
 
-def init_from_env(timeout_s: float = 1800.0) -> None:
-    """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1): gloo on CPU,
-    NCCL when CUDA is available."""
+def resolve_device(name: str = "auto") -> torch.device:
+    """`model.device` as a torch.device: `auto` is this process's GPU (cuda:LOCAL_RANK) when CUDA
+    is available, else the CPU; `cuda` insists on the GPU (a one-line ConfigError without one)."""
+    if name not in DEVICES:
+        raise ConfigError(f"model.device: {name!r} is not one of {', '.join(DEVICES)}")
+    if name == "cpu" or (name == "auto" and not torch.cuda.is_available()):
+        return torch.device("cpu")
+    if not torch.cuda.is_available():
+        raise ConfigError("model.device=cuda, but CUDA is not available to torch "
+                          f"{torch.__version__}; use model.device=auto or cpu")
+    index, count = int(os.environ.get("LOCAL_RANK", "0")), torch.cuda.device_count()
+    if index >= count:
+        raise ConfigError(f"model.device={name}: LOCAL_RANK={index} but only {count} GPU(s) are visible")
+    return torch.device("cuda", index)
+
+
+def init_from_env(device: torch.device | None = None, timeout_s: float = 1800.0) -> None:
+    """Join the process group when launched by torchrun/accelerate (WORLD_SIZE > 1): NCCL when
+    the model runs on a GPU (`device`, default: model.device=auto), gloo on CPU."""
     if initialized() or int(os.environ.get("WORLD_SIZE", "1")) <= 1:
         return
-    backend = "nccl" if torch.cuda.is_available() else "gloo"
-    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+    device = resolve_device("auto") if device is None else torch.device(device)
+    backend = "nccl" if device.type == "cuda" else "gloo"
     if backend == "nccl":
-        torch.cuda.set_device(int(os.environ.get("LOCAL_RANK", "0")))
+        torch.cuda.set_device(device)
+    dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
+
+
+def collective_device() -> torch.device:
+    """Where collective tensors live: NCCL only takes CUDA tensors, gloo CPU ones."""
+    if initialized() and dist.get_backend() == "nccl":
+        return torch.device("cuda", torch.cuda.current_device())
+    return torch.device("cpu")
 
 
 def default_threads() -> int:
@@ -54,10 +82,10 @@ def default_threads() -> int:
 
 
 def sum_values(values: list[float]) -> list[float]:
-    """Element-wise sum over ranks (float64 on CPU; gloo handles it)."""
+    """Element-wise sum over ranks (float64, on the GPU under NCCL)."""
     if not initialized():
         return list(values)
-    t = torch.tensor(values, dtype=torch.float64)
+    t = torch.tensor(values, dtype=torch.float64, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.SUM)
     return t.tolist()
 
@@ -65,7 +93,7 @@ def sum_values(values: list[float]) -> list[float]:
 def max_value(value: float) -> float:
     if not initialized():
         return value
-    t = torch.tensor([value], dtype=torch.float64)
+    t = torch.tensor([value], dtype=torch.float64, device=collective_device())
     dist.all_reduce(t, op=dist.ReduceOp.MAX)
     return t.item()
 

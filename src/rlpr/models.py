@@ -101,15 +101,16 @@ def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
     return tokenizer
 
 
-def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) in eval mode; fp32 by default (master weights for training)."""
+def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = torch.float32,
+               device: torch.device | str = "cpu"):
+    """(model, tokenizer) in eval mode on `device`; fp32 by default (master weights for training)."""
     from transformers import AutoModelForCausalLM
 
     model_dir = resolve_model_dir(path)
     model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
     if getattr(model, "is_quantized", False):
         clear_quantized_marker(model)
-    model.eval()
+    model.to(device).eval()
     return model, load_tokenizer(path)
 
 
@@ -140,16 +141,16 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.PathLike | None = None,
-                dtype: torch.dtype = torch.float32):
-    """(model, tokenizer) for inference: the base model with a trained checkpoint applied
-    (a LoRA adapter is merged in; a full fine-tuned model replaces the base)."""
+                dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+    """(model, tokenizer) for inference on `device`: the base model with a trained checkpoint
+    applied (a LoRA adapter is merged in; a full fine-tuned model replaces the base)."""
     if checkpoint is None:
-        return load_model(path, dtype)
+        return load_model(path, dtype, device)
     ckpt = find_checkpoint(checkpoint)
     if (ckpt / "model").is_dir():
-        return load_model(ckpt / "model", dtype)
+        return load_model(ckpt / "model", dtype, device)
     from peft import PeftModel
 
-    model, tokenizer = load_model(path, dtype)
+    model, tokenizer = load_model(path, dtype, device)
     model = PeftModel.from_pretrained(model, ckpt / "adapter").merge_and_unload()
-    return model.eval(), tokenizer
+    return model.to(device).eval(), tokenizer

@@ -73,12 +73,13 @@ def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
 def score_file(cfg: Config, input_path: str, output_path: str, *, template: str = "plain",
                batch_rows: int = 32, model=None, tokenizer=None) -> int:
     """Score every row of `input_path` into `output_path`; returns the number of rows."""
+    from rlpr.distributed import resolve_device
     from rlpr.models import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
     rows = read_score_rows(Path(input_path), template)
     if model is None:
-        model, tokenizer = load_model(cfg.model.path)
+        model, tokenizer = load_model(cfg.model.path, device=resolve_device(cfg.model.device))
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     out_path = Path(output_path)

@@ -62,6 +62,7 @@ class ChatGenerator:
         with self.lock:
             if seed is not None:
                 torch.manual_seed(seed)
+            ids = ids.to(self.model.device)
             out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
                                       generation_config=config)
         tokens = out[0, ids.shape[1]:].tolist()
@@ -210,8 +211,9 @@ def make_server(generator: ChatGenerator, model_name: str, host: str = "127.0.0.
 
 def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           max_new_tokens: int = 256, fault_mode: str = "none", fault_delay: float = 2.0,
-          threads: int = 0, name: str | None = None) -> None:
+          threads: int = 0, name: str | None = None, device: str = "auto") -> None:
     """Load the policy and serve it until interrupted; prints one line once it accepts requests."""
+    from rlpr.distributed import resolve_device
     from rlpr.models import load_policy
 
     if threads > 0:
@@ -219,7 +221,7 @@ def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.
     if max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     faults = Faults(fault_mode, fault_delay)
-    model, tokenizer = load_policy(model_path, checkpoint)
+    model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device))
     model_name = name or str(model_path)
     try:
         server = make_server(ChatGenerator(model, tokenizer, max_new_tokens), model_name, host, port, faults)

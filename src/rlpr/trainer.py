@@ -127,8 +127,9 @@ class Trainer:
         self._seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
         if dist.is_main():
             log.info("loading model %s", cfg.model.path)
-        model, self.tokenizer = load_model(cfg.model.path)
-        self.policy = build_policy(cfg, model)
+        self.device = dist.resolve_device(cfg.model.device)  # the reference and rollout copies follow it
+        model, self.tokenizer = load_model(cfg.model.path, device=self.device)
+        self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
         self.ref_model = None
         if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
@@ -327,7 +328,7 @@ class Trainer:
         if self.cfg.trainer.mixed_precision == "bf16":
             device = next(self.policy.parameters()).device.type
             return torch.autocast(device, dtype=torch.bfloat16)
-        return torch.autocast("cpu", enabled=False)
+        return torch.autocast(self.device.type, enabled=False)
 
     def update(self, groups: list[Group]) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
@@ -611,7 +612,7 @@ def default_run_dir(cfg: Config) -> Path:
 
 def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
-    dist.init_from_env()
+    dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
     validate_world(cfg, dist.world_size())
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
     if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):

@@ -25,7 +25,7 @@ class Sample:
     input_ids: list[int]
     prompt_len: int
     advantage: float
-    old_logp: torch.Tensor | None = None  # [response tokens]
+    old_logp: torch.Tensor | None = None  # [response tokens], fp32 on the CPU (moved per micro-batch)
     ref_logp: torch.Tensor | None = None
 
     @property
@@ -41,8 +41,8 @@ class MicroBatch:
     samples: list[Sample]
     pad_id: int
     prefix: list[int] | None = None
-    seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token
-    advantages: torch.Tensor = field(init=False)  # [N]
+    seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token (CPU)
+    advantages: torch.Tensor = field(init=False)  # [N] (CPU; `micro_batch_loss` moves them to the model)
 
     def __post_init__(self):
         lengths = torch.tensor([s.response_len for s in self.samples])
@@ -50,9 +50,9 @@ class MicroBatch:
         self.advantages = torch.repeat_interleave(
             torch.tensor([s.advantage for s in self.samples], dtype=torch.float32), lengths)
 
-    def cat(self, attr: str) -> torch.Tensor | None:
+    def cat(self, attr: str, device: torch.device | None = None) -> torch.Tensor | None:
         parts = [getattr(s, attr) for s in self.samples]
-        return None if any(p is None for p in parts) else torch.cat(parts)
+        return None if any(p is None for p in parts) else torch.cat(parts).to(device)
 
     def logprobs(self, model, temperature: float, with_entropy: bool = False):
         """(logp [N], entropy [N] or None) of every response token, in sample order."""
@@ -95,12 +95,13 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
 @torch.no_grad()
 def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float,
                   share_prefix: bool = True) -> None:
-    """Per-token log-probs of each response under `model`, stored in `sample.<attr>`."""
+    """Per-token log-probs of each response under `model`, stored in `sample.<attr>` on the CPU
+    (one copy per micro-batch; they wait there for the update, off the GPU)."""
     was_training = model.training
     model.eval()
     for mb in micro_batches(samples, size, pad_id, share_prefix):
         logp, _ = mb.logprobs(model, temperature)
-        for s, piece in zip(mb.samples, torch.split(logp, [s.response_len for s in mb.samples])):
+        for s, piece in zip(mb.samples, torch.split(logp.cpu(), [s.response_len for s in mb.samples])):
             setattr(s, attr, piece.clone())
     model.train(was_training)
 
@@ -114,18 +115,19 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
                      temperature: float) -> tuple[torch.Tensor, dict]:
     """The loss of one micro-batch (already divided by the mini-batch normaliser) and token sums."""
     logp, entropy = mb.logprobs(model, temperature, with_entropy=True)
-    old = mb.cat("old_logp")
+    device = logp.device
+    old = mb.cat("old_logp", device)
     old = logp.detach() if old is None else old
-    pg, clipped = ppo_clip_token_loss(logp, old, mb.advantages, cfg.clip_low, cfg.clip_high)
-    n_seq = len(mb.samples)
+    pg, clipped = ppo_clip_token_loss(logp, old, mb.advantages.to(device), cfg.clip_low, cfg.clip_high)
+    n_seq, seq = len(mb.samples), mb.seq.to(device)
 
     def agg(values):
-        return aggregate_loss(values, mb.seq, n_seq, norm, cfg.loss_agg)
+        return aggregate_loss(values, seq, n_seq, norm, cfg.loss_agg)
 
     loss = agg(pg) - cfg.entropy_coef * agg(entropy)
     kl_sum = 0.0
     if cfg.kl_coef:
-        ref = mb.cat("ref_logp")
+        ref = mb.cat("ref_logp", device)
         kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref)
         loss = loss + cfg.kl_coef * agg(kl)
         kl_sum = kl.detach().sum().item()

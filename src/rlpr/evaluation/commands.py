@@ -12,6 +12,15 @@ def _add_model(p) -> None:
     p.add_argument("--model", default="default", help="'default' (embedded), a HF model dir or a .gguf")
     p.add_argument("--checkpoint", default=None,
                    help="a run directory (its latest checkpoint) or a checkpoints/step_N directory")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="where the model runs (auto: the GPU when CUDA is available, else the CPU)")
+
+
+def _load(args):
+    from rlpr.distributed import resolve_device
+    from rlpr.models import load_policy
+
+    return load_policy(args.model, args.checkpoint, device=resolve_device(args.device))
 
 
 def _add_sampling(p, max_new_tokens: int) -> None:
@@ -26,10 +35,9 @@ def _add_sampling(p, max_new_tokens: int) -> None:
 def _engine(args):
     import torch
 
-    from rlpr.models import load_policy
     from rlpr.rollout.hf import HFRollout
 
-    model, tokenizer = load_policy(args.model, args.checkpoint)
+    model, tokenizer = _load(args)
     dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
     return HFRollout(model, tokenizer, dtype=dtype, batch_sequences=args.batch_sequences), tokenizer
 
@@ -67,7 +75,7 @@ def cmd_serve(args) -> int:
 
     serve(args.model, args.checkpoint, host=args.host, port=args.port, max_new_tokens=args.max_new_tokens,
           fault_mode=args.fault_mode, fault_delay=args.fault_delay, threads=args.threads,
-          name=args.served_name)
+          name=args.served_name, device=args.device)
     return 0
 
 
@@ -86,12 +94,11 @@ def cmd_reward_quality(args) -> int:
         print(f"wrote {n} labeled rows to {args.output}")
         return 0
     from rlpr.evaluation.reward_quality import SCORE_LABELS, read_labeled, reward_quality
-    from rlpr.models import load_policy
 
     if args.bootstrap < 0:
         raise ValueError("--bootstrap must be >= 0")
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
-    model, tokenizer = load_policy(args.model, args.checkpoint)
+    model, tokenizer = _load(args)
     report = reward_quality(model, tokenizer, rows, args.output, fallback=args.fallback,
                             n_boot=args.bootstrap, seed=args.seed, source=args.input)
     print(f"{report['n_mixed_groups']} mixed-correctness groups ({report['n_mixed_rows']} rows)",

@@ -64,12 +64,14 @@ def merged_weights(policy) -> dict[str, torch.Tensor]:
     return out
 
 
-def plain_copy(lm, dtype: torch.dtype):
-    """A frozen, adapter-free model of the same architecture (weights are filled by `sync`)."""
+def plain_copy(lm, dtype: torch.dtype, device: torch.device | str = "cpu"):
+    """A frozen, adapter-free model of the same architecture on `device` (weights are filled by
+    `sync`)."""
     from transformers import AutoModelForCausalLM
 
     config = copy.deepcopy(lm.config)
-    model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    with torch.device(device):  # built in place: no CPU copy of a GPU model's weights
+        model = AutoModelForCausalLM.from_config(config, dtype=dtype)
     model.get_output_embeddings().register_forward_pre_hook(_contiguous_reduced_precision_input)
     return model.eval().requires_grad_(False)
 
@@ -87,12 +89,14 @@ def _contiguous_reduced_precision_input(module, args):
 
 
 class HFRollout:
-    """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy."""
+    """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy, on the
+    policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32):
         self.tokenizer = tokenizer
         self.batch_sequences = batch_sequences
-        self.model = plain_copy(causal_lm(policy), dtype)
+        lm = causal_lm(policy)
+        self.model = plain_copy(lm, dtype, next(lm.parameters()).device)
         self.sync(policy)
 
     @torch.no_grad()
@@ -135,8 +139,10 @@ class HFRollout:
             processors = LogitsProcessorList()
             if temperature > 0:
                 processors.append(PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p))
-            generated = self.model.generate(input_ids=ids, attention_mask=attn, generation_config=gen_config,
-                                            logits_processor=processors)
+            generated = self.model.generate(input_ids=ids.to(self.model.device),
+                                            attention_mask=attn.to(self.model.device),
+                                            generation_config=gen_config, logits_processor=processors)
+            generated = generated.cpu()
             for r, (i, _, _) in enumerate(chunk):
                 tokens = generated[r, width:].tolist()
                 finished = eos in tokens
@@ -153,7 +159,10 @@ def row_seed(prompt_seed: int, sample: int) -> int:
 
 class PerRowSampler:
     """A logits processor that samples each row with its own torch.Generator (temperature, top-p)
-    and returns scores whose argmax is the sampled token, so generation is reproducible per row."""
+    and returns scores whose argmax is the sampled token, so generation is reproducible per row.
+
+    The generators stay on the CPU (one uniform draw per row and token, the same stream whatever
+    the device) and the draws move to the scores' device, where the inverse-CDF lookup runs."""
 
     def __init__(self, seeds: list[int], temperature: float = 1.0, top_p: float = 1.0):
         self.generators = [torch.Generator().manual_seed(s) for s in seeds]
@@ -171,7 +180,7 @@ class PerRowSampler:
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
             probs = probs / probs.sum(-1, keepdim=True)
         u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
-        tokens = inverse_cdf(probs, u).to(scores.device)
+        tokens = inverse_cdf(probs, u)
         out = torch.full_like(scores, float("-inf"))
         return out.scatter(-1, tokens[:, None], 0.0)
 
@@ -190,6 +199,6 @@ def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 1024) -> torc
     target = (u.to(cdf.device) * cdf[:, -1])[:, None]
     b = torch.searchsorted(cdf, target).clamp(max=cdf.shape[1] - 1)  # [B, 1]
     rest = target - (cdf.gather(1, b) - mass.gather(1, b))
-    inner = padded[torch.arange(rows), b[:, 0]].double().cumsum(-1)  # [B, block]
+    inner = padded[torch.arange(rows, device=probs.device), b[:, 0]].double().cumsum(-1)  # [B, block]
     t = torch.searchsorted(inner, rest).clamp(max=block - 1)
     return (b * block + t)[:, 0].clamp(max=vocab - 1)
