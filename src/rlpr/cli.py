@@ -113,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+    from rlpr.memory import cap_kernel_caches
+
+    cap_kernel_caches()  # before any model work (scoring, evaluation, serving, training)
     try:
         return args.fn(args) or 0
     except _user_errors() as e:

@@ -32,7 +32,7 @@ from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_st
 from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
-from rlpr.memory import release_memory
+from rlpr.memory import cap_kernel_caches, release_memory
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.sharding import make_strategy
@@ -121,6 +121,7 @@ class Trainer:
         from rlpr.models import load_model
 
         cfg = self.cfg
+        cap_kernel_caches()
         threads = cfg.model.threads or dist.default_threads()
         if threads:
             torch.set_num_threads(threads)
