@@ -49,7 +49,10 @@ def main() -> int:
     parser.add_argument("--samples", type=int, default=8)
     parser.add_argument("--max-new-tokens", type=int, default=96)
     parser.add_argument("--output", default=str(RESULTS / "templates"))
+    parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     args = parser.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
     model, tokenizer = load_model("default")
     engine = HFRollout(model, tokenizer, torch.bfloat16, batch_sequences=32)
     spec = ProbabilityReward(RewardConfig(), tokenizer)
