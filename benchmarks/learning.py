@@ -171,8 +171,9 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                 entry[k] = statistics.fmean(values) if values else None
             table.append(entry)
 
-            def pm(k, scale=1.0, digits=3):
-                return f"{entry[f'after/{k}'] * scale:.{digits}f} ± {entry[f'after_sd/{k}'] * scale:.{digits}f}"
+            def pm(k, scale=1.0, digits=3):  # no spread from a single seed
+                spread = f" ± {entry[f'after_sd/{k}'] * scale:.{digits}f}" if len(runs) > 1 else ""
+                return f"{entry[f'after/{k}'] * scale:.{digits}f}{spread}"
 
             lines.append(
                 f"| {dataset} | {variant} | {len(runs)} | {b['before/eval/accuracy'] * 100:.1f}% | "
