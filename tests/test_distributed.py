@@ -53,9 +53,11 @@ def assert_close(a, b, atol):
         assert torch.allclose(a[k], b[k], atol=atol, rtol=0), (k, (a[k] - b[k]).abs().max())
 
 
-def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path):
+@pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
+def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path, strategy):
+    two_procs = [f"trainer.strategy={strategy}"]
     train(load_config("demo", common(tiny_dir, tmp_path, "one", 2)))
-    torchrun(common(tiny_dir, tmp_path, "two", 2))
+    torchrun(common(tiny_dir, tmp_path, "two", 2) + two_procs)
     one, two = adapter(tmp_path / "one"), adapter(tmp_path / "two")
     assert any(v.abs().max() > 0 for k, v in two.items() if "lora_B" in k)
     assert_close(one, two, atol=1e-5)
@@ -65,12 +67,13 @@ def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path):
         assert a["filter/generated_groups"] == b["filter/generated_groups"]
         assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
         assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-6)
+        assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-4)
     state = load_state(latest_checkpoint(tmp_path / "two"))
-    assert state["world_size"] == 2 and len(state["ranks"]) == 2
+    assert state["strategy"] == strategy and state["world_size"] == 2 and len(state["ranks"]) == 2
 
     # resume under 2 processes continues exactly like an uninterrupted 2-process run
     torchrun(["trainer.max_steps=4"], resume=str(tmp_path / "two"))
-    torchrun(common(tiny_dir, tmp_path, "straight", 4))
+    torchrun(common(tiny_dir, tmp_path, "straight", 4) + two_procs)
     assert_close(adapter(tmp_path / "two"), adapter(tmp_path / "straight"), atol=0)
     s_two = load_state(latest_checkpoint(tmp_path / "two"))
     s_straight = load_state(latest_checkpoint(tmp_path / "straight"))
