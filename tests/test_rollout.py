@@ -29,6 +29,37 @@ def test_sampling_does_not_depend_on_batch_companions(engine, tokenizer):
     assert len({tuple(r.token_ids) for r in both[:3]}) > 1  # the samples of a group differ
 
 
+def test_shared_prefill_equals_plain_prefill(tiny_model, tokenizer):
+    """Each prompt's prefill runs once and its KV cache is repeated for its rows: in fp32 the
+    first-token logits are bit-identical and every sampled response is the same as with a plain
+    prefill of all rows, across chunk boundaries that split a group (batch 5, groups of 3)."""
+    from rlpr.forward import position_ids_from_mask
+
+    ps = prompts(tokenizer, ["Capital of France?", "A much longer question about rivers and mountains?",
+                             "Why is the sky blue?"])
+    shared = HFRollout(tiny_model, tokenizer, torch.float32, batch_sequences=5)
+    plain = HFRollout(tiny_model, tokenizer, torch.float32, batch_sequences=5, share_prefill=False)
+    a = shared.generate(ps, 3, max_new_tokens=12, seeds=[1, 2, 3])
+    b = plain.generate(ps, 3, max_new_tokens=12, seeds=[1, 2, 3])
+    assert [r.token_ids for r in a] == [r.token_ids for r in b]
+    assert [r.prompt_index for r in a] == [0, 0, 0, 1, 1, 1, 2, 2, 2]
+
+    width, rows = max(map(len, ps)), [0, 0, 1, 1, 1, 2]
+    ids = torch.full((len(rows), width), tokenizer.pad_token_id)
+    attn = torch.zeros_like(ids)
+    for r, i in enumerate(rows):
+        ids[r, width - len(ps[i]):], attn[r, width - len(ps[i]):] = torch.tensor(ps[i]), 1
+    m = shared.model
+    with torch.no_grad():
+        full = m(input_ids=ids, attention_mask=attn, position_ids=position_ids_from_mask(attn)).logits[:, -1]
+        cache = shared._shared_prefill(ids, attn, rows)
+        assert cache.get_seq_length() == width - 1
+        last = m(input_ids=ids[:, -1:], attention_mask=attn, position_ids=position_ids_from_mask(attn)[:, -1:],
+                 past_key_values=cache).logits[:, -1]
+    torch.testing.assert_close(last, full, rtol=0, atol=0)
+    assert shared._shared_prefill(ids[[0, 2]], attn[[0, 2]], [0, 1]) is None  # nothing repeats: plain path
+
+
 def test_greedy_matches_hf_greedy(engine, tiny_model, tokenizer):
     ps = prompts(tokenizer, ["Hello?"])
     ours = engine.generate(ps, 1, max_new_tokens=8, temperature=0.0)[0]

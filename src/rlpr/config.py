@@ -62,6 +62,7 @@ class RolloutConfig:
     temperature: float = 1.0
     top_p: float = 1.0
     batch_sequences: int = 32  # sequences per generate call
+    share_prefill: bool = True  # prefill each prompt once and repeat its KV cache for its n rows
 
 
 @dataclass
