@@ -87,6 +87,29 @@ def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg,
             assert stats[key] == pytest.approx(s0[key], rel=1e-6, abs=1e-6)
 
 
+def test_prompt_runs_once_per_group_whatever_the_micro_batch(tokenizer, monkeypatch):
+    """The gradient test above covers the values; this checks that the prompt's forward really
+    is shared across a group's micro-batches (3 groups of 4 responses, 1 response per micro-batch)."""
+    import rlpr.update as update
+    from rlpr.models import tiny_llama
+
+    built = []
+
+    class Counting(update.PrefixState):
+        def __init__(self, model, prefix):
+            built.append(len(prefix))
+            super().__init__(model, prefix)
+
+    monkeypatch.setattr(update, "PrefixState", Counting)
+    samples = grouped_samples(len(tokenizer))
+    model = tiny_llama(tokenizer, seed=3).train()
+    accumulate_gradients(model, samples, AlgorithmConfig(), 1, tokenizer.pad_token_id, 1.0, True)
+    assert built == [5, 8, 11]
+    built.clear()
+    accumulate_gradients(model, samples, AlgorithmConfig(), 1, tokenizer.pad_token_id, 1.0, True, lockstep=True)
+    assert built == [5] * 4 + [8] * 4 + [11] * 4  # FSDP's lock-step path: one prompt forward per micro-batch
+
+
 def test_normaliser_counts_whole_mini_batch(tokenizer):
     from rlpr.update import normaliser
 

@@ -9,6 +9,8 @@ right-padded batches give the same numbers as unpadded single sequences.
 
 from __future__ import annotations
 
+import copy
+
 import torch
 
 
@@ -103,6 +105,68 @@ def token_logprobs(model, input_ids: torch.Tensor, attention_mask: torch.Tensor,
                             with_entropy, chunk)
 
 
+class PrefixState:
+    """A prefix's decoder state: per-layer keys/values [1, heads, P, d] and its last hidden state
+    [1, 1, H] (the state before the first continuation token)."""
+
+    def __init__(self, model, prefix: list[int]):
+        lm = causal_lm(model)
+        self.config = lm.config
+        self.length = len(prefix)
+        device = next(lm.parameters()).device
+        head = lm.get_decoder()(input_ids=torch.tensor([prefix], device=device), use_cache=True)
+        self.kv = [(layer.keys, layer.values) for layer in head.past_key_values.layers]
+        self.last_hidden = head.last_hidden_state[:, -1:]
+
+    def tensors(self) -> list[torch.Tensor]:
+        return [t for kv in self.kv for t in kv] + [self.last_hidden]
+
+    def detached(self) -> "PrefixState":
+        """A copy whose tensors are autograd leaves: backward passes through continuations stop
+        there and sum their gradients in `.grad`, for one later backward through the prefix
+        (`backward_from`)."""
+        leaf = copy.copy(self)
+        leaf.kv = [(k.detach().requires_grad_(k.requires_grad), v.detach().requires_grad_(v.requires_grad))
+                   for k, v in self.kv]
+        leaf.last_hidden = self.last_hidden.detach().requires_grad_(self.last_hidden.requires_grad)
+        return leaf
+
+    def backward_from(self, leaf: "PrefixState") -> None:
+        """Backward through the prefix with the gradients summed at `leaf` (a `detached()` copy)."""
+        pairs = [(t, g.grad) for t, g in zip(self.tensors(), leaf.tensors()) if g.grad is not None]
+        if pairs:
+            torch.autograd.backward([t for t, _ in pairs], [g for _, g in pairs])
+
+    def cache(self, n: int):
+        from transformers import DynamicCache
+
+        return DynamicCache([(k.repeat_interleave(n, 0), v.repeat_interleave(n, 0)) for k, v in self.kv],
+                            config=self.config)
+
+
+def continuation_logprobs(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]],
+                          temperature: float = 1.0, with_entropy: bool = False, chunk: int = 512):
+    """`shared_prefix_logprobs` given the prefix's state (computed once, reusable)."""
+    lm = causal_lm(model)
+    n, width = len(continuations), max(len(c) for c in continuations)
+    ids = torch.full((n, width), 0, dtype=torch.long)
+    mask = torch.zeros((n, width), dtype=torch.long)
+    target = torch.zeros((n, width), dtype=torch.bool)
+    for i, (c, t) in enumerate(zip(continuations, targets)):
+        ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        mask[i, :len(c)] = 1
+        target[i, :len(c)] = torch.tensor(t, dtype=torch.bool)
+    device = next(lm.parameters()).device
+    ids, mask, target = ids.to(device), mask.to(device), target.to(device)
+    p = state.length
+    out = lm.get_decoder()(input_ids=ids, attention_mask=torch.cat([mask.new_ones(n, p), mask], dim=1),
+                           position_ids=p + position_ids_from_mask(mask), past_key_values=state.cache(n),
+                           use_cache=True)
+    # the hidden state before continuation token j: the prefix's last one for j = 0
+    before = torch.cat([state.last_hidden.expand(n, 1, -1), out.last_hidden_state[:, :-1]], dim=1)
+    return project_logprobs(model, before[target], ids[target], temperature, with_entropy, chunk)
+
+
 def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[int]],
                            targets: list[list[bool]], temperature: float = 1.0, with_entropy: bool = False,
                            chunk: int = 512):
@@ -114,25 +178,5 @@ def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[in
     continuation token j (its log-prob given prefix + continuation[:j]). Gradients flow through
     the shared prefix. Returns (logp [N], entropy [N] or None) in row-major order.
     """
-    lm = causal_lm(model)
-    decoder = lm.get_decoder()
-    n, width = len(continuations), max(len(c) for c in continuations)
-    ids = torch.full((n, width), 0, dtype=torch.long)
-    mask = torch.zeros((n, width), dtype=torch.long)
-    target = torch.zeros((n, width), dtype=torch.bool)
-    for i, (c, t) in enumerate(zip(continuations, targets)):
-        ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
-        mask[i, :len(c)] = 1
-        target[i, :len(c)] = torch.tensor(t, dtype=torch.bool)
-    device = next(lm.parameters()).device
-    ids, mask, target = ids.to(device), mask.to(device), target.to(device)
-    p = len(prefix)
-    head = decoder(input_ids=torch.tensor([prefix], device=device), use_cache=True)
-    cache = head.past_key_values
-    for layer in cache.layers:
-        layer.batch_repeat_interleave(n)
-    out = decoder(input_ids=ids, attention_mask=torch.cat([mask.new_ones(n, p), mask], dim=1),
-                  position_ids=p + position_ids_from_mask(mask), past_key_values=cache, use_cache=True)
-    # the hidden state before continuation token j: the prefix's last one for j = 0
-    before = torch.cat([head.last_hidden_state[:, -1:].expand(n, 1, -1), out.last_hidden_state[:, :-1]], dim=1)
-    return project_logprobs(model, before[target], ids[target], temperature, with_entropy, chunk)
+    return continuation_logprobs(model, PrefixState(model, prefix), continuations, targets, temperature,
+                                 with_entropy, chunk)

@@ -14,7 +14,7 @@ import torch
 from rlpr import distributed as dist
 from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
 from rlpr.config import AlgorithmConfig
-from rlpr.forward import shared_prefix_logprobs, token_logprobs
+from rlpr.forward import PrefixState, continuation_logprobs, token_logprobs
 from rlpr.memory import release_memory
 
 
@@ -54,13 +54,15 @@ class MicroBatch:
         parts = [getattr(s, attr) for s in self.samples]
         return None if any(p is None for p in parts) else torch.cat(parts).to(device)
 
-    def logprobs(self, model, temperature: float, with_entropy: bool = False):
-        """(logp [N], entropy [N] or None) of every response token, in sample order."""
+    def logprobs(self, model, temperature: float, with_entropy: bool = False, state: PrefixState | None = None):
+        """(logp [N], entropy [N] or None) of every response token, in sample order. `state`: the
+        shared prefix's state when the caller computed it once for several micro-batches."""
         if self.prefix is not None:
             p = len(self.prefix)
             conts = [s.input_ids[p:] for s in self.samples]
-            return shared_prefix_logprobs(model, self.prefix, conts, [[True] * len(c) for c in conts],
-                                          temperature, with_entropy)
+            state = state if state is not None else PrefixState(model, self.prefix)
+            return continuation_logprobs(model, state, conts, [[True] * len(c) for c in conts], temperature,
+                                         with_entropy)
         width = max(len(s.input_ids) for s in self.samples)
         ids = torch.full((len(self.samples), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
@@ -71,6 +73,17 @@ class MicroBatch:
             target[i, s.prompt_len:len(s.input_ids)] = True
         device = next(model.parameters()).device
         return token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature, with_entropy)
+
+
+def prefix_runs(batches: list[MicroBatch]) -> list[list[MicroBatch]]:
+    """Consecutive micro-batches that share one prefix (each alone when it has none)."""
+    runs: list[list[MicroBatch]] = []
+    for mb in batches:
+        if runs and mb.prefix is not None and runs[-1][0].prefix == mb.prefix:
+            runs[-1].append(mb)
+        else:
+            runs.append([mb])
+    return runs
 
 
 def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: bool = True) -> list[MicroBatch]:
@@ -99,10 +112,12 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
     (one copy per micro-batch; they wait there for the update, off the GPU)."""
     was_training = model.training
     model.eval()
-    for mb in micro_batches(samples, size, pad_id, share_prefix):
-        logp, _ = mb.logprobs(model, temperature)
-        for s, piece in zip(mb.samples, torch.split(logp.cpu(), [s.response_len for s in mb.samples])):
-            setattr(s, attr, piece.clone())
+    for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix)):
+        state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
+        for mb in run:
+            logp, _ = mb.logprobs(model, temperature, state=state)
+            for s, piece in zip(mb.samples, torch.split(logp.cpu(), [s.response_len for s in mb.samples])):
+                setattr(s, attr, piece.clone())
     model.train(was_training)
 
 
@@ -112,9 +127,9 @@ def normaliser(samples: list[Sample]) -> Normaliser:
 
 
 def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConfig,
-                     temperature: float) -> tuple[torch.Tensor, dict]:
+                     temperature: float, state: PrefixState | None = None) -> tuple[torch.Tensor, dict]:
     """The loss of one micro-batch (already divided by the mini-batch normaliser) and token sums."""
-    logp, entropy = mb.logprobs(model, temperature, with_entropy=True)
+    logp, entropy = mb.logprobs(model, temperature, with_entropy=True, state=state)
     device = logp.device
     old = mb.cat("old_logp", device)
     old = logp.detach() if old is None else old
@@ -147,22 +162,34 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
                          temperature: float, share_prefix: bool = True, lockstep: bool = False) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
     Called on every rank for every update, even with no samples (the normaliser is global).
-    With `lockstep` (FSDP), every rank runs as many forward/backward passes as the busiest one."""
+
+    With `share_prefix`, a prompt whose responses span several micro-batches runs forward once:
+    each micro-batch's backward stops at the prompt's keys/values (detached leaves that sum the
+    gradients) and one backward through the prompt follows its last micro-batch. The same
+    gradient as running the prompt per micro-batch, up to float summation order, for a prompt's
+    activations more in memory. With `lockstep` (FSDP), every rank runs as many single-micro-batch
+    forward/backward passes as the busiest one instead."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
     batches = micro_batches(samples, micro_size, pad_id, share_prefix)
-    real = len(batches)
+    runs = [[mb] for mb in batches] if lockstep else prefix_runs(batches)
+    for run in runs:
+        shared = len(run) > 1
+        state = PrefixState(model, run[0].prefix) if shared else None
+        leaf = state.detached() if shared else None
+        for mb in run:
+            loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature, leaf)
+            loss.backward()
+            del loss
+            for k, v in stats.items():
+                totals[k] = totals.get(k, 0.0) + v
+        if shared:
+            state.backward_from(leaf)
+            del state, leaf
     if lockstep:
-        batches += [padding_micro_batch(pad_id, share_prefix)] * (int(dist.max_value(real)) - real)
-    for i, mb in enumerate(batches):
-        if i >= real:
+        for _ in range(int(dist.max_value(len(batches))) - len(batches)):
+            mb = padding_micro_batch(pad_id, share_prefix)
             logp, _ = mb.logprobs(model, temperature)
             (logp.sum() * 0.0).backward()  # finite, unlike a loss whose KL term could overflow
-            continue
-        loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature)
-        loss.backward()
-        del loss
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v
     release_memory()  # once per update: a trim per micro-batch cost 30% of the update (6 s of 22 s)
     return totals
