@@ -15,7 +15,7 @@ In one process, on the embedded SmolLM2-135M-Instruct:
    CPU, gradient checkpointing off, and a reward function that computes the SAME probability
    reward with rlpr's `ProbabilityReward` on TRL's current model (score A with the adapter off,
    cached per prompt, as rlpr does). Steps are timed with a `TrainerCallback`.
-3. Micro-benchmarks on a fresh model: (a) the score-B path on 32 prompt+response+reference texts
+3. Micro-benchmarks in a fresh process (`--micro-only`), on a fresh model: (a) the score-B path on 32 prompt+response+reference texts
    from a rollout vs one bare forward of the model over the same number of tokens; (b) rollout
    throughput of `HFRollout` at batch 32 (bf16) vs the weight-streaming floor of a decode step.
 
@@ -533,6 +533,18 @@ def write(res: dict, args, out: Path) -> str:
     return text
 
 
+def run_micro_in_child(args, path: Path) -> dict:
+    """The micro-benchmarks in a fresh interpreter: after TRL in the same process they once ran
+    3-4x slower (decode floor 149 vs 593 tok/s), so they must not inherit the parent's state."""
+    import subprocess
+
+    cmd = [sys.executable, __file__, "--micro-only", str(path), "--micro-new-tokens", str(args.micro_new_tokens),
+           "--micro-reps", str(args.micro_reps), "--max-new-tokens", str(args.max_new_tokens),
+           "--threads", str(args.threads)]
+    subprocess.run(cmd, check=True)
+    return json.loads(path.read_text())
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=3, help="timed steps per trainer")
@@ -549,6 +561,7 @@ def main() -> int:
                         help="dtype of TRL's model copy (default: fp32 master weights, as rlpr)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     parser.add_argument("--quick", action="store_true", help="1 warm-up + 1 timed step, 16 new tokens, 1 rep")
+    parser.add_argument("--micro-only", metavar="JSON", help=argparse.SUPPRESS)  # the child of run_micro_in_child
     parser.add_argument("--output", default=None, help="path stem for .json/.md (default benchmarks/results/speed)")
     args = parser.parse_args()
     if args.quick:
@@ -559,6 +572,12 @@ def main() -> int:
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     if args.threads:
         torch.set_num_threads(args.threads)
+    if args.micro_only:
+        with PeakRSS() as mem:
+            micro = run_micro(args)
+        micro["memory"] = mem.to_dict()
+        Path(args.micro_only).write_text(json.dumps(micro, default=str))
+        return 0
 
     res: dict = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "quick": args.quick,
                  "settings": {"steps": args.steps, "warmup": args.warmup, "max_new_tokens": args.max_new_tokens,
@@ -602,11 +621,8 @@ def main() -> int:
             write(res, args, out)
             release_memory()
         if not args.skip_micro:
-            print("== micro-benchmarks", flush=True)
-            with PeakRSS() as mem:
-                res["micro"] = run_micro(args)
-            res["micro"]["memory"] = mem.to_dict()
-            release_memory()
+            print("== micro-benchmarks (in a fresh process)", flush=True)
+            res["micro"] = run_micro_in_child(args, work / "micro.json")
     res["wall_s"] = time.time() - started
     text = write(res, args, out)
     print(text)
