@@ -113,10 +113,11 @@ class TrainerConfig:
     grad_clip: float = 1.0
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
     mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
+    fp32_attention: bool = True  # with bf16 on CPU: attention in fp32 (faster there, and more precise)
     strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
     #                        sharded over processes; see rlpr/sharding.py). One process: both the same
-    share_prompt_prefix: bool = True  # run each prompt once per micro-batch of its responses (exact;
-    #                                   not combined with model.gradient_checkpointing)
+    share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch
+    #                                   (exact; not combined with model.gradient_checkpointing)
     max_steps: int = 100
     seed: int = 0
     eval_every: int = 0  # 0: only before the first and after the last step

@@ -27,6 +27,7 @@ import yaml
 from rlpr import distributed as dist
 from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
+from rlpr.attention import use_fp32_attention_under_autocast
 from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_state, save_checkpoint,
                              set_rng_state)
 from rlpr.config import Config, ConfigError, validate_world
@@ -132,6 +133,8 @@ class Trainer:
         model, self.tokenizer = load_model(cfg.model.path, device=self.device)
         self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
+        if cfg.trainer.mixed_precision == "bf16" and cfg.trainer.fp32_attention and self.device.type == "cpu":
+            use_fp32_attention_under_autocast(causal_lm(self.policy))
         self.ref_model = None
         if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
             import copy
