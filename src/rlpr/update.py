@@ -173,6 +173,8 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     totals: dict[str, float] = {}
     batches = micro_batches(samples, micro_size, pad_id, share_prefix)
     runs = [[mb] for mb in batches] if lockstep else prefix_runs(batches)
+    # agreed before any forward: a collective after them would meet other ranks' FSDP gathers
+    padding = int(dist.max_value(len(batches))) - len(batches) if lockstep else 0
     for run in runs:
         shared = len(run) > 1
         state = PrefixState(model, run[0].prefix) if shared else None
@@ -186,10 +188,9 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
         if shared:
             state.backward_from(leaf)
             del state, leaf
-    if lockstep:
-        for _ in range(int(dist.max_value(len(batches))) - len(batches)):
-            mb = padding_micro_batch(pad_id, share_prefix)
-            logp, _ = mb.logprobs(model, temperature)
-            (logp.sum() * 0.0).backward()  # finite, unlike a loss whose KL term could overflow
+    for _ in range(padding):
+        mb = padding_micro_batch(pad_id, share_prefix)
+        logp, _ = mb.logprobs(model, temperature)
+        (logp.sum() * 0.0).backward()  # finite, unlike a loss whose KL term could overflow
     release_memory()  # once per update: a trim per micro-batch cost 30% of the update (6 s of 22 s)
     return totals
