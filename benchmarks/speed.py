@@ -369,11 +369,6 @@ def run_micro(args) -> dict:
     responses = [p.response_text(r.text) for p, r in zip(by_prompt, rollouts)]
     refs = [p.example.reference for p in by_prompt]
     reward(policy, texts, responses, refs)  # warm-up; fills the score-A cache
-    b_times = []
-    for _ in range(reps):
-        before = reward.seconds["score_b"]
-        reward(policy, texts, responses, refs)
-        b_times.append(reward.seconds["score_b"] - before)
     items = [it for it in (reward.score_b_text(p, r, y) for p, r, y in zip(texts, responses, refs)) if it]
     enc = tokenize_scored(tokenizer, items)
     total = sum(len(ids) for ids in enc.input_ids)
@@ -391,17 +386,27 @@ def run_micro(args) -> dict:
     def bare(keep: int):
         lm(input_ids=ids, use_cache=False, logits_to_keep=keep)
 
+    def score_b() -> float:
+        before = reward.seconds["score_b"]
+        reward(policy, texts, responses, refs)
+        return reward.seconds["score_b"] - before
+
     bare(1)
-    bare_times = timed(lambda: bare(1), reps)
-    full_times = timed(lambda: bare(0), reps)
+    # interleaved, so that a slow spell of this shared machine hits both sides of the ratio
+    b_times, bare_times, full_times = [], [], []
+    for _ in range(reps):
+        b_times.append(score_b())
+        bare_times += timed(lambda: bare(1), 1)
+        full_times += timed(lambda: bare(0), 1)
+    ratios = [b / t for b, t in zip(b_times, bare_times)]
     b_s, bare_s = statistics.median(b_times), statistics.median(bare_times)
     score_b = {
         "texts": len(items), "tokens_in_texts": total, "tokens_run_with_prefix_sharing": run_tokens,
         "bare_batch_shape": [batch, width], "dtype": str(next(lm.parameters()).dtype).replace("torch.", ""),
         "score_b_s": b_s, "score_b_s_all": b_times, "bare_forward_s": bare_s, "bare_forward_s_all": bare_times,
         "bare_forward_full_logits_s": statistics.median(full_times),
-        "ratio_score_b_over_bare": b_s / bare_s,
-        "ratio_score_b_over_bare_full_logits": b_s / statistics.median(full_times),
+        "ratio_score_b_over_bare": statistics.median(ratios), "ratios_per_rep": ratios,
+        "ratio_score_b_over_bare_full_logits": statistics.median(b / t for b, t in zip(b_times, full_times)),
     }
     return {"score_b": score_b, "rollout": rollout}
 
@@ -551,7 +556,7 @@ def main() -> int:
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--micro-new-tokens", type=int, default=128, help="new tokens in micro-benchmark (b)")
-    parser.add_argument("--micro-reps", type=int, default=3, help="repetitions per micro measurement (median)")
+    parser.add_argument("--micro-reps", type=int, default=5, help="repetitions per micro measurement (median)")
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-rlpr", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-micro", action="store_true")
