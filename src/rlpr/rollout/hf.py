@@ -155,7 +155,6 @@ class HFRollout:
                 out.append(Rollout(i, tokens, text, finished))
         return out
 
-
     def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int]):
         """The KV cache of every prompt but its last token, computed once per distinct prompt and
         repeated for its rows (None when no prompt repeats). `generate` then runs only the last
@@ -170,8 +169,9 @@ class HFRollout:
             firsts.setdefault(i, r)
         if len(firsts) == len(prompt_of_row) or ids.shape[1] < 2:
             return None
+        slot = {i: k for k, i in enumerate(firsts)}  # prompt -> its row in the prefill batch
         unique = torch.tensor(list(firsts.values()), device=ids.device)
-        rows = torch.tensor([list(firsts).index(i) for i in prompt_of_row], device=ids.device)
+        rows = torch.tensor([slot[i] for i in prompt_of_row], device=ids.device)
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
         out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
                          use_cache=True, logits_to_keep=1)
