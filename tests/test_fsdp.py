@@ -58,6 +58,10 @@ from rlpr.update import Sample, accumulate_gradients, fill_logprobs
 
 dist.init_from_env()
 cfg = load_config("demo", [f"model.path={sys.argv[1]}", f"model.lora={sys.argv[2]}"])
+
+def precision(strategy):  # as Trainer._precision
+    return torch.autocast("cpu", dtype=torch.bfloat16, enabled=sys.argv[3] == "bf16",
+                          cache_enabled=strategy.autocast_cache)
 torch.manual_seed(0)  # the same LoRA initialisation on every rank, as the trainer does
 model, _ = load_model(cfg.model.path)
 policy = build_policy(cfg, model).train()
@@ -77,7 +81,7 @@ strategy = sharding.make_strategy("fsdp", policy)
 with strategy.gathered():
     for _ in range(dist.rank() + 1):  # unequal numbers of no-grad forwards
         fill_logprobs(policy, shares[dist.rank()], "old_logp", 2, 0, 1.0)
-with strategy.training():
+with precision(strategy), strategy.training():
     accumulate_gradients(policy, shares[dist.rank()], cfg.algorithm, 2, 0, 1.0, lockstep=True)
 grads = {n: p.grad.full_tensor() for n, p in policy.named_parameters() if p.requires_grad}
 
@@ -85,21 +89,25 @@ everything = shares[0] + shares[1]  # the same mini-batch in one process
 fill_logprobs(single, everything, "old_logp", 2, 0, 1.0)
 import rlpr.update
 rlpr.update.dist.sum_values = lambda v: list(v)  # this process's counts are the global ones
-accumulate_gradients(single, everything, cfg.algorithm, 2, 0, 1.0)
+with precision(sharding.Replicated()):
+    accumulate_gradients(single, everything, cfg.algorithm, 2, 0, 1.0)
 expected = {n: p.grad for n, p in single.named_parameters() if p.requires_grad}
 assert grads.keys() == expected.keys()
-print("MAXDIFF", max((grads[k] - expected[k]).abs().max().item() for k in grads))
+diff = sum((grads[k] - expected[k]).norm() ** 2 for k in grads) ** 0.5
+print("RELDIFF", (diff / sum(expected[k].norm() ** 2 for k in grads) ** 0.5).item())  # of the whole gradient
 '''
 
 
-@pytest.mark.parametrize("lora", ["true", "false"])
-def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, lora):
+@pytest.mark.parametrize("lora,precision", [("true", "fp32"), ("false", "fp32"), ("true", "bf16"), ("false", "bf16")])
+def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, lora, precision):
     """Ranks with different numbers of forwards and micro-batches: the summed sharded gradient is
-    the single-process gradient of the whole mini-batch."""
+    the single-process gradient of the whole mini-batch, in fp32 and under bf16 autocast (where
+    autocast's weight cache lost gradients under FSDP: 32% off)."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora], capture_output=True,
+    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora, precision], capture_output=True,
                             text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
-    diffs = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("MAXDIFF")]
-    assert len(diffs) == 2 and max(diffs) < 1e-6, diffs
+    diffs = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("RELDIFF")]
+    # bf16: rounding of different matmul shapes (one process shares the prompt's forward)
+    assert len(diffs) == 2 and max(diffs) < (1e-5 if precision == "fp32" else 0.02), diffs

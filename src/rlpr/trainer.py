@@ -331,7 +331,7 @@ class Trainer:
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
         if self.cfg.trainer.mixed_precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16)
+            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.strategy.autocast_cache)
         return torch.autocast(self.device.type, enabled=False)
 
     def update(self, groups: list[Group]) -> dict:
