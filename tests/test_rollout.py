@@ -133,3 +133,55 @@ def test_bf16_output_layer_gets_contiguous_rows_with_identical_logits(tiny_model
         [r.token_ids for r in ours]
     assert [r.token_ids for r in engine.generate(ps, 1, max_new_tokens=12, temperature=0.0)] == \
         [r.token_ids for r in greedy]
+
+
+@pytest.fixture(scope="module")
+def eos_prone_model(tiny_model, tokenizer):
+    """The tiny model with its EOS logit raised to about 8 over a near-uniform vocabulary, so that
+    sampled rows finish at different steps (1 to 20 tokens at these seeds)."""
+    import copy
+
+    model = copy.deepcopy(tiny_model)
+    with torch.no_grad():
+        ps = prompts(tokenizer, ["A much longer question about rivers and mountains?"])
+        h = model.model(input_ids=torch.tensor(ps)).last_hidden_state[0].mean(0)
+        model.get_output_embeddings().weight[tokenizer.eos_token_id] = 8 * h / h.norm() ** 2
+    return model
+
+
+@pytest.mark.parametrize("share_prefill", [True, False])
+@pytest.mark.parametrize("temperature,top_p", [(1.0, 1.0), (0.7, 0.9), (0.0, 1.0)])
+def test_own_decode_loop_equals_generate(eos_prone_model, tokenizer, share_prefill, temperature, top_p):
+    """rlpr's loop (preallocated cache, finished rows dropped from the batch) samples exactly what
+    `generate` samples (fp32), with rows finishing at different steps and a group split across
+    generate calls (batch 5, groups of 4)."""
+    ps = prompts(tokenizer, ["Capital of France?", "A much longer question about rivers and mountains?",
+                             "Why is the sky blue?"])
+    runs = [HFRollout(eos_prone_model, tokenizer, torch.float32, batch_sequences=5, share_prefill=share_prefill,
+                      loop=loop).generate(ps, 4, max_new_tokens=20, temperature=temperature, top_p=top_p,
+                                          seeds=[1, 2, 3]) for loop in ("rlpr", "generate")]
+    ours, theirs = ([(r.prompt_index, r.token_ids, r.finished) for r in run] for run in runs)
+    assert ours == theirs
+    if temperature == 1.0:
+        lengths = {len(r.token_ids) for r in runs[0]}
+        assert min(lengths) < 5 and 20 in lengths and len(lengths) >= 3  # compaction happened mid-way
+
+
+def test_preallocated_cache_layer_equals_concatenation():
+    """Writes in place, grows past its capacity, selects rows: the same tensors as `DynamicLayer`."""
+    from transformers.cache_utils import DynamicLayer
+
+    from rlpr.rollout.decode import PreallocatedLayer
+
+    ours, plain = PreallocatedLayer(capacity=4), DynamicLayer()
+    g = torch.Generator().manual_seed(0)
+    for t in (3, 1, 2, 1):  # 7 positions: past the capacity of 4
+        k, v = torch.randn(3, 2, t, 5, generator=g), torch.randn(3, 2, t, 5, generator=g)
+        for a, b in zip(ours.update(k, v), plain.update(k, v)):
+            torch.testing.assert_close(a, b, rtol=0, atol=0)
+    ours.batch_select_indices(torch.tensor([2, 0]))
+    plain.batch_select_indices(torch.tensor([2, 0]))
+    k, v = torch.randn(2, 2, 1, 5, generator=g), torch.randn(2, 2, 1, 5, generator=g)
+    for a, b in zip(ours.update(k, v), plain.update(k, v)):
+        torch.testing.assert_close(a, b, rtol=0, atol=0)
+    assert ours.get_seq_length() == plain.get_seq_length() == 8

@@ -63,6 +63,7 @@ class RolloutConfig:
     top_p: float = 1.0
     batch_sequences: int = 32  # sequences per generate call
     share_prefill: bool = True  # prefill each prompt once and repeat its KV cache for its n rows
+    decode_loop: str = "rlpr"  # rlpr (preallocated KV cache, finished rows leave the batch) | generate (HF's)
 
 
 @dataclass
@@ -288,6 +289,7 @@ def validate(cfg: Config) -> None:
     resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
     _choice("data.template", cfg.data.template, TEMPLATES)
     _choice("rollout.engine", ro.engine, ("hf",))
+    _choice("rollout.decode_loop", ro.decode_loop, ("rlpr", "generate"))
     _choice("reward.format_mode", r.format_mode, FORMAT_MODES)
     _choice("reward.aggregation", r.aggregation, tuple(AGGREGATIONS))
     _choice("reward.score_a", r.score_a, ("initial", "current"))

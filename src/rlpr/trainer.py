@@ -162,7 +162,7 @@ class Trainer:
         self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
         dtype = torch.bfloat16 if cfg.model.rollout_dtype == "bfloat16" else torch.float32
         self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences,
-                                 cfg.rollout.share_prefill)
+                                 cfg.rollout.share_prefill, cfg.rollout.decode_loop)
         self.strategy = make_strategy(cfg.trainer.strategy, self.policy)  # fsdp shards the policy in place
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         a = cfg.algorithm

@@ -15,6 +15,7 @@ from typing import Protocol
 import torch
 
 from rlpr.forward import causal_lm, position_ids_from_mask
+from rlpr.rollout.decode import preallocated_cache, sample
 
 
 @dataclass
@@ -93,8 +94,9 @@ class HFRollout:
     policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
-                 share_prefill: bool = True):
+                 share_prefill: bool = True, loop: str = "rlpr"):
         self.tokenizer = tokenizer
+        self.loop = loop  # "rlpr" (rollout/decode.py) or "generate" (transformers' generate, the plain path)
         self.batch_sequences = batch_sequences
         self.share_prefill = share_prefill
         lm = causal_lm(policy)
@@ -138,16 +140,23 @@ class HFRollout:
             for r, (_, _, p) in enumerate(chunk):
                 ids[r, width - len(p):] = torch.tensor(p)
                 attn[r, width - len(p):] = 1
-            processors = LogitsProcessorList()
-            if temperature > 0:
-                processors.append(PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p))
+            sampler = PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p) \
+                if temperature > 0 else None
             ids, attn = ids.to(self.model.device), attn.to(self.model.device)
-            cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk]) if self.share_prefill else None
-            generated = self.model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
-                                            generation_config=gen_config, logits_processor=processors)
-            generated = generated.cpu()
+            if self.loop == "rlpr":
+                cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], width + max_new_tokens) \
+                    if self.share_prefill else None
+                draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
+                new = sample(self.model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
+                             cache=cache)
+            else:
+                cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk]) if self.share_prefill else None
+                processors = LogitsProcessorList([sampler] if sampler is not None else [])
+                new = self.model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
+                                          generation_config=gen_config, logits_processor=processors)[:, width:]
+            new = new.cpu()
             for r, (i, _, _) in enumerate(chunk):
-                tokens = generated[r, width:].tolist()
+                tokens = new[r].tolist()
                 finished = eos in tokens
                 if finished:
                     tokens = tokens[:tokens.index(eos) + 1]
@@ -155,7 +164,7 @@ class HFRollout:
                 out.append(Rollout(i, tokens, text, finished))
         return out
 
-    def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int]):
+    def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0):
         """The KV cache of every prompt but its last token, computed once per distinct prompt and
         repeated for its rows (None when no prompt repeats). `generate` then runs only the last
         prompt token, for all rows, and samples as usual.
@@ -163,7 +172,8 @@ class HFRollout:
         Every response of a group shares its prompt, so a plain prefill repeats the same work n
         times (32 x 93 tokens: 1.5 s of a 7-10 s demo rollout; 4 x 93: 0.25 s). The rows keep their
         padding and positions, so the result equals the plain path up to float rounding of
-        different matmul shapes (tests/test_rollout.py)."""
+        different matmul shapes (tests/test_rollout.py). With `capacity`, the cache is preallocated
+        for that many positions (`decode.preallocated_cache`)."""
         firsts: dict[int, int] = {}
         for r, i in enumerate(prompt_of_row):
             firsts.setdefault(i, r)
@@ -173,8 +183,9 @@ class HFRollout:
         unique = torch.tensor(list(firsts.values()), device=ids.device)
         rows = torch.tensor([slot[i] for i in prompt_of_row], device=ids.device)
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
+        cache = preallocated_cache(self.model.config, capacity) if capacity else None
         out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
-                         use_cache=True, logits_to_keep=1)
+                         past_key_values=cache, use_cache=True, logits_to_keep=1)
         cache = out.past_key_values
         cache.reorder_cache(rows)  # an index_select per layer: row r gets its prompt's keys/values
         return cache
@@ -196,6 +207,13 @@ class PerRowSampler:
         self.temperature, self.top_p = temperature, top_p
 
     def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        """As a `generate` logits processor: scores whose argmax is each row's draw."""
+        tokens = self.draw(scores, torch.arange(scores.shape[0]))
+        out = torch.full_like(scores, float("-inf"))
+        return out.scatter(-1, tokens[:, None], 0.0)
+
+    def draw(self, scores: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
+        """One token [b] for each of the original rows `rows` [b], from scores [b, V]."""
         logits = scores.float()
         if self.temperature != 1.0:  # x / 1.0 == x: skip a full-vocabulary copy
             logits = logits / self.temperature
@@ -206,10 +224,8 @@ class PerRowSampler:
             sorted_probs = sorted_probs.masked_fill(drop, 0.0)
             probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
             probs = probs / probs.sum(-1, keepdim=True)
-        u = torch.cat([torch.rand(1, generator=g, dtype=torch.float64) for g in self.generators])
-        tokens = inverse_cdf(probs, u)
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter(-1, tokens[:, None], 0.0)
+        u = torch.cat([torch.rand(1, generator=self.generators[r], dtype=torch.float64) for r in rows.tolist()])
+        return inverse_cdf(probs, u)
 
 
 def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 1024) -> torch.Tensor:
