@@ -115,6 +115,8 @@ class TrainerConfig:
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
     mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
     fp32_attention: bool = True  # with bf16 on CPU: attention in fp32 (faster there, and more precise)
+    bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
+    #                                   forward (exact; 2 bytes per frozen weight during the update; not fsdp)
     strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
     #                        sharded over processes; see rlpr/sharding.py). One process: both the same
     share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch

@@ -16,7 +16,7 @@ import resource
 import signal
 import sys
 import time
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +34,7 @@ from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
 from rlpr.memory import cap_kernel_caches, release_memory
+from rlpr.precision import frozen_linear_weights_in
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.sharding import make_strategy
@@ -334,7 +335,19 @@ class Trainer:
             return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.strategy.autocast_cache)
         return torch.autocast(self.device.type, enabled=False)
 
+    def _frozen_weights(self):
+        """The frozen weights in bf16 for the whole update (see rlpr/precision.py); not under fsdp,
+        whose parameters are shards that it gathers itself."""
+        t = self.cfg.trainer
+        if t.mixed_precision == "bf16" and t.bf16_frozen_weights and not self.strategy.lockstep:
+            return frozen_linear_weights_in(self.policy, torch.bfloat16)
+        return nullcontext()
+
     def update(self, groups: list[Group]) -> dict:
+        with self._frozen_weights():
+            return self._update(groups)
+
+    def _update(self, groups: list[Group]) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
         per_group = self.make_samples(groups)
         pad = self.tokenizer.pad_token_id
