@@ -1,4 +1,5 @@
-"""Rollouts with Hugging Face `generate`, behind the small `RolloutEngine` interface.
+"""Rollouts from a copy of the policy, behind the small `RolloutEngine` interface: rlpr's decode
+loop (`decode.py`, the default) or Hugging Face `generate`, with the same per-row draws.
 
 The engine samples from its own copy of the policy, by default in bf16 (about 1.7x faster than
 fp32 on CPU); `sync` copies the current fp32 master weights (LoRA merged) into it before each
