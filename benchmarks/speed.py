@@ -524,7 +524,7 @@ def add_notes(res: dict, args) -> None:
                      "norms, sampling or Python overhead. pct_of_ceiling uses real generated tokens/s (rows that "
                      "hit EOS early count only their tokens) including the prompt prefill; "
                      "pct_of_ceiling_decode_only = floor step time / measured time per decode step "
-                     "((generate(N) - generate(1)) / (steps - 1)), all 32 rows counted.")
+                     "((generate(N) - generate(1)) / (steps - 1)), all 32 rows counted; rlpr's decode loop drops finished rows, so later steps run fewer rows and this figure overstates the per-row efficiency.")
     if args.quick:
         notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
 
