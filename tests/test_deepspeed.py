@@ -1,0 +1,57 @@
+"""DeepSpeed ZeRO (trainer.strategy=deepspeed) on 2 CPU processes (gloo), tiny model: the same
+parameters and gradient norms as one process, and exact resume."""
+
+import shutil
+import sys
+
+import pytest
+from safetensors.torch import load_file
+
+from rlpr.checkpoint import latest_checkpoint, list_checkpoints, load_state
+from rlpr.config import ConfigError, load_config
+from rlpr.tracking import read_metrics
+from rlpr.trainer import train
+
+from test_distributed import assert_close, common, torchrun
+
+pytest.importorskip("deepspeed")
+
+
+def trained(checkpoint):
+    """The checkpoint's trained weights: the LoRA adapter, or the full model."""
+    adapter = checkpoint / "adapter" / "adapter_model.safetensors"
+    return load_file(str(adapter if adapter.exists() else checkpoint / "model" / "model.safetensors"))
+
+
+@pytest.mark.parametrize("stage,extra", [(2, ["model.lora=false", "trainer.lr=1e-4"]), (1, [])],
+                         ids=["zero2-full", "zero1-lora"])
+def test_deepspeed_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path, stage, extra):
+    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2) + extra))
+    # 3 steps, checkpointed after steps 2 and 3
+    zero = [*extra, "trainer.strategy=deepspeed", f"trainer.zero_stage={stage}", "trainer.save_every=2"]
+    torchrun(common(tiny_dir, tmp_path, "two", 3) + zero)
+    two_at_2, two_at_3 = list_checkpoints(tmp_path / "two")
+    one, two = trained(latest_checkpoint(tmp_path / "one")), trained(two_at_2)
+    assert_close(one, two, atol=1e-5)
+    m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    for a, b in zip(m1, m2[:2]):
+        assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
+        assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-4)
+    state = load_state(two_at_2)
+    assert state["strategy"] == "deepspeed" and len(state["optimizer"]) == 2  # each process's ZeRO shard
+
+    # resume from the step-2 checkpoint: step 3 is the uninterrupted run's exactly
+    shutil.copytree(tmp_path / "two", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / two_at_3.name)
+    torchrun(["trainer.max_steps=3"], resume=str(tmp_path / "resumed"))
+    assert_close(trained(latest_checkpoint(tmp_path / "resumed")), trained(two_at_3), atol=0)
+
+
+def test_deepspeed_config_errors(monkeypatch):
+    with pytest.raises(ConfigError, match=r"trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp"):
+        load_config("demo", ["trainer.strategy=deepspeed", "trainer.zero_stage=3"])
+    with pytest.raises(ConfigError, match=r"trainer.zero_stage: 4 is not one of 1, 2"):
+        load_config("demo", ["trainer.strategy=deepspeed", "trainer.zero_stage=4"])
+    monkeypatch.setitem(sys.modules, "deepspeed", None)  # as if not installed
+    with pytest.raises(ConfigError, match=r"DeepSpeed is not installed \(pip install deepspeed\)"):
+        load_config("demo", ["trainer.strategy=deepspeed"])
