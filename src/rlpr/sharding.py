@@ -199,7 +199,7 @@ class DeepSpeedZero(Replicated):
             "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "managed_gradient_accumulation": False,
             "zero_optimization": {"stage": self.stage}, "zero_allow_untested_optimizer": True,
-            "gradient_clipping": grad_clip, "steps_per_print": 2 ** 62, "wall_clock_breakdown": False,
+            "gradient_clipping": grad_clip,
         }
         self.engine, *_ = deepspeed.initialize(model=self.policy, optimizer=optimizer, config=config,
                                                dist_init_required=False)
