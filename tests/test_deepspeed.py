@@ -38,6 +38,8 @@ def test_deepspeed_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path, st
     m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
     for a, b in zip(m1, m2[:2]):
         assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
+        # step 2's rollouts and rewards on both processes come from the weights after step 1
+        assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-6)
         assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-4)  # before clipping
     state = load_state(at_2)
     assert state["strategy"] == "deepspeed" and len(state["optimizer"]) == 2  # each process's ZeRO shard
