@@ -42,7 +42,7 @@ def test_fsdp_full_fine_tuning_equals_one_process(tiny_dir, tmp_path):
 
 def test_fsdp_config_errors_and_one_process():
     with pytest.raises(ConfigError, match="trainer.strategy"):
-        load_config("demo", ["trainer.strategy=deepspeed"])
+        load_config("demo", ["trainer.strategy=horovod"])
     with pytest.raises(ConfigError, match="gradient_checkpointing"):
         load_config("demo", ["trainer.strategy=fsdp", "model.gradient_checkpointing=true"])
     assert isinstance(make_strategy("fsdp", policy=None), Replicated)  # one process: nothing to shard

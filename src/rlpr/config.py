@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib.util
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -116,9 +117,11 @@ class TrainerConfig:
     mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
     fp32_attention: bool = True  # with bf16 on CPU: attention in fp32 (faster there, and more precise)
     bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
-    #                                   forward (exact; 2 bytes per frozen weight during the update; not fsdp)
+    #                                   forward (exact; 2 bytes per frozen weight during the update; ddp only)
     strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
-    #                        sharded over processes; see rlpr/sharding.py). One process: both the same
+    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/sharding.py).
+    #                        One process: all the same
+    zero_stage: int = 2  # with strategy=deepspeed: 1 (optimizer states sharded) | 2 (and gradients)
     share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch
     #                                   (exact; not combined with model.gradient_checkpointing)
     max_steps: int = 100
@@ -301,9 +304,17 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
     _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16"))
-    _choice("trainer.strategy", t.strategy, ("ddp", "fsdp"))
-    if t.strategy == "fsdp" and cfg.model.gradient_checkpointing:
-        raise ConfigError("trainer.strategy=fsdp cannot be combined with model.gradient_checkpointing yet")
+    _choice("trainer.strategy", t.strategy, ("ddp", "fsdp", "deepspeed"))
+    if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
+        raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
+    if t.zero_stage == 3:
+        raise ConfigError("trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp (rlpr's ZeRO-3-like "
+                          "sharding); ZeRO-3 gathers weights in hooks that every process must run in step, and "
+                          "rlpr's processes run unequal numbers of no-grad forwards (scoring, log-probs)")
+    if t.zero_stage not in (1, 2):
+        raise ConfigError(f"trainer.zero_stage: {t.zero_stage!r} is not one of 1, 2")
+    if t.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+        raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)")
     try:
         get_shaping(r.shaping)
     except ValueError as e:
@@ -333,6 +344,8 @@ def validate(cfg: Config) -> None:
         raise ConfigError("reward.alpha: must be in [0, 1]")
     if t.lr <= 0:
         raise ConfigError("trainer.lr: must be positive")
+    if not t.grad_clip > 0:  # 0 would zero every gradient (torch) or disable clipping (DeepSpeed)
+        raise ConfigError("trainer.grad_clip: must be positive (inf: no clipping)")
     if a.filter_init_steps > a.filter_warmup_steps:
         raise ConfigError("algorithm.filter_init_steps: cannot exceed algorithm.filter_warmup_steps")
     if not 0 <= a.clip_low < 1 or a.clip_high < 0:

@@ -117,6 +117,15 @@ def gather_objects(obj) -> list:
     return out
 
 
+def gather_to_main(obj) -> list | None:
+    """Every rank's `obj` on rank 0 (None elsewhere): what only rank 0 writes, without a copy per rank."""
+    if not initialized():
+        return [obj]
+    out = [None] * world_size() if is_main() else None
+    dist.gather_object(obj, out, dst=0)
+    return out
+
+
 def broadcast_object(obj):
     """Rank 0's value on every rank (e.g. a run directory named after the clock)."""
     if not initialized():

@@ -1,6 +1,7 @@
 """Training strategies: `trainer.strategy: ddp` (a full replica per process, gradients summed
-once per optimizer step) or `fsdp` (FSDP2 `fully_shard`: weights, gradients and optimizer states
-sharded over the processes, ZeRO-3-like).
+once per optimizer step), `fsdp` (FSDP2 `fully_shard`: weights, gradients and optimizer states
+sharded over the processes, ZeRO-3-like) or `deepspeed` (DeepSpeed ZeRO stage 1 or 2: optimizer
+states, and with stage 2 gradients, sharded; full weights on every process).
 
 FSDP all-gathers a module's weights in its forward and reduce-scatters its gradients in its
 backward: collectives that every process must call in the same order. rlpr's processes do
@@ -38,14 +39,29 @@ class Replicated:
     lockstep = False
     autocast_cache = True  # reuse bf16 weight casts within an update (torch.autocast's cache)
 
+    def attach(self, optimizer, params, grad_clip: float) -> None:
+        """What `step` updates: the AdamW over `params`, clipping their gradient norm at `grad_clip`."""
+        self.optimizer, self.params, self.grad_clip = optimizer, list(params), grad_clip
+
     def gathered(self):
         return nullcontext()
 
     def training(self):
         return nullcontext()
 
+    def backward(self, loss: torch.Tensor) -> None:
+        loss.backward()
+
     def reduce_gradients(self, params) -> None:
         dist.sum_gradients(params)
+
+    def step(self) -> float:
+        """Sum the gradients over processes, clip, take the optimizer step; the norm before clipping."""
+        self.reduce_gradients(self.params)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, self.grad_clip).item()
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        return norm
 
     def model_state(self, policy):
         """None: save the module itself."""
@@ -159,8 +175,76 @@ class FullySharded(Replicated):
         return implicit_replication()
 
 
-def make_strategy(name: str, policy):
-    """`ddp` (the default) or `fsdp`; with one process fsdp shards nothing and behaves as ddp."""
-    if name == "fsdp" and dist.world_size() > 1:
+class DeepSpeedZero(Replicated):
+    """DeepSpeed ZeRO stage 1 (AdamW states sharded) or 2 (gradients too) over all processes.
+
+    Every process keeps the full fp32 weights (DeepSpeed all-gathers them after each optimizer
+    step), so the no-grad phases need no gathering. DeepSpeed runs in fp32; bf16 comes from the
+    trainer's autocast, as with ddp. Its engine is used for the backward passes and the step
+    only: rlpr calls the decoder and the output layer itself (`forward.py`), not `engine(...)`.
+    """
+
+    # stage 2 reduce-scatters gradients in every backward: collectives every process must call
+    # in step, so every process runs as many micro-batches as the busiest one
+    lockstep = True
+
+    def __init__(self, policy, stage: int):
+        self.policy, self.stage = policy, stage
+
+    def attach(self, optimizer, params, grad_clip: float) -> None:
+        """Wrap the trainer's AdamW (its param groups, so the LambdaLR schedule, stay the same)."""
+        deepspeed = _import_deepspeed()
+        config = {
+            # rlpr splits and accumulates micro-batches itself: `step` is the accumulation boundary
+            "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
+            "managed_gradient_accumulation": False,
+            "zero_optimization": {"stage": self.stage}, "zero_allow_untested_optimizer": True,
+            "gradient_clipping": grad_clip,
+        }
+        self.engine, *_ = deepspeed.initialize(model=self.policy, optimizer=optimizer, config=config,
+                                               dist_init_required=False)
+
+    def backward(self, loss: torch.Tensor) -> None:
+        # DeepSpeed averages gradients over processes; rlpr's losses are normalised by global
+        # counts and need the sum
+        self.engine.backward(loss * dist.world_size(), scale_wrt_gas=False)
+
+    def step(self) -> float:
+        """Reduce, clip at trainer.grad_clip, AdamW step, zero the gradients (all DeepSpeed's)."""
+        self.engine.step()
+        return float(self.engine.get_global_grad_norm())
+
+    def optimizer_state(self, policy, optimizer) -> list[dict] | None:
+        """Every process's ZeRO state (its shard of the AdamW states and fp32 weights) on process 0,
+        which saves them; None on the others."""
+        return dist.gather_to_main(self.engine.optimizer.state_dict())
+
+    def load_optimizer_state(self, policy, optimizer, state: list[dict]) -> None:
+        self.engine.optimizer.load_state_dict(state, load_from_fp32_weights=True)
+
+
+def _import_deepspeed():
+    """DeepSpeed, without its shared-memory all-reduce kernel.
+
+    That kernel serves DeepSpeed's inference all-reduce only (not ZeRO), and on a CPU machine its
+    first use compiles C++ for 40-70 s per process. DeepSpeed has no switch for it: marking the
+    op incompatible in its op table makes `TorchBackend` skip the build.
+    """
+    try:
+        import deepspeed
+    except ImportError:
+        raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)") from None
+    deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
+    return deepspeed
+
+
+def make_strategy(name: str, policy, zero_stage: int = 2):
+    """`ddp` (the default), `fsdp` or `deepspeed`; with one process nothing is sharded and all
+    three run as ddp."""
+    if dist.world_size() == 1:
+        return Replicated()
+    if name == "fsdp":
         return FullySharded(policy)
+    if name == "deepspeed":
+        return DeepSpeedZero(policy, zero_stage)
     return Replicated()

@@ -164,7 +164,8 @@ class Trainer:
         dtype = torch.bfloat16 if cfg.model.rollout_dtype == "bfloat16" else torch.float32
         self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences,
                                  cfg.rollout.share_prefill, cfg.rollout.decode_loop)
-        self.strategy = make_strategy(cfg.trainer.strategy, self.policy)  # fsdp shards the policy in place
+        # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
+        self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         a = cfg.algorithm
         self.filter = EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps,
@@ -172,6 +173,7 @@ class Trainer:
         t = cfg.trainer
         self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
                                            weight_decay=t.weight_decay)
+        self.strategy.attach(self.optimizer, self.trainable, t.grad_clip)
         warmup = t.warmup_steps
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(
             self.optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
@@ -336,8 +338,9 @@ class Trainer:
         return torch.autocast(self.device.type, enabled=False)
 
     def _frozen_weights(self):
-        """The frozen weights in bf16 for the whole update (see rlpr/precision.py); not under fsdp,
-        whose parameters are shards that it gathers itself."""
+        """The frozen weights in bf16 for the whole update (see rlpr/precision.py); not under the
+        lock-step strategies (fsdp's parameters are shards it gathers itself; DeepSpeed's engine
+        holds its own references to the parameters)."""
         t = self.cfg.trainer
         if t.mixed_precision == "bf16" and t.bf16_frozen_weights and not self.strategy.lockstep:
             return frozen_linear_weights_in(self.policy, torch.bfloat16)
@@ -374,11 +377,9 @@ class Trainer:
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
                 with self._precision(), self.strategy.training():  # every rank calls it, even with no groups
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                                 pad, temp, share, lockstep=self.strategy.lockstep)
-                self.strategy.reduce_gradients(self.trainable)
-                grad_norms.append(torch.nn.utils.clip_grad_norm_(self.trainable, t.grad_clip).item())
-                self.optimizer.step()
-                self.optimizer.zero_grad(set_to_none=True)
+                                                 pad, temp, share, lockstep=self.strategy.lockstep,
+                                                 backward=self.strategy.backward)
+                grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()

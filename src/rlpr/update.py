@@ -159,7 +159,8 @@ def padding_micro_batch(pad_id: int, share_prefix: bool) -> MicroBatch:
 
 
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
-                         temperature: float, share_prefix: bool = True, lockstep: bool = False) -> dict:
+                         temperature: float, share_prefix: bool = True, lockstep: bool = False,
+                         backward=torch.Tensor.backward) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
     Called on every rank for every update, even with no samples (the normaliser is global).
 
@@ -167,8 +168,9 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     each micro-batch's backward stops at the prompt's keys/values (detached leaves that sum the
     gradients) and one backward through the prompt follows its last micro-batch. The same
     gradient as running the prompt per micro-batch, up to float summation order, for a prompt's
-    activations more in memory. With `lockstep` (FSDP), every rank runs as many single-micro-batch
-    forward/backward passes as the busiest one instead."""
+    activations more in memory. With `lockstep` (FSDP, DeepSpeed), every rank runs as many
+    single-micro-batch forward/backward passes as the busiest one instead. Every loss goes
+    through `backward`: the strategy's (DeepSpeed's engine must run each backward itself)."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
     batches = micro_batches(samples, micro_size, pad_id, share_prefix)
@@ -181,7 +183,7 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
         leaf = state.detached() if shared else None
         for mb in run:
             loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature, leaf)
-            loss.backward()
+            backward(loss)
             del loss
             for k, v in stats.items():
                 totals[k] = totals.get(k, 0.0) + v
@@ -191,6 +193,6 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     for _ in range(padding):
         mb = padding_micro_batch(pad_id, share_prefix)
         logp, _ = mb.logprobs(model, temperature)
-        (logp.sum() * 0.0).backward()  # finite, unlike a loss whose KL term could overflow
+        backward(logp.sum() * 0.0)  # finite, unlike a loss whose KL term could overflow
     release_memory()  # once per update: a trim per micro-batch cost 30% of the update (6 s of 22 s)
     return totals
