@@ -46,11 +46,8 @@ class PreallocatedLayer(DynamicLayer):
             self.lazy_initialization(key_states, value_states)
         start, end = self.length, self.length + key_states.shape[-2]
         if end > self._k.shape[-2]:
-            grown = max(end, 2 * self._k.shape[-2])
-            self._k = torch.cat([self._k[:, :, :start], self._k.new_empty(*self._k.shape[:2], grown - start,
-                                                                             self._k.shape[-1])], dim=-2)
-            self._v = torch.cat([self._v[:, :, :start], self._v.new_empty(*self._v.shape[:2], grown - start,
-                                                                             self._v.shape[-1])], dim=-2)
+            size = max(end, 2 * self._k.shape[-2])
+            self._k, self._v = _grown(self._k, start, size), _grown(self._v, start, size)
         self._k[:, :, start:end].copy_(key_states)
         self._v[:, :, start:end].copy_(value_states)
         self.length = end
@@ -84,6 +81,13 @@ class PreallocatedLayer(DynamicLayer):
         self.length = 0
         self.keys = self.values = self._k = self._v = None
         self.is_initialized = False
+
+
+def _grown(buffer: torch.Tensor, keep: int, size: int) -> torch.Tensor:
+    """A [B, H, size, d] buffer holding the first `keep` positions of `buffer`."""
+    out = buffer.new_empty(*buffer.shape[:2], size, buffer.shape[-1])
+    out[:, :, :keep] = buffer[:, :, :keep]
+    return out
 
 
 def preallocated_cache(config, capacity: int) -> DynamicCache:
@@ -135,7 +139,8 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
         feed = tokens.to(device)[:, None]
         if int(done.sum()) * compact_every >= len(rows):
             keep = (~done).nonzero()[:, 0]
-            cache.batch_select_indices(keep.to(device))
-            rows, done, mask = rows[keep], done[keep], mask[keep.to(device)]
-            pos, feed = pos[keep.to(device)], feed[keep.to(device)]
+            rows, done = rows[keep], done[keep]
+            keep = keep.to(device)
+            cache.batch_select_indices(keep)
+            mask, pos, feed = mask[keep], pos[keep], feed[keep]
     return out

@@ -144,14 +144,13 @@ class HFRollout:
             sampler = PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p) \
                 if temperature > 0 else None
             ids, attn = ids.to(self.model.device), attn.to(self.model.device)
+            capacity = width + max_new_tokens if self.loop == "rlpr" else 0  # generate grows its own cache
+            cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
             if self.loop == "rlpr":
-                cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], width + max_new_tokens) \
-                    if self.share_prefill else None
                 draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
                 new = sample(self.model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
                              cache=cache)
             else:
-                cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk]) if self.share_prefill else None
                 processors = LogitsProcessorList([sampler] if sampler is not None else [])
                 new = self.model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
                                           generation_config=gen_config, logits_processor=processors)[:, width:]
@@ -167,8 +166,8 @@ class HFRollout:
 
     def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0):
         """The KV cache of every prompt but its last token, computed once per distinct prompt and
-        repeated for its rows (None when no prompt repeats). `generate` then runs only the last
-        prompt token, for all rows, and samples as usual.
+        repeated for its rows (None when no prompt repeats). The decode loop (or `generate`) then
+        runs only the last prompt token, for all rows, and samples as usual.
 
         Every response of a group shares its prompt, so a plain prefill repeats the same work n
         times (32 x 93 tokens: 1.5 s of a 7-10 s demo rollout; 4 x 93: 0.25 s). The rows keep their
