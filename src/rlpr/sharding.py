@@ -228,12 +228,11 @@ def _import_deepspeed():
 
     That kernel serves DeepSpeed's inference all-reduce only (not ZeRO), and on a CPU machine its
     first use compiles C++ for 40-70 s per process. DeepSpeed has no switch for it: marking the
-    op incompatible in its op table makes `TorchBackend` skip the build.
+    op incompatible in its op table makes `TorchBackend` skip the build. (That DeepSpeed is
+    installed is checked when the configuration loads.)
     """
-    try:
-        import deepspeed
-    except ImportError:
-        raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)") from None
+    import deepspeed
+
     deepspeed.ops.__compatible_ops__["deepspeed_shm_comm"] = False
     return deepspeed
 
