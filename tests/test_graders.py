@@ -196,7 +196,10 @@ def test_grade_math_times_out_instead_of_hanging(monkeypatch):
     ("<answer>The answer is Paris</answer>", "Paris", None, True),
     ("<answer>NYC</answer>", "New York City", ["NYC", "New York"], True),
     ("<answer>Big Apple</answer>", "New York City", ["NYC"], False),
-    ("Let me think.\nParis", "Paris", None, True),  # no answer part: the last line
+    ("Let me think.\nParis", "Paris", None, False),  # no answer part: the first statement decides
+    ("Paris\nLet me explain why.", "Paris", None, True),
+    ("The capital is Paris. Berlin is nice.", "Paris", None, True),
+    ("Berlin or Paris", "Paris", None, False),  # a list of candidates is never correct
     ("The answer is Paris.\nHope this helps!", "Paris", None, True),
     ("**Answer:** Paris", "Paris", None, True),
     ("<answer>London</answer>", "Paris", None, False),

@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import grade, grader_for
+from rlpr.evaluation.graders import grade_example
 from rlpr.progress import progress_bar
 from rlpr.reward.parsing import format_reward
 
@@ -119,13 +119,6 @@ def question_text(example: Example) -> str:
     """The question as the judge sees it: the last user turn."""
     users = [m["content"] for m in example.prompt if m.get("role") == "user"]
     return users[-1] if users else example.prompt[-1]["content"]
-
-
-def grade_example(example: Example, response: str):
-    """The rule grader's verdict for one response to one example."""
-    name = grader_for(example.data_source, example.ability, bool(example.choices))
-    return grade(name, response, example.reference, choices=example.choices or None,
-                 acceptable=example.acceptable or None)
 
 
 def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_new_tokens: int,

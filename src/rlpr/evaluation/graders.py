@@ -257,27 +257,92 @@ def _canonical_number(m: re.Match) -> str:
     return number.rstrip("0").rstrip(".") if "." in number else number
 
 
-def grade_short_answer(response: str, reference: str,
-                       acceptable: list[str] | None = None) -> Grade:
-    """Normalized exact match of the final answer against the reference or any `acceptable`."""
-    answer = _short_answer(response)
-    if answer is None:
+def grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
+                       question: str | None = None) -> Grade:
+    """Correct when the response's final answer is the reference or an `acceptable` form.
+
+    The final answer is read as a person would, in this order:
+    1. an answer part (`<answer>` tags or `\\boxed{}`), else the text after the last
+       "answer is"/"answer:" (up to the end of its sentence): normalized exact match;
+    2. else the response's first statement (its first sentence of two or more words, or a
+       one-word first line), checked by `statement_answers`: it must END with the reference
+       (after dropping trailing words the question already contains, e.g. "Paris is the capital
+       of France"), and the reference must not be the last item of an enumeration ("Berlin or
+       Paris", "Rome, Paris"), so listing several candidates is never correct.
+    """
+    golds = [g for g in (reference, *(acceptable or [])) if normalize_answer(g)]
+    answer = _explicit_answer(response)
+    if answer is not None:
+        said = normalize_answer(answer)
+        return Grade(bool(said) and said in {normalize_answer(g) for g in golds}, answer)
+    statement = first_statement(response)
+    if statement is None:
         return Grade(False, None)
-    said = normalize_answer(answer)
-    golds = {normalize_answer(g) for g in (reference, *(acceptable or []))}
-    return Grade(bool(said) and said in golds, answer)
+    return Grade(statement_answers(statement, golds, question or ""), statement)
 
 
-def _short_answer(response: str) -> str | None:
-    """What follows the last "answer is"/"answer:" in the answer part (or, without one, in the
-    whole response); else the answer part itself, else the last line."""
+def _explicit_answer(response: str) -> str | None:
+    """The answer part, or what follows the last "answer is"/"answer:" up to its sentence's end."""
     answer = extract_final_answer(response)
     phrases = list(_ANSWER_IS.finditer(response if answer is None else answer))
     if phrases:
-        answer = phrases[-1].group(1)
-    elif answer is None:
-        answer = _last_line(response)
-    return answer.strip() or None
+        answer = _SENTENCE_END.split(phrases[-1].group(1), maxsplit=1)[0]
+    return None if answer is None else (answer.strip() or None)
+
+
+# A sentence ends at . ! ? followed by a space or the end (not the point of 3.5), or at a newline.
+_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|(?<=[.!?])$")
+_WORD_OR_SEPARATOR = re.compile(r"[,;/&]|[^\s,;/&]+")
+_ENUMERATION = frozenset({",", ";", "/", "&", "or", "and", "nor", "vs", "versus"})
+# Words that may follow the answer in a statement without changing it ("8 apples left").
+_TRAILING_FILLER = frozenset({"now", "left", "total", "in", "all", "altogether", "only", "exactly",
+                              "each", "then", "too", "so", "it", "is", "are", "was", "were", "be"})
+
+
+def first_statement(response: str) -> str | None:
+    """The first sentence of two or more words, or a first line that is one word ("Paris.");
+    an opening interjection ("Sure!") is skipped."""
+    lines = [line for line in response[:5_000].splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        pieces = [p.strip() for p in _SENTENCE_END.split(line) if p and p.strip()]
+        if i == 0 and len(pieces) == 1 and len(normalize_answer(pieces[0]).split()) == 1:
+            return pieces[0]
+        for piece in pieces:
+            if len(normalize_answer(piece).split()) >= 2:
+                return piece
+    return None
+
+
+def _statement_tokens(text: str) -> list[str]:
+    """Normalized words, with the separators of an enumeration kept as tokens."""
+    tokens = []
+    for raw in _WORD_OR_SEPARATOR.findall(unicodedata.normalize("NFKC", text)):
+        if raw in ",;/&":
+            tokens.append(raw)
+        else:
+            tokens.extend(normalize_answer(raw).split())
+    return tokens
+
+
+def statement_answers(statement: str, golds: list[str], question: str = "") -> bool:
+    """True iff `statement` ends with one of `golds` (see grade_short_answer), not as the last
+    item of an enumeration. Words of the question (that are not words of the gold answer) and
+    a few fillers ("now", "left") are dropped from the end first."""
+    tokens = _statement_tokens(statement)
+    asked = set(normalize_answer(question).split())
+    for gold in golds:
+        target = normalize_answer(gold).split()
+        droppable = (asked - set(target)) | _TRAILING_FILLER
+        end = len(tokens)
+        while end and (tokens[end - 1] in droppable or tokens[end - 1] in ",;"):
+            end -= 1
+        start = end - len(target)
+        if start < 0 or tokens[start:end] != target:
+            continue
+        if start and tokens[start - 1] in _ENUMERATION:
+            continue
+        return True
+    return False
 
 
 def token_f1(prediction: str, reference: str) -> float:
@@ -317,10 +382,22 @@ def grader_for(data_source: str, ability: str = "", has_choices: bool = False) -
 
 
 def grade(name: str, response: str, reference: str, *, choices: list[str] | None = None,
-          acceptable: list[str] | None = None) -> Grade:
+          acceptable: list[str] | None = None, question: str | None = None) -> Grade:
     """Grade with the named grader, passing each only the extras it uses."""
     if name not in GRADERS:
         raise ValueError(f"unknown grader {name!r}; choose one of {', '.join(GRADERS)}")
     if name == "multiple_choice":
         return grade_multiple_choice(response, reference, choices)
+    if name == "short_answer":
+        return grade_short_answer(response, reference, acceptable, question)
     return GRADERS[name](response, reference, acceptable)
+
+
+def grade_example(example, response: str) -> Grade:
+    """The rule grader's verdict for one response to one `rlpr.data.records.Example` (the grader
+    chosen by its data source; free-form answers are read against its question, the last user
+    turn). The same verdict serves evaluation, `reward/accuracy` and `reward.kind=verifier`."""
+    name = grader_for(example.data_source, example.ability, bool(example.choices))
+    users = [m["content"] for m in example.prompt if m.get("role") == "user"]
+    return grade(name, response, example.reference, choices=example.choices or None,
+                 acceptable=example.acceptable or None, question=users[-1] if users else "")
