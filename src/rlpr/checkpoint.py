@@ -24,7 +24,11 @@ STATE_FILE = "trainer_state.pt"
 
 
 def rng_state() -> dict:
-    state = {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state()}
+    """Every RNG's state as plain data (tensors, numbers, lists, tuples), loadable with
+    torch.load(weights_only=True): numpy's key array becomes a list."""
+    name, keys, pos, has_gauss, gauss = np.random.get_state()
+    state = {"torch": torch.get_rng_state(), "python": random.getstate(),
+             "numpy": (str(name), [int(k) for k in keys], int(pos), int(has_gauss), float(gauss))}
     if torch.cuda.is_initialized():  # e.g. LoRA dropout on the GPU draws from this process's device
         state["cuda"] = torch.cuda.get_rng_state()
     return state
@@ -35,7 +39,8 @@ def set_rng_state(state: dict) -> None:
     if "cuda" in state and torch.cuda.is_available():
         torch.cuda.set_rng_state(state["cuda"])
     random.setstate(state["python"])
-    np.random.set_state(state["numpy"])
+    name, keys, pos, has_gauss, gauss = state["numpy"]
+    np.random.set_state((name, np.asarray(keys, dtype=np.uint32), pos, has_gauss, gauss))
 
 
 def is_peft(model) -> bool:
@@ -102,7 +107,16 @@ def _is_tied(lm, key: str) -> bool:
 
 
 def load_state(ckpt: Path) -> dict:
-    return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=False)
+    """The trainer state, read as plain data only: `weights_only=True` refuses pickled objects, so
+    a crafted trainer_state.pt cannot run code on --resume."""
+    import pickle
+
+    try:
+        return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
+    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{ckpt / STATE_FILE}: not a plain-data rlpr trainer state; refusing to load it "
+                          f"(checkpoints may not execute code): {reason}") from None
 
 
 def resume_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> Config:
