@@ -1,34 +1,38 @@
-"""Does RLPR teach the embedded model? A small, honest learning benchmark (issue 7).
+"""Does RLPR teach the embedded model? Held-out accuracy before and after, against RLVR and ablations.
 
-Trains SmolLM2-135M-Instruct with LoRA from the demo preset and evaluates it on held-out
-questions before and after, for four variants, over several seeds:
+Trains SmolLM2-135M-Instruct (LoRA) with the `small` preset on the built-in demo tasks, over
+several seeds, and evaluates every run on the SAME held-out questions (the demo `val` split of
+the preset's task families, drawn by a hash of the question text before any training, never
+trained on) with the SAME scorer (the `rlpr` variant's reward), exactly as RLPR evaluates:
 
-- `rlpr`: the default (mean token probability, debiased by score A, EMA std filter),
-- `no_debias`: reward.debias=false,
-- `no_std_filter`: algorithm.std_filter=false,
-- `seq_likelihood`: reward.aggregation=seq_likelihood instead of the mean token probability.
+- Avg@8: 8 samples per question at the rollout temperature, accuracy averaged (the paper's metric),
+- greedy accuracy, pass@8, mean probability reward and score B of the greedy response, format
+  rate, response length; standard errors are binomial over the held-out questions.
 
-Datasets: the built-in demo tasks (train/held-out split of the generator), and real data:
-MMLU questions from `../shared/data/mmlu` (train on the `val` split, evaluate on the `dev`
-split; the `test` split is never used). Every run is evaluated with the SAME scorer (the `rlpr`
-variant's reward) and greedy decoding, so that rewards are comparable across variants:
-mean probability reward, score B, exact-match / letter accuracy, format rate, response length.
+Variants (config overrides on top of the preset):
 
-    python benchmarks/learning.py            # full: about 2 hours on 2 CPU cores
-    python benchmarks/learning.py --quick    # under 15 minutes (1 seed, demo tasks, 3 steps)
+- `rlpr`: the preset as it is (mean token probability, debiased by score A, EMA std filter),
+- `rlvr`: reward.kind=verifier (1 when the grader accepts the response: the paper's RLVR baseline),
+- `no_debias`: reward.debias=false,  `no_std_filter`: algorithm.std_filter=false,
+- `seq_likelihood`: reward.aggregation=seq_likelihood instead of the mean token probability,
+- and `base`, the untrained model (evaluated once: every run starts from it).
 
-Two 1-thread workers use 2 cores better than one 2-thread process (small matmuls scale poorly):
+    python benchmarks/learning.py              # the full benchmark (see --help for its size)
+    python benchmarks/learning.py --quick      # a smaller smoke setting (1 seed, rlpr + base)
+
+Two 1-thread workers share the job list (each job claimed by a file in the work dir):
     python benchmarks/learning.py --threads 1 & python benchmarks/learning.py --threads 1 --reverse
 
-Each finished run is appended to benchmarks/results/learning.jsonl, and a re-run skips runs that
-are already there (so an interrupted benchmark loses at most the run in progress); the summary
-goes to learning.json and learning.md (mean and sample standard deviation over seeds).
+Each finished run is appended to <output>.jsonl; a re-run skips the runs already there, so an
+interrupted benchmark loses at most the runs in progress. The summary goes to <output>.json
+(`{"runs": [...], "table": [...]}`), <output>.md and <output>.png (learning curves).
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import statistics
 import sys
 import tempfile
@@ -37,109 +41,187 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
-SHARED = ROOT.parent.parent / "shared" / "data"
 
 VARIANTS = {
     "rlpr": [],
+    "rlvr": ["reward.kind=verifier"],
     "no_debias": ["reward.debias=false"],
     "no_std_filter": ["algorithm.std_filter=false"],
     "seq_likelihood": ["reward.aggregation=seq_likelihood"],
 }
-METRICS = ["eval/accuracy", "eval/reward_mean", "eval/score_b_mean", "eval/format_rate", "eval/response_len_mean"]
 
 
-def datasets(workdir: Path, val_size: int) -> dict[str, list[str]]:
-    """Config overrides per dataset; MMLU is converted once to verl parquet in `workdir`."""
-    from rlpr.data.convert import convert_file
-
-    out = {"demo": ["data.train=demo", "data.val=demo", f"data.demo_val_size={val_size}"]}
-    mmlu = SHARED / "mmlu"
-    if mmlu.is_dir():
-        train, val = workdir / "mmlu_val.parquet", workdir / "mmlu_dev.parquet"
-        if not train.exists():
-            convert_file("mmlu", mmlu / "mmlu_val.jsonl", train, template="r1_user")
-            convert_file("mmlu", mmlu / "mmlu_dev.jsonl", val, template="r1_user")
-        out["mmlu"] = [f"data.train={train}", f"data.val={val}", f"data.val_limit={val_size}"]
-    return out
+def se(p: float, n: int) -> float:
+    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else float("nan")
 
 
-def evaluate(trainer, base_cfg) -> dict:
-    """Held-out evaluation of `trainer`'s policy with the common (rlpr variant's) scorer."""
-    from rlpr.data.prompts import prepare_prompts
+def make_trainer(preset: str, overrides: list[str], run_dir: Path):
+    """A Trainer for `preset` + overrides whose evaluations use the common (preset's) reward."""
+    from rlpr.config import load_config
     from rlpr.forward import causal_lm
     from rlpr.reward.probability_reward import ProbabilityReward
-    from rlpr.trainer import load_examples_for
+    from rlpr.tracking import Tracker
+    from rlpr.trainer import Trainer
 
-    cfg = trainer.cfg
-    examples = load_examples_for(base_cfg, "val")[:base_cfg.data.val_limit or None]
-    trainer.val_prompts, _ = prepare_prompts(examples, trainer.tokenizer, cfg.data.max_prompt_tokens,
-                                             cfg.data.prefill)
+    common = load_config(preset, [o for o in overrides if not o.startswith(("reward.", "algorithm."))])
+    cfg = load_config(preset, overrides + ["trainer.tensorboard=false", "trainer.progress=false"])
+    trainer = Trainer(cfg, run_dir)
     max_length = getattr(causal_lm(trainer.policy).config, "max_position_embeddings", None)
-    trainer.reward = ProbabilityReward(base_cfg.reward, trainer.tokenizer, cfg.rollout.temperature, max_length)
-    trainer.cfg = base_cfg  # score A from the adapter-off base, with the common reward settings
+    trainer.eval_reward = ProbabilityReward(common.reward, trainer.tokenizer, cfg.rollout.temperature, max_length)
+    trainer.tracker = Tracker(run_dir, tensorboard=False)
+    return trainer
+
+
+def evaluation(trainer, limit: int = 0) -> dict:
+    """trainer.evaluate() on all held-out questions, or on the first `limit` (learning curves)."""
+    full = trainer.val_prompts
+    trainer.val_prompts = full[:limit] if limit else full
     try:
         return trainer.evaluate()
     finally:
-        trainer.cfg = cfg
+        trainer.val_prompts = full
 
 
-def training_summary(run_dir: Path) -> dict:
-    from rlpr.tracking import read_metrics
-
-    steps = [r for r in read_metrics(run_dir) if "reward/mean" in r]
-
-    def avg(key, part=slice(None)):
-        values = [r[key] for r in steps[part] if r.get(key) is not None]
-        return statistics.fmean(values) if values else None
-
-    return {"steps": len(steps), "train_reward_first": avg("reward/mean", slice(0, 2)),
-            "train_reward_last": avg("reward/mean", slice(-2, None)),
-            "nonzero_std_frac": avg("filter/nonzero_std_frac"), "kept_frac": avg("filter/kept_frac"),
-            "min_kept_groups": min((r.get("filter/kept_groups", 0) for r in steps), default=0),
-            "step_s": avg("perf/step_s")}
+def summary_of(ev: dict, suffix: str) -> dict:
+    k = ev.get("eval/samples", 8)
+    return {f"acc_{suffix}": ev["eval/accuracy"], f"greedy_{suffix}": ev["eval/greedy_accuracy"],
+            f"reward_{suffix}": ev["eval/reward_mean"], f"pass8_{suffix}": ev.get(f"eval/pass@{k}"),
+            f"score_b_{suffix}": ev["eval/score_b_mean"], f"format_{suffix}": ev["eval/format_rate"],
+            f"len_{suffix}": ev["eval/response_len_mean"]}
 
 
-def run_one(dataset: str, variant: str, seed: int, overrides: list[str], workdir: Path) -> dict:
-    from rlpr.config import load_config
-    from rlpr.trainer import Trainer
-
-    base = load_config("demo", overrides + [f"trainer.seed={seed}"])
-    cfg = load_config("demo", overrides + VARIANTS[variant] + [
-        f"trainer.seed={seed}", "data.val=", "trainer.tensorboard=false", "trainer.progress=false",
-        f"trainer.output_dir={workdir / 'runs'}", f"trainer.name={dataset}-{variant}-{seed}-{time.time_ns()}"])
+def run_base(preset: str, overrides: list[str], curve_questions: int, workdir: Path) -> dict:
+    """The untrained model on all held-out questions, and on the curve subset (every run's step 0)."""
     start = time.time()
-    trainer = Trainer(cfg, Path(cfg.trainer.output_dir) / cfg.trainer.name)
-    trainer.run()
-    after = evaluate(trainer, base)
-    return {"dataset": dataset, "variant": variant, "seed": seed, **{f"after/{k}": after[k] for k in METRICS},
-            **training_summary(trainer.run_dir), "seconds": time.time() - start}
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        trainer = make_trainer(preset, overrides, Path(tmp))
+        ev = evaluation(trainer)
+        curve = [{"step": 0, **summary_of(evaluation(trainer, curve_questions), "curve")}] if curve_questions else []
+    return {"variant": "base", "seed": None, "steps": 0, "n_heldout": ev["eval/questions"],
+            **summary_of(ev, "before"), **summary_of(ev, "after"), "curve": curve, "seconds": time.time() - start}
 
 
-def run_base(dataset: str, overrides: list[str]) -> dict:
-    """The untrained model (LoRA B = 0), evaluated like the trained ones; greedy, so seed-free."""
-    from rlpr.config import load_config
-    from rlpr.trainer import Trainer
-
-    cfg = load_config("demo", overrides + ["trainer.tensorboard=false", "trainer.progress=false"])
+def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: int, curve_every: int,
+            curve_questions: int, base: dict, workdir: Path) -> dict:
+    """Train `steps` steps and evaluate; a few held-out points on the way for the curves."""
     start = time.time()
-    with tempfile.TemporaryDirectory() as tmp:
-        trainer = Trainer(cfg, Path(tmp))
-        before = evaluate(trainer, cfg)
-    return {"dataset": dataset, "variant": "base", "seed": None, **{f"before/{k}": before[k] for k in METRICS},
-            "questions": before["eval/questions"], "seconds": time.time() - start}
+    run_dir = workdir / "runs" / f"{variant}-{seed}-{time.time_ns()}"
+    trainer = make_trainer(preset, overrides + VARIANTS[variant] + [f"trainer.seed={seed}",
+                                                                    f"trainer.max_steps={steps}"], run_dir)
+    curve, train = [dict(base["curve"][0])] if base.get("curve") else [], []  # step 0: the base model
+    for step in range(1, steps + 1):
+        m = trainer.train_step(step)
+        trainer.step = step
+        trainer.tracker.log(step, m)
+        train.append({"step": step, **{k: m.get(k) for k in (
+            "reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
+            "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
+            "perf/step_s")}})
+        print(f"  {variant} seed {seed} step {step}: reward {m['reward/mean']:.3f} "
+              f"acc {m.get('reward/accuracy', float('nan')):.3f} kept {m['filter/kept_frac']:.2f} "
+              f"len {m['rollout/response_len_mean']:.1f} {m['perf/step_s']:.0f}s", flush=True)
+        if curve_every and step % curve_every == 0 and step < steps:
+            curve.append({"step": step, **summary_of(evaluation(trainer, curve_questions), "curve")})
+    ev = evaluation(trainer)
+    trainer.tracker.close()
+    n = ev["eval/questions"]
+    before = {k: v for k, v in base.items() if k.endswith("_before")}
+    return {"variant": variant, "seed": seed, "steps": steps, "n_heldout": n, **before, **summary_of(ev, "after"),
+            "curve": curve, "curve_questions": curve_questions, "train": train,
+            "step_s": statistics.fmean(t["perf/step_s"] for t in train), "seconds": time.time() - start}
+
+
+# --------------------------------------------------------------------------- summary
+
+def summarise(rows: list[dict]) -> tuple[list[dict], str]:
+    base = next((r for r in rows if r["variant"] == "base"), None)
+    if base is None:
+        return [], "(no base run yet)\n"
+    n = base["n_heldout"]
+    keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len"]
+    table = []
+    lines = ["| variant | seeds | steps | Avg@8 before | Avg@8 after (mean ± sd) | change in SEs | greedy before -> after "
+             "| pass@8 before -> after | reward before -> after | score B after | format after | length after "
+             "| s/step | min/run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for variant in ["base", *VARIANTS]:
+        runs = [r for r in rows if r["variant"] == variant]
+        if not runs:
+            continue
+        entry = {"variant": variant, "seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"], "n_heldout": n}
+        for k in keys:
+            after = [r[f"{k}_after"] for r in runs]
+            entry[f"{k}_before"] = base[f"{k}_before"]
+            entry[f"{k}_after"] = statistics.fmean(after)
+            entry[f"{k}_after_sd"] = statistics.stdev(after) if len(after) > 1 else 0.0
+        # per seed: how many binomial standard errors (of the base accuracy) the change is
+        entry["acc_change_se"] = [(r["acc_after"] - base["acc_before"]) / se(base["acc_before"], n) for r in runs]
+        entry["greedy_change_se"] = [(r["greedy_after"] - base["greedy_before"]) / se(base["greedy_before"], n)
+                                     for r in runs]
+        entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
+        entry["minutes_per_run"] = statistics.fmean(r["seconds"] for r in runs) / 60
+        table.append(entry)
+
+        def pm(k, scale=100.0, digits=1):
+            spread = f" ± {entry[f'{k}_after_sd'] * scale:.{digits}f}" if len(runs) > 1 else ""
+            return f"{entry[f'{k}_after'] * scale:.{digits}f}{spread}"
+
+        lines.append(
+            f"| {variant} | {len(runs)} | {entry['steps']} | {100 * base['acc_before']:.1f}% ± {100 * se(base['acc_before'], n):.1f} "
+            f"| {pm('acc')}% | {', '.join(f'{c:+.1f}' for c in entry['acc_change_se'])} "
+            f"| {100 * base['greedy_before']:.1f}% -> {pm('greedy')}% | {100 * base['pass8_before']:.1f}% -> {pm('pass8')}% "
+            f"| {base['reward_before']:.3f} -> {pm('reward', 1, 3)} | {pm('score_b', 1, 3)} | {pm('format')}% "
+            f"| {pm('len', 1, 1)} | {entry['step_s']:.0f} | {entry['minutes_per_run']:.0f} |")
+    return table, "\n".join(lines) + "\n"
+
+
+def plot(rows: list[dict], path: Path) -> None:
+    """Held-out Avg@8 (curve points) and the training reward per step, one line per run."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(16, 4.5))
+    colors = dict(zip(VARIANTS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    base = next((r for r in rows if r["variant"] == "base"), None)
+    for r in rows:
+        if r["variant"] == "base":
+            continue
+        c = colors.get(r["variant"])
+        label = r["variant"] if r["seed"] == min(x["seed"] for x in rows if x["variant"] == r["variant"]) else None
+        pts = r.get("curve", [])
+        if pts:
+            axes[0].plot([p["step"] for p in pts], [100 * p["acc_curve"] for p in pts], "o-", color=c, alpha=0.7,
+                         label=label)
+        axes[0].plot([r["steps"]], [100 * r["acc_after"]], "*", color=c, markersize=12)
+        steps = [t["step"] for t in r["train"]]
+        axes[1].plot(steps, [t["reward/mean"] for t in r["train"]], color=c, alpha=0.6, label=label)
+        axes[2].plot(steps, [100 * (t["reward/accuracy"] or 0) for t in r["train"]], color=c, alpha=0.6, label=label)
+    if base:
+        axes[0].axhline(100 * base["acc_before"], color="gray", ls="--", label="base, all held-out")
+    axes[0].set(title="held-out Avg@k (%): lines on the curve subset,\nstars on all held-out questions", xlabel="step")
+    axes[1].set(title="training reward (own reward kind)", xlabel="step")
+    axes[2].set(title="training rollouts graded correct (%)", xlabel="step")
+    for ax in axes:
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
 
 
 def read_rows(log_path: Path, settings: dict) -> list[dict]:
-    rows = [json.loads(line) for line in log_path.read_text().splitlines()] if log_path.exists() else []
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()] if log_path.exists() else []
     return [r for r in rows if r.get("settings") == settings]
 
 
 def claim(workdir: Path, job: tuple, settings: dict) -> bool:
-    """Several workers (e.g. two 1-thread processes on 2 cores) share the job list: each job is
-    claimed by creating a file; delete `workdir/claims` to re-run abandoned jobs."""
+    """Several workers share the job list: a job is claimed by creating a file (delete
+    `workdir/claims` to re-run abandoned jobs)."""
     claims = workdir / "claims"
     claims.mkdir(exist_ok=True)
-    name = "-".join(str(v) for v in (*job, *settings.values()))
+    name = "-".join(str(v) for v in (*job, *settings.values())).replace("/", "_").replace(" ", "")[:200]
     try:
         (claims / name).open("x").close()
         return True
@@ -147,53 +229,19 @@ def claim(workdir: Path, job: tuple, settings: dict) -> bool:
         return False
 
 
-def summarise(rows: list[dict]) -> tuple[list[dict], str]:
-    base = {r["dataset"]: r for r in rows if r["variant"] == "base"}
-    table, lines = [], [
-        ("| data | variant | seeds | accuracy before | accuracy after | reward before | reward after | "
-         "score B before | score B after | format after | length after | groups with std > 0 (train) | s/step |"),
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for dataset in base:
-        b = base[dataset]
-        for variant in VARIANTS:
-            runs = [r for r in rows if r["dataset"] == dataset and r["variant"] == variant]
-            if not runs:
-                continue
-            entry = {"dataset": dataset, "variant": variant, "seeds": [r["seed"] for r in runs],
-                     "questions": b["questions"]}
-            for k in METRICS:
-                values = [r[f"after/{k}"] for r in runs]
-                entry[f"before/{k}"] = b[f"before/{k}"]
-                entry[f"after/{k}"] = statistics.fmean(values)
-                entry[f"after_sd/{k}"] = statistics.stdev(values) if len(values) > 1 else 0.0
-            for k in ("nonzero_std_frac", "kept_frac", "step_s"):
-                values = [r[k] for r in runs if r.get(k) is not None]
-                entry[k] = statistics.fmean(values) if values else None
-            table.append(entry)
-
-            def pm(k, scale=1.0, digits=3):  # no spread from a single seed
-                spread = f" ± {entry[f'after_sd/{k}'] * scale:.{digits}f}" if len(runs) > 1 else ""
-                return f"{entry[f'after/{k}'] * scale:.{digits}f}{spread}"
-
-            lines.append(
-                f"| {dataset} | {variant} | {len(runs)} | {b['before/eval/accuracy'] * 100:.1f}% | "
-                f"{pm('eval/accuracy', 100, 1)}% | {b['before/eval/reward_mean']:.4f} | {pm('eval/reward_mean', 1, 4)} | "
-                f"{b['before/eval/score_b_mean']:.4f} | {pm('eval/score_b_mean', 1, 4)} | "
-                f"{pm('eval/format_rate', 100, 1)}% | {pm('eval/response_len_mean', 1, 1)} | "
-                f"{(entry['nonzero_std_frac'] or 0) * 100:.0f}% | {entry['step_s'] or 0:.0f} |")
-    return table, "\n".join(lines) + "\n"
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--quick", action="store_true", help="1 seed, demo tasks only, 3 steps, 16 questions")
+    parser.add_argument("--preset", default="small")
+    parser.add_argument("--quick", action="store_true", help="1 seed, rlpr only, 4 steps, 40 held-out questions, "
+                                                             "2 samples each (a smoke setting, not a result)")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=8)
-    parser.add_argument("--val-size", type=int, default=40, help="held-out questions per dataset")
-    parser.add_argument("--lr", type=float, default=2e-4)
-    parser.add_argument("--data", default="demo,mmlu", help="comma-separated: demo, mmlu")
+    parser.add_argument("--steps", type=int, default=30)
+    parser.add_argument("--heldout", type=int, default=200, help="held-out questions (demo val split)")
+    parser.add_argument("--samples", type=int, default=8, help="k of Avg@k and pass@k")
+    parser.add_argument("--curve-every", type=int, default=10, help="held-out curve point every N steps (0: none)")
+    parser.add_argument("--curve-questions", type=int, default=50)
     parser.add_argument("--variants", default=",".join(VARIANTS))
-    parser.add_argument("--mmlu-variants", default="rlpr", help="variants also run on MMLU (time budget)")
+    parser.add_argument("--set", nargs="*", default=[], help="extra config overrides for every run")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--output", default=str(RESULTS / "learning"))
     parser.add_argument("--reverse", action="store_true", help="take jobs in reverse order (a second worker)")
@@ -201,45 +249,54 @@ def main() -> int:
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
     args = parser.parse_args()
     if args.quick:
-        args.seeds, args.steps, args.val_size, args.data = 1, 3, 16, "demo"
-        args.output = str(RESULTS / "learning_quick")
+        args.seeds, args.steps, args.heldout, args.samples, args.variants = 1, 4, 40, 2, "rlpr"
+        args.curve_every, args.curve_questions = 2, 10
+        args.output = args.output if args.output != str(RESULTS / "learning") else str(RESULTS / "learning_quick")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = Path(args.output + ".jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
-    settings = {"steps": args.steps, "val_size": args.val_size, "lr": args.lr, "seeds": args.seeds}
+    overrides = [f"data.demo_val_size={args.heldout}", f"trainer.eval_samples={args.samples}",
+                 f"model.threads={args.threads}", *args.set]
+    settings = {"preset": args.preset, "steps": args.steps, "heldout": args.heldout, "samples": args.samples,
+                "set": args.set}
     done = read_rows(log_path, settings)
-    have = {(r["dataset"], r["variant"], r["seed"]) for r in done}
-    common = [f"trainer.max_steps={args.steps}", f"trainer.lr={args.lr}", f"model.threads={args.threads}"]
+    have = {(r["variant"], r["seed"]) for r in done}
+    variants = [v for v in args.variants.split(",") if v]
+    for v in variants:
+        if v not in VARIANTS:
+            sys.exit(f"--variants: unknown variant {v!r} (have {', '.join(VARIANTS)})")
+    jobs = [("base", None)] + [(v, s) for s in range(args.seeds) for v in variants]
     start = time.time()
-    all_data = {} if args.report else datasets(workdir, args.val_size)
-    for dataset in [] if args.report else args.data.split(","):
-        if dataset not in all_data:
-            sys.exit(f"--data: unknown or unavailable dataset {dataset!r} (have {', '.join(all_data)})")
-        overrides = all_data[dataset] + common
-        variants = args.variants.split(",") if dataset == "demo" else args.mmlu_variants.split(",")
-        jobs = [(dataset, "base", None)] + [(dataset, v, s) for v in variants for s in range(args.seeds)]
-        for job in reversed(jobs) if args.reverse else jobs:
-            if job[1] != "base" and job[1] not in VARIANTS:
-                sys.exit(f"--variants: unknown variant {job[1]!r} (have {', '.join(VARIANTS)})")
-            if job in have or not claim(workdir, job, settings):
-                continue
-            print(f"[{time.time() - start:6.0f}s] {job}", flush=True)
-            row = run_base(dataset, overrides) if job[1] == "base" else run_one(*job, overrides, workdir)
-            row["settings"] = settings
-            done.append(row)
-            with log_path.open("a") as f:
-                f.write(json.dumps(row) + "\n")
-            print(json.dumps(row), flush=True)
-    done = read_rows(log_path, settings)  # with the rows of other workers
+    for job in [] if args.report else (reversed(jobs) if args.reverse else jobs):
+        if job in have or not claim(workdir, job, settings):
+            continue
+        base = next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)
+        if job[0] != "base" and base is None:
+            print(f"skipping {job}: the base evaluation is not finished yet (another worker has it)", flush=True)
+            continue
+        print(f"[{time.time() - start:6.0f}s] {job}", flush=True)
+        if job[0] == "base":
+            row = run_base(args.preset, overrides, args.curve_questions if args.curve_every else 0, workdir)
+        else:
+            row = run_one(args.preset, overrides, job[0], job[1], args.steps, args.curve_every,
+                          args.curve_questions, base, workdir)
+        row["settings"] = settings
+        with log_path.open("a") as f:
+            f.write(json.dumps(row) + "\n")
+        print({k: v for k, v in row.items() if k not in ("curve", "train")}, flush=True)
+    done = read_rows(log_path, settings)
     table, markdown = summarise(done)
     total = sum(r["seconds"] for r in done)
-    header = (f"Learning benchmark: {args.steps} steps x 4 prompts x 8 responses x 64 tokens per run, "
-              f"lr {args.lr}, {args.val_size} held-out questions per dataset, greedy; "
-              f"the runs took {total / 60:.0f} min in sum (several workers overlap in wall time).\n\n")
+    header = (f"Learning benchmark: preset `{args.preset}` {' '.join(args.set)}, {args.steps} steps per run, "
+              f"{args.heldout} held-out questions x {args.samples} samples (Avg@{args.samples}) + greedy; "
+              f"'change in SEs' = (Avg@k after - base) / binomial SE of the base, per seed; "
+              f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n")
     Path(args.output + ".md").write_text(header + markdown)
     Path(args.output + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
                                                        "table": table, "runs": done}, indent=1))
+    if done:
+        plot(done, Path(args.output + ".png"))
     print(header + markdown)
     return 0
 

@@ -103,3 +103,48 @@ def test_score_a_cache_and_precomputed(tiny_model, tokenizer):
     assert given.score_a == 0.25
     no_debias = make(tokenizer, debias=False)(tiny_model, [q], [VALID], ["Paris"])[0]
     assert no_debias.score_a == 0.0 and no_debias.delta == pytest.approx(no_debias.score_b)
+
+
+# --------------------------------------------------------------------------- reward kinds (issue 14)
+
+def test_verifier_kind_hand_computed(tiny_model, tokenizer):
+    """reward = (1 - alpha) * correct + alpha * format; no forward pass (B and A reported as 0)."""
+    pr = make(tokenizer, kind="verifier", alpha=0.1)
+    q = chat(tokenizer, "Capital of France?")
+    outs = pr(tiny_model, [q] * 3, [VALID, VALID, "It is Paris."], ["Paris"] * 3, correct=[True, False, True])
+    assert [o.reward for o in outs] == pytest.approx([0.9 + 0.1, 0.1, 0.9])
+    assert [o.correct for o in outs] == [1.0, 0.0, 1.0]
+    assert all(o.score_b == 0.0 and o.score_a == 0.0 for o in outs)
+    assert pr.seconds["score_b"] == 0.0
+    with pytest.raises(ValueError, match="verdicts"):
+        pr(tiny_model, [q], [VALID], ["Paris"])
+
+
+def test_hybrid_kind_is_the_official_soft_mix(tiny_model, tokenizer):
+    """hybrid = vr_weight * (0.9 correct + 0.1 format) + pr_weight * (0.9 delta + 0.1 format)."""
+    q = chat(tokenizer, "Capital of France?")
+    prob = make(tokenizer)(tiny_model, [q], [VALID], ["Paris"])[0]
+    hyb = make(tokenizer, kind="hybrid", pr_weight=0.5, vr_weight=1.0)(tiny_model, [q], [VALID], ["Paris"],
+                                                                     correct=[True])[0]
+    assert hyb.score_b == pytest.approx(prob.score_b) and hyb.correct == 1.0
+    assert hyb.reward == pytest.approx(1.0 * (0.9 + 0.1) + 0.5 * (0.9 * prob.delta + 0.1))
+
+
+def test_probability_kind_records_the_verdict_without_using_it(tiny_model, tokenizer):
+    q = chat(tokenizer, "Q")
+    pr = make(tokenizer)
+    right, wrong = pr(tiny_model, [q] * 2, [VALID] * 2, ["Paris"] * 2, correct=[True, False])
+    assert right.reward == wrong.reward and (right.correct, wrong.correct) == (1.0, 0.0)
+
+
+def test_score_a_prompt_form_for_fallback_responses(tiny_model, tokenizer):
+    """score_a_form=prompt: a fallback response's A is the paper's prompt-only A, not the cue form."""
+    q = chat(tokenizer, "Capital of France?")
+    eos = tokenizer.eos_token
+    a_plain, a_cue = score_texts(tiny_model, tokenizer, [build_score_a_text(q, "Paris", eos),
+                                                         build_score_a_text(q, "Paris", eos, cue="\n<answer> ")])
+    cue = make(tokenizer, invalid_fallback="free")(tiny_model, [q], ["It is Paris."], ["Paris"])[0]
+    prompt = make(tokenizer, invalid_fallback="free", score_a_form="prompt")(tiny_model, [q], ["It is Paris."],
+                                                                            ["Paris"])[0]
+    assert cue.fallback and prompt.fallback and cue.score_b == pytest.approx(prompt.score_b)
+    assert cue.score_a == pytest.approx(a_cue, abs=1e-7) and prompt.score_a == pytest.approx(a_plain, abs=1e-7)

@@ -285,3 +285,42 @@ def test_config_errors_are_one_line(override, message, capsys):
     assert main(["train", override]) == 2
     err = capsys.readouterr().err.strip()
     assert message in err and len(err.splitlines()) == 1
+
+
+# -- reward kinds, accuracy and collapse metrics, sampled evaluation (issue 14) ---------------------
+
+@pytest.mark.parametrize("kind", ["verifier", "hybrid"])
+def test_verifier_and_hybrid_kinds_train_and_log_accuracy(tiny_dir, tmp_path, kind):
+    cfg = tiny_cfg(tiny_dir, tmp_path, kind, "trainer.max_steps=2", f"reward.kind={kind}",
+                   "trainer.eval_samples=2", "trainer.sample_every=1")
+    summary = train(cfg)
+    metrics = read_metrics(tmp_path / kind)
+    steps = [m for m in metrics if "reward/mean" in m]
+    for m in steps:
+        assert 0.0 <= m["reward/accuracy"] <= 1.0 and 0.0 < m["rollout/distinct_frac"] <= 1.0
+    rows = [json_line for f in sorted((tmp_path / kind / "samples").glob("*.jsonl"))
+            for json_line in map(yaml.safe_load, f.read_text().splitlines())]
+    alpha = cfg.reward.alpha
+    for r in rows:
+        assert r["correct"] in (0.0, 1.0)
+        verifier = (1 - alpha) * r["correct"] + alpha * r["format"]
+        if kind == "verifier":
+            assert r["score_b"] == 0.0 and r["reward"] == pytest.approx(verifier + r["penalty"])
+        else:
+            probability = (1 - alpha) * r["delta"] + alpha * r["format"]
+            assert r["reward"] == pytest.approx(1.0 * verifier + 0.5 * probability + r["penalty"])
+    after = summary["after"]
+    for key in ("eval/accuracy", "eval/accuracy_se", "eval/greedy_accuracy", "eval/greedy_accuracy_se",
+                "eval/pass@2"):
+        assert key in after, key
+    assert after["eval/samples"] == 2 and after["eval/pass@2"] >= after["eval/accuracy"] - 1e-9
+
+
+def test_held_out_report_prints_before_and_after_with_errors():
+    from rlpr.trainer import held_out_report
+
+    ev = {"eval/accuracy": 0.25, "eval/accuracy_se": 0.03, "eval/greedy_accuracy": 0.5,
+          "eval/greedy_accuracy_se": 0.035, "eval/pass@8": 0.7, "eval/reward_mean": 0.1, "eval/score_b_mean": 0.2,
+          "eval/questions": 200, "eval/samples": 8}
+    text = held_out_report({"before": ev, "after": {**ev, "eval/accuracy": 0.4}})
+    assert "200 questions" in text and "25.0% ± 3.0 -> 40.0% ± 3.0" in text and "pass@8" in text

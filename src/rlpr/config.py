@@ -33,7 +33,8 @@ class ModelConfig:
     lora_target_modules: list[str] = field(default_factory=lambda: [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     gradient_checkpointing: bool = False
-    rollout_dtype: str = "bfloat16"  # dtype of the sampling copy: bfloat16 (faster on CPU) or float32
+    rollout_dtype: str = "auto"  # dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16:
+    #                              GPUs, CPUs with AVX512-BF16/AMX; else float32) | bfloat16 | float32
     threads: int = 0  # torch threads per process (0: torch's default)
     device: str = "auto"  # auto (cuda:LOCAL_RANK when CUDA is available, else cpu) | cpu | cuda
 
@@ -50,6 +51,9 @@ class DataConfig:
     demo_train_size: int = 1000
     demo_val_size: int = 50
     demo_seed: int = 0  # which draw of the demo tasks (fixed, so that training seeds share the data)
+    demo_val_every: int = 8  # one demo question in this many is held out (by a hash of its text)
+    demo_families: list[str] = field(default_factory=list)  # demo task families to use (empty: all of them;
+    #                                                          see rlpr/data/demo_tasks.py FAMILIES)
     val_limit: int = 0  # evaluate on at most this many held-out examples (0: all)
     max_prompt_tokens: int = 1024  # longer prompts are skipped (counted), never crash the run
     shuffle: bool = True
@@ -69,6 +73,10 @@ class RolloutConfig:
 
 @dataclass
 class RewardConfig:
+    kind: str = "probability"  # probability (RLPR) | verifier (RLVR: 1 if the eval grader accepts) | hybrid
+    #                            (vr_weight * verifier + pr_weight * probability, the official code's prob_mix)
+    pr_weight: float = 0.5  # hybrid only
+    vr_weight: float = 1.0  # hybrid only
     format_mode: str = "r1"  # r1 | r1_nothink | boxed
     aggregation: str = "mean_prob"  # mean_prob | mean_logprob | seq_likelihood | geo_mean_prob
     shaping: str = "threshold_0"  # identity | threshold_T | leaky_T | sigmoid_K | bin_N
@@ -81,6 +89,8 @@ class RewardConfig:
     repetition_only_nonzero: bool = True  # as the reference implementation: only if reward != 0
     invalid_fallback: str = "none"  # none | free (spec 1b: score a tagless response as reasoning)
     answer_cue: str = "\n<answer> "
+    score_a_form: str = "cue"  # A for fallback responses: cue (Q + answer_cue + y*, like their B) | prompt
+    #                            (the paper's Q + " " + y*, as for valid responses); spec 1b
     max_batch_tokens: int = 8192  # padded tokens per scoring forward
 
 
@@ -114,7 +124,8 @@ class TrainerConfig:
     adam_beta2: float = 0.999
     grad_clip: float = 1.0
     warmup_steps: int = 0  # linear learning-rate warm-up, then constant
-    mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights)
+    mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights) | auto
+    #                                (bf16 where the hardware has fast bf16, else none)
     fp32_attention: bool = True  # with bf16 on CPU: attention in fp32 (faster there, and more precise)
     bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
     #                                   forward (exact; 2 bytes per frozen weight during the update; ddp only)
@@ -127,7 +138,10 @@ class TrainerConfig:
     max_steps: int = 100
     seed: int = 0
     eval_every: int = 0  # 0: only before the first and after the last step
+    eval_before: bool = True  # evaluate the initial policy before the first step
     eval_max_new_tokens: int = 0  # 0: same as rollout.max_new_tokens
+    eval_samples: int = 0  # k > 0: also k samples per held-out question at the rollout temperature
+    #                        (Avg@k accuracy, pass@k); 0: greedy only
     sample_every: int = 1  # write sampled generations every N steps
     save_every: int = 0  # 0: only at the end
     keep_last: int = 2
@@ -282,28 +296,31 @@ def validate(cfg: Config) -> None:
     from rlpr.algorithms.advantages import ADVANTAGES
     from rlpr.algorithms.losses import LOSS_AGGREGATIONS, KL_ESTIMATORS
     from rlpr.data.templates import TEMPLATES
+    from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import AGGREGATIONS
     from rlpr.reward.sequence import FALLBACKS
     from rlpr.reward.shaping import get_shaping
 
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
-    _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("bfloat16", "float32"))
+    _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("auto", "bfloat16", "float32"))
     from rlpr.distributed import resolve_device
 
     resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
     _choice("data.template", cfg.data.template, TEMPLATES)
     _choice("rollout.engine", ro.engine, ("hf",))
     _choice("rollout.decode_loop", ro.decode_loop, ("rlpr", "generate"))
+    _choice("reward.kind", r.kind, tuple(REWARD_KINDS))
     _choice("reward.format_mode", r.format_mode, FORMAT_MODES)
     _choice("reward.aggregation", r.aggregation, tuple(AGGREGATIONS))
     _choice("reward.score_a", r.score_a, ("initial", "current"))
     _choice("reward.invalid_fallback", r.invalid_fallback, FALLBACKS)
+    _choice("reward.score_a_form", r.score_a_form, ("cue", "prompt"))
     _choice("algorithm.advantage", a.advantage, tuple(ADVANTAGES))
     _choice("algorithm.loss_agg", a.loss_agg, tuple(LOSS_AGGREGATIONS))
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
-    _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16"))
+    _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16", "auto"))
     _choice("trainer.strategy", t.strategy, ("ddp", "fsdp", "deepspeed"))
     if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
         raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
@@ -328,6 +345,8 @@ def validate(cfg: Config) -> None:
         "reward.max_batch_tokens": r.max_batch_tokens, "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
         "model.lora_rank": cfg.model.lora_rank,
     }
+    if t.eval_samples < 0:
+        raise ConfigError(f"trainer.eval_samples: must be 0 or positive, got {t.eval_samples}")
     for key, value in positive.items():
         if value <= 0:
             raise ConfigError(f"{key}: must be positive, got {value}")
@@ -350,6 +369,18 @@ def validate(cfg: Config) -> None:
         raise ConfigError("algorithm.filter_init_steps: cannot exceed algorithm.filter_warmup_steps")
     if not 0 <= a.clip_low < 1 or a.clip_high < 0:
         raise ConfigError("algorithm.clip_low must be in [0, 1) and algorithm.clip_high >= 0")
+    if "demo" in (cfg.data.train, cfg.data.val):
+        from rlpr.data.demo_tasks import pool_size
+
+        for split, key in (("train", "demo_train_size"), ("val", "demo_val_size")):
+            try:
+                have = pool_size(split, cfg.data.demo_seed, cfg.data.demo_families, cfg.data.demo_val_every)
+            except ValueError as e:
+                raise ConfigError(f"data.demo_families: {e}") from None
+            if getattr(cfg.data, key) > have:
+                raise ConfigError(f"data.{key}: the demo {split} split has {have} questions"
+                                  f"{' of these families' if cfg.data.demo_families else ''}; "
+                                  f"got {getattr(cfg.data, key)}")
     if cfg.data.train != "demo" and not Path(cfg.data.train).is_file():
         raise ConfigError(f"data.train: file not found: {cfg.data.train}")
     if cfg.data.val not in ("demo", "") and not Path(cfg.data.val).is_file():

@@ -34,7 +34,7 @@ from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
 from rlpr.memory import cap_kernel_caches, release_memory
-from rlpr.precision import frozen_linear_weights_in
+from rlpr.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.sharding import make_strategy
@@ -77,7 +77,8 @@ def load_examples_for(cfg: Config, split: str):
         from rlpr.data.demo_tasks import demo_examples
 
         n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
-        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template)
+        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
+                             families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
     mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
     return load_examples(source, cfg.data.template, mapping)
 
@@ -98,6 +99,15 @@ def build_policy(cfg: Config, model):
     if cfg.model.gradient_checkpointing:
         model.enable_input_require_grads()
     return get_peft_model(model, lora)
+
+
+# Held-out samples are seeded apart from training rollouts, and the same before and after training.
+EVAL_SEED = 7_000_003
+
+
+def binomial_se(p: float, n: float) -> float:
+    """Standard error of a proportion over n questions."""
+    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n else float("nan")
 
 
 def peak_rss_gb() -> float:
@@ -131,10 +141,11 @@ class Trainer:
         if dist.is_main():
             log.info("loading model %s", cfg.model.path)
         self.device = dist.resolve_device(cfg.model.device)  # the reference and rollout copies follow it
+        self.mixed_precision = resolve_mixed_precision(cfg.trainer.mixed_precision, self.device)
         model, self.tokenizer = load_model(cfg.model.path, device=self.device)
         self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
-        if cfg.trainer.mixed_precision == "bf16" and cfg.trainer.fp32_attention and self.device.type == "cpu":
+        if self.mixed_precision == "bf16" and cfg.trainer.fp32_attention and self.device.type == "cpu":
             use_fp32_attention_under_autocast(causal_lm(self.policy))
         self.ref_model = None
         if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
@@ -161,7 +172,8 @@ class Trainer:
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
         self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
-        dtype = torch.bfloat16 if cfg.model.rollout_dtype == "bfloat16" else torch.float32
+        self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
+        dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences,
                                  cfg.rollout.share_prefill, cfg.rollout.decode_loop)
         # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
@@ -209,12 +221,13 @@ class Trainer:
         else:
             raise TrainingError("score A for a prompt that was not precomputed before training")
 
-    def _fill_score_a(self, pairs) -> None:
-        if self.cfg.reward.score_a == "current":
-            self.reward.fill_score_a(self.policy, pairs)
+    def _fill_score_a(self, pairs, reward: ProbabilityReward | None = None) -> None:
+        reward = reward or self.reward
+        if reward.cfg.score_a == "current":
+            reward.fill_score_a(self.policy, pairs)
             return
         with self._initial_policy() as model:
-            self.reward.fill_score_a(model, pairs)
+            reward.fill_score_a(model, pairs)
 
     def _precompute_score_a(self) -> None:
         """Full fine-tuning without a reference copy: A for every prompt, before the first step."""
@@ -245,15 +258,21 @@ class Trainer:
         n = cfg.rollout.responses_per_prompt
         return [Group(p, rollouts[k * n:(k + 1) * n], rewards[k * n:(k + 1) * n]) for k, p in enumerate(prompts)]
 
-    def score(self, prompts: list[Prompt], rollouts: list[Rollout]) -> list[RewardOutput]:
-        if self.cfg.reward.score_a == "current":
-            self.reward.cache = type(self.reward.cache)()  # recompute A with the current policy
+    def score(self, prompts: list[Prompt], rollouts: list[Rollout],
+              reward: ProbabilityReward | None = None) -> list[RewardOutput]:
+        """Rewards of rollouts (with `reward`, default the training reward), graded for accuracy."""
+        from rlpr.evaluation.graders import grade_example
+
+        reward = reward or self.reward
+        if reward.cfg.score_a == "current":
+            reward.cache = type(reward.cache)()  # recompute A with the current policy
         by_index = [prompts[r.prompt_index] for r in rollouts]
+        responses = [p.response_text(r.text) for p, r in zip(by_index, rollouts)]
+        correct = [grade_example(p.example, text).correct for p, text in zip(by_index, responses)]
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
-            return self.reward(self.policy, [p.text for p in by_index],
-                               [p.response_text(r.text) for p, r in zip(by_index, rollouts)],
-                               [p.example.reference for p in by_index], fill_a=self._fill_score_a,
-                               precomputed_a=[p.example.score_a for p in by_index])
+            return reward(self.policy, [p.text for p in by_index], responses,
+                          [p.example.reference for p in by_index], fill_a=lambda pairs: self._fill_score_a(pairs, reward),
+                          precomputed_a=[p.example.score_a for p in by_index], correct=correct)
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:
@@ -333,7 +352,7 @@ class Trainer:
 
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
-        if self.cfg.trainer.mixed_precision == "bf16":
+        if self.mixed_precision == "bf16":
             return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.strategy.autocast_cache)
         return torch.autocast(self.device.type, enabled=False)
 
@@ -342,7 +361,7 @@ class Trainer:
         lock-step strategies (fsdp's parameters are shards it gathers itself; DeepSpeed's engine
         holds its own references to the parameters)."""
         t = self.cfg.trainer
-        if t.mixed_precision == "bf16" and t.bf16_frozen_weights and not self.strategy.lockstep:
+        if self.mixed_precision == "bf16" and t.bf16_frozen_weights and not self.strategy.lockstep:
             return frozen_linear_weights_in(self.policy, torch.bfloat16)
         return nullcontext()
 
@@ -416,18 +435,24 @@ class Trainer:
         outs = [r for g in groups for r in g.rewards]
         rolls = [r for g in groups for r in g.rollouts]
         keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
-                "truncated", "count"]
+                "truncated", "count", "correct", "graded", "distinct", "groups"]
         local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
                  sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
                  sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
-                 sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs)]
+                 sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs),
+                 sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
+                 sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
+                 len(groups)]
         s = dict(zip(keys, dist.sum_values(local)))
         n = max(s["count"], 1)
         return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
                 "reward/mean": s["reward"] / n, "reward/format_rate": s["format"] / n,
                 "reward/valid_frac": s["valid"] / n, "reward/fallback_frac": s["fallback"] / n,
                 "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
+                "reward/accuracy": s["correct"] / s["graded"] if s["graded"] else float("nan"),
                 "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
+                # distinct responses per group / group size: falls toward 1/n when the policy collapses
+                "rollout/distinct_frac": s["distinct"] / max(s["groups"], 1),
                 "_tokens": s["len"]}
 
     def sample_rows(self, groups: list[Group], limit: int = 4) -> list[dict]:
@@ -441,15 +466,19 @@ class Trainer:
     # -- evaluation ---------------------------------------------------------------------------
     @torch.no_grad()
     def evaluate(self) -> dict:
-        """Greedy responses on the held-out prompts: mean probability reward and accuracy."""
-        from rlpr.evaluation.graders import grade, grader_for
+        """Held-out evaluation: greedy responses (probability reward, score B, greedy accuracy,
+        format, length) and, with `trainer.eval_samples` = k > 0, k samples per question at the
+        rollout temperature: Avg@k accuracy (spec section 7) and pass@k. Standard errors are
+        binomial over the questions, sqrt(p (1 - p) / n)."""
+        from rlpr.evaluation.graders import grade_example
 
         total = int(dist.sum_values([len(self.val_prompts)])[0])  # global: a rank may hold none
         if not total:
             return {}
         cfg = self.cfg
+        k = cfg.trainer.eval_samples
         if dist.is_main():
-            log.info("evaluating on %d held-out prompts (greedy)", total)
+            log.info("evaluating on %d held-out prompts (greedy%s)", total, f" and {k} samples each" if k else "")
         with self.strategy.gathered():
             self.engine.sync(self.policy)
         prompts = self.val_prompts
@@ -457,20 +486,33 @@ class Trainer:
         rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
                                         temperature=0.0)
         release_memory()
-        rewards = self.score(prompts, rollouts)
+        rewards = self.score(prompts, rollouts, self.eval_reward)
         release_memory()
-        correct = []
-        for p, r in zip(prompts, rollouts):
-            ex = p.example
-            name = grader_for(ex.data_source, ex.ability, bool(ex.choices))
-            correct.append(grade(name, p.response_text(r.text), ex.reference, choices=ex.choices or None,
-                                 acceptable=ex.acceptable or None).correct)
+        correct = [bool(o.correct) for o in rewards]
+        sampled_right = sampled_any = 0.0
+        if k:
+            samples = self.engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
+                                           temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                           seeds=[EVAL_SEED + p.index for p in prompts])
+            release_memory()
+            for i, p in enumerate(prompts):
+                right = [grade_example(p.example, p.response_text(r.text)).correct for r in samples[i * k:(i + 1) * k]]
+                sampled_right += sum(right) / k
+                sampled_any += any(right)
         local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
-                 sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards)]
-        reward_sum, b_sum, right, fmt, length, n = dist.sum_values(local)
+                 sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards),
+                 sampled_right, sampled_any]
+        reward_sum, b_sum, right, fmt, length, n, avg_k, pass_k = dist.sum_values(local)
         n = max(n, 1)
-        return {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n, "eval/accuracy": right / n,
-                "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
+        out = {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n,
+               "eval/greedy_accuracy": right / n, "eval/greedy_accuracy_se": binomial_se(right / n, n),
+               "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
+        # eval/accuracy: Avg@k when sampled (the paper's metric), else greedy
+        out["eval/accuracy"], out["eval/accuracy_se"] = out["eval/greedy_accuracy"], out["eval/greedy_accuracy_se"]
+        if k:
+            out.update({"eval/accuracy": avg_k / n, "eval/accuracy_se": binomial_se(avg_k / n, n),
+                        f"eval/pass@{k}": pass_k / n, "eval/samples": k})
+        return out
 
     # -- checkpoints --------------------------------------------------------------------------
     def trainer_state(self) -> dict:
@@ -519,7 +561,7 @@ class Trainer:
         if not dist.is_main():
             self.tracker = _NullTracker()
         summary: dict = {}
-        if not self.resume:
+        if not self.resume and t.eval_before:
             before = self.evaluate()  # every rank calls it: it holds collectives
             if before:
                 summary["before"] = before
@@ -644,8 +686,32 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     summary = trainer.run()
     if dist.is_main():
         (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
+        print(held_out_report(summary), file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
     return summary
+
+
+def held_out_report(summary: dict) -> str:
+    """The held-out results before -> after, with binomial standard errors, for the console."""
+    before, after = summary.get("before") or {}, summary.get("after") or {}
+    if not after:
+        return "held-out: not evaluated (data.val is empty or the run was interrupted)"
+    k = after.get("eval/samples")
+    rows = [("accuracy" + (f" (Avg@{k})" if k else " (greedy)"), "eval/accuracy", "eval/accuracy_se")]
+    if k:
+        rows += [("greedy accuracy", "eval/greedy_accuracy", "eval/greedy_accuracy_se"),
+                 (f"pass@{k}", f"eval/pass@{k}", None)]
+    rows += [("mean reward (greedy)", "eval/reward_mean", None), ("score B (greedy)", "eval/score_b_mean", None)]
+    lines = [f"held-out ({int(after['eval/questions'])} questions), before -> after:"]
+    for label, key, se_key in rows:
+        def show(d):
+            if key not in d:
+                return "n/a"
+            pct = key != "eval/reward_mean" and key != "eval/score_b_mean"
+            value = f"{100 * d[key]:.1f}%" if pct else f"{d[key]:.4f}"
+            return value + (f" ± {100 * d[se_key]:.1f}" if se_key and se_key in d else "")
+        lines.append(f"  {label:<22} {show(before):>14} -> {show(after)}")
+    return "\n".join(lines)
 
 
 def _plain(obj):

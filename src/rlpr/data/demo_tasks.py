@@ -117,7 +117,8 @@ ALIASES = {
     "Brasilia": ["Brasília"], "Bogota": ["Bogotá"], "Kyiv": ["Kiev"], "Reykjavik": ["Reykjavík"],
     "aluminum": ["aluminium"], "sulfur": ["sulphur"], "small": ["little"], "big": ["large"],
     "closed": ["shut"], "backward": ["backwards"], "chicken": ["hen"], "rooster": ["cockerel"],
-    "Persian": ["Farsi"], "Chinese": ["Mandarin"],
+    "Persian": ["Farsi"], "Chinese": ["Mandarin"], "woof": ["bark", "bow-wow"], "meow": ["miaow", "mew"],
+    "oink": ["grunt"], "baa": ["bleat"], "neigh": ["whinny"], "hee-haw": ["bray"], "ribbit": ["croak"],
 }
 
 # (unit asked for, unit given, how many of the first are in one of the second)
@@ -164,6 +165,13 @@ def capital(rng: random.Random) -> tuple[str, str]:
     return f"What is the capital of {country}?", CAPITALS[country]
 
 
+def capital_country(rng: random.Random) -> tuple[str, str]:
+    """The capital question asked the other way round (every capital in the table is unique)."""
+    country = rng.choice(sorted(CAPITALS))
+    name = country.removeprefix("the ")
+    return f"{CAPITALS[country]} is the capital of which country?", name
+
+
 def chemical_symbol(rng: random.Random) -> tuple[str, str]:
     """Asked both ways, so the fixed table yields twice as many questions."""
     element = rng.choice(sorted(ELEMENT_SYMBOLS))
@@ -183,6 +191,12 @@ def plural(rng: random.Random) -> tuple[str, str]:
     return f"What is the plural of the noun '{noun}'?", PLURALS[noun]
 
 
+def singular(rng: random.Random) -> tuple[str, str]:
+    """The plural question asked the other way round (every plural in the table is unique)."""
+    noun = rng.choice(sorted(PLURALS))
+    return f"What is the singular of the noun '{PLURALS[noun]}'?", noun
+
+
 def color(rng: random.Random) -> tuple[str, str]:
     thing = rng.choice(sorted(COLORS))
     return f"What color is {thing}? Answer with one word.", COLORS[thing]
@@ -191,6 +205,12 @@ def color(rng: random.Random) -> tuple[str, str]:
 def animal_sound(rng: random.Random) -> tuple[str, str]:
     sound = rng.choice(sorted(ANIMAL_SOUNDS))
     return f"Which animal says '{sound}'?", ANIMAL_SOUNDS[sound]
+
+
+def animal_makes(rng: random.Random) -> tuple[str, str]:
+    """The animal-sound question asked the other way round."""
+    sound = rng.choice(sorted(ANIMAL_SOUNDS))
+    return f"What sound does a {ANIMAL_SOUNDS[sound]} make?", sound
 
 
 def language(rng: random.Random) -> tuple[str, str]:
@@ -302,11 +322,14 @@ def arithmetic(rng: random.Random) -> tuple[str, str]:
 
 FAMILIES: dict[str, Callable[[random.Random], tuple[str, str]]] = {
     "capital": capital,
+    "capital_country": capital_country,
     "chemical_symbol": chemical_symbol,
     "antonym": antonym,
     "plural": plural,
+    "singular": singular,
     "color": color,
     "animal_sound": animal_sound,
+    "animal_makes": animal_makes,
     "language": language,
     "unit_conversion": unit_conversion,
     "weekday": weekday,
@@ -363,9 +386,10 @@ def _stable_int(text: str) -> int:
     return int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "big")
 
 
-def split_of(question: str) -> str:
-    """Which split a question belongs to, by its text alone, so no seed or n can leak it."""
-    return "val" if _stable_int(question) % VAL_EVERY == 0 else "train"
+def split_of(question: str, val_every: int = VAL_EVERY) -> str:
+    """Which split a question belongs to, by its text alone, so no seed or n can leak it. The val
+    split for `val_every` = 2k contains the one for 2k' when k' is a multiple of k (8 -> 4 -> 2)."""
+    return "val" if _stable_int(question) % val_every == 0 else "train"
 
 
 def _interleave(by_family: dict[str, list[tuple[str, str]]], rng: random.Random) -> tuple:
@@ -383,7 +407,7 @@ def _interleave(by_family: dict[str, list[tuple[str, str]]], rng: random.Random)
 
 
 @lru_cache(maxsize=8)
-def _pool(seed: int) -> dict[str, tuple[tuple[str, str, str], ...]]:
+def _pool(seed: int, val_every: int = VAL_EVERY) -> dict[str, tuple[tuple[str, str, str], ...]]:
     """Every unique (family, question, answer) for a seed, per split, in mixed order."""
     seen: set[str] = set()
     by_split: dict[str, dict[str, list[tuple[str, str]]]] = {s: {} for s in SPLITS}
@@ -393,28 +417,42 @@ def _pool(seed: int) -> dict[str, tuple[tuple[str, str, str], ...]]:
             question, answer = fn(rng)
             if question not in seen:
                 seen.add(question)
-                by_split[split_of(question)].setdefault(name, []).append((question, answer))
+                by_split[split_of(question, val_every)].setdefault(name, []).append((question, answer))
     return {s: _interleave(by_split[s], random.Random(_stable_int(f"{seed}:{s}:order")))
             for s in SPLITS}
 
 
-def pool_size(split: str, seed: int = 0) -> int:
-    """How many unique questions `split` has for `seed` (the largest n `demo_examples` accepts)."""
+def _questions(split: str, seed: int, families, val_every: int = VAL_EVERY) -> tuple:
     if split not in SPLITS:
         raise ValueError(f"unknown demo split {split!r}; choose 'train' or 'val'")
-    return len(_pool(seed)[split])
+    unknown = sorted(set(families or ()) - set(FAMILIES))
+    if unknown:
+        raise ValueError(f"unknown demo task famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
+                         f"choose from {', '.join(FAMILIES)}")
+    if val_every < 2:
+        raise ValueError(f"val_every must be at least 2, got {val_every}")
+    pool = _pool(seed, val_every)[split]
+    return tuple(q for q in pool if q[0] in families) if families else pool
 
 
-def demo_examples(split: str = "train", n: int = 200, seed: int = 0,
-                  template: str = "r1") -> list[Example]:
-    """The first `n` demo examples of `split` for `seed`, as chat-prompted Examples.
+def pool_size(split: str, seed: int = 0, families: list[str] | tuple = (), val_every: int = VAL_EVERY) -> int:
+    """How many unique questions `split` has for `seed` (the largest n `demo_examples` accepts),
+    counting only `families` when given; one question in `val_every` is held out."""
+    return len(_questions(split, seed, tuple(families), val_every))
 
-    Deterministic for (split, n, seed); a smaller n gives a prefix of a larger one, and the val
-    split is the same whatever train n is asked for.
+
+def demo_examples(split: str = "train", n: int = 200, seed: int = 0, template: str = "r1",
+                  families: list[str] | tuple = (), val_every: int = VAL_EVERY) -> list[Example]:
+    """The first `n` demo examples of `split` for `seed` (of `families` only, when given), as
+    chat-prompted Examples.
+
+    Deterministic for (split, n, seed, families); a smaller n gives a prefix of a larger one, and
+    the val split is the same whatever train n is asked for.
     """
-    available = pool_size(split, seed)
-    if not 0 <= n <= available:
-        raise ValueError(f"demo {split} split has {available} questions for seed {seed}; got n={n}")
+    questions = _questions(split, seed, tuple(families), val_every)
+    if not 0 <= n <= len(questions):
+        which = f" of families {', '.join(families)}" if families else ""
+        raise ValueError(f"demo {split} split has {len(questions)} questions{which} for seed {seed}; got n={n}")
     return [
         Example(
             prompt=build_messages(question, template),
@@ -424,5 +462,5 @@ def demo_examples(split: str = "train", n: int = 200, seed: int = 0,
             ability="general",
             acceptable=acceptable_answers(answer),
         )
-        for i, (family, question, answer) in enumerate(_pool(seed)[split][:n])
+        for i, (family, question, answer) in enumerate(questions[:n])
     ]

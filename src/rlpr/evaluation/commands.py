@@ -27,18 +27,18 @@ def _add_sampling(p, max_new_tokens: int) -> None:
     p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
     p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
     p.add_argument("--batch-sequences", type=int, default=32, help="sequences per generate call")
-    p.add_argument("--dtype", choices=("bfloat16", "float32"), default="bfloat16",
-                   help="dtype of the sampling copy of the model (bfloat16 is faster on CPU)")
+    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
+                   help="dtype of the sampling copy of the model (auto: bfloat16 where the hardware has fast bf16)")
     p.add_argument("--seed", type=int, default=0)
 
 
 def _engine(args):
-    import torch
 
+    from rlpr.precision import resolve_rollout_dtype
     from rlpr.rollout.hf import HFRollout
 
     model, tokenizer = _load(args)
-    dtype = torch.bfloat16 if args.dtype == "bfloat16" else torch.float32
+    dtype = resolve_rollout_dtype(args.dtype, next(model.parameters()).device)
     return HFRollout(model, tokenizer, dtype=dtype, batch_sequences=args.batch_sequences), tokenizer
 
 

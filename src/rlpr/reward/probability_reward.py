@@ -2,7 +2,8 @@
 
 reward = (1 - alpha) * shaping(B - A) + alpha * format  (+ repetition penalty), spec sections 1-3.
 B comes from the model passed in (the current policy); A from a cache filled once with the
-initial policy (or a precomputed dataset column).
+initial policy (or a precomputed dataset column). `reward.kind` (rlpr/reward/kinds.py) may instead
+reward a grader's verdict (`verifier`) or both (`hybrid`); the verifier kind skips B and A.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from dataclasses import asdict, dataclass
 from typing import Callable
 
 from rlpr.config import RewardConfig
+from rlpr.reward.kinds import REWARD_KINDS, Scores
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.scoring import reference_logprobs, aggregate
 from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored
@@ -30,6 +32,7 @@ class RewardOutput:
     delta: float
     penalty: float
     reward: float
+    correct: float | None = None  # the grader's verdict (1/0) when a grader applies, else None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -67,6 +70,7 @@ class ProbabilityReward:
         self.temperature = temperature
         self.max_length = max_length
         self.shaping = get_shaping(cfg.shaping)
+        self.kind = REWARD_KINDS[cfg.kind]
         self.eos = tokenizer.eos_token or ""
         self.cache = ScoreACache()
         # wall seconds spent in the model forwards of score B and score A (accumulated; reset freely)
@@ -77,9 +81,13 @@ class ProbabilityReward:
         return build_score_b_text(prompt_text, response, reference, self.eos, mode=self.cfg.format_mode,
                                   fallback=self.cfg.invalid_fallback, cue=self.cfg.answer_cue)
 
+    def _a_cue(self, fallback: bool) -> str | None:
+        """The cue before y* in A: the fallback's answer cue (reward.score_a_form=cue), or none
+        (the paper's prompt-only A, reward.score_a_form=prompt)."""
+        return self.cfg.answer_cue if fallback and self.cfg.score_a_form == "cue" else None
+
     def score_a_text(self, prompt_text: str, reference: str, fallback: bool) -> ScoredText:
-        return build_score_a_text(prompt_text, reference, self.eos,
-                                  cue=self.cfg.answer_cue if fallback else None)
+        return build_score_a_text(prompt_text, reference, self.eos, cue=self._a_cue(fallback))
 
     def _scores(self, model, items: list[ScoredText | None]) -> list[float]:
         logps = reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
@@ -112,7 +120,7 @@ class ProbabilityReward:
             self.cache.put(self._key(*t), v)
 
     def _key(self, prompt_text: str, reference: str, fallback: bool):
-        return (prompt_text, reference, self.cfg.answer_cue if fallback else "")
+        return (prompt_text, reference, self._a_cue(fallback) or "")
 
     def score_a(self, prompt_text: str, reference: str, fallback: bool) -> float:
         value = self.cache.get(self._key(prompt_text, reference, fallback))
@@ -123,14 +131,22 @@ class ProbabilityReward:
     # -- the reward -------------------------------------------------------------------------
     def __call__(self, model, prompt_texts: list[str], responses: list[str], references: list[str], *,
                  score_a_model=None, fill_a: Callable[[list], None] | None = None,
-                 precomputed_a: list[float | None] | None = None) -> list[RewardOutput]:
+                 precomputed_a: list[float | None] | None = None,
+                 correct: list[bool | None] | None = None) -> list[RewardOutput]:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from the cache; missing entries are filled by `fill_a(pairs)`, by default computed
-        with `score_a_model` (default: `model`)."""
+        with `score_a_model` (default: `model`). `correct` holds the grader's verdicts (None where
+        no grader applies); the verifier and hybrid kinds need it."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
+        correct = correct or [None] * n
+        if self.kind.needs_grader and n and all(c is None for c in correct):
+            raise ValueError(f"reward.kind={self.cfg.kind} needs the grader's verdicts (correct=[...])")
         items = [self.score_b_text(p, r, y) for p, r, y in zip(prompt_texts, responses, references)]
+        if not self.kind.needs_score_b:  # verifier: no forward pass; B and A reported as 0
+            return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c)
+                    for r, it, c in zip(responses, items, correct)]
         tick = time.perf_counter()
         scores_b = self._scores(model, items)
         self.seconds["score_b"] += time.perf_counter() - tick
@@ -153,18 +169,21 @@ class ProbabilityReward:
             else:
                 a = self.score_a(prompt_texts[i], references[i], fallbacks[i])
             outputs.append(self.combine(responses[i], items[i] is not None and not fallbacks[i],
-                                        fallbacks[i], scores_b[i], a))
+                                        fallbacks[i], scores_b[i], a, correct[i]))
         return outputs
 
-    def combine(self, response: str, valid: bool, fallback: bool, b: float, a: float) -> RewardOutput:
-        """Final reward of one response from its scores (pure arithmetic, spec section 3)."""
+    def combine(self, response: str, valid: bool, fallback: bool, b: float, a: float,
+                correct: bool | None = None) -> RewardOutput:
+        """Final reward of one response from its scores (pure arithmetic, spec section 3; the
+        reward kind decides what counts, rlpr/reward/kinds.py)."""
         cfg = self.cfg
         fmt = format_reward(response, cfg.format_mode)
-        delta = self.shaping(b - a)  # an invalid response has b = 0
-        reward = (1.0 - cfg.alpha) * delta + cfg.alpha * fmt
+        delta = self.shaping(b - a) if self.kind.needs_score_b else 0.0  # an invalid response has b = 0
+        verdict = None if correct is None else float(bool(correct))
+        reward = self.kind.combine(Scores(delta, verdict or 0.0, fmt), cfg.alpha, cfg.pr_weight, cfg.vr_weight)
         penalty = 0.0
         if cfg.repetition_penalty and (reward != 0.0 or not cfg.repetition_only_nonzero):
             if has_repetition(response, cfg.repetition_window, cfg.repetition_count):
                 penalty = -1.0
         return RewardOutput(valid=valid, format=fmt, fallback=fallback, score_b=b, score_a=a,
-                            delta=delta, penalty=penalty, reward=reward + penalty)
+                            delta=delta, penalty=penalty, reward=reward + penalty, correct=verdict)

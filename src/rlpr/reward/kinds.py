@@ -1,0 +1,52 @@
+"""Reward kinds: how the probability reward, a verifier's verdict and the format term combine.
+
+Pure arithmetic on one response's scores, in a registry (`reward.kind`):
+
+- `probability` (RLPR, spec section 3): (1 - alpha) * shaping(B - A) + alpha * format.
+- `verifier` (RLVR, the paper's baseline): (1 - alpha) * correct + alpha * format, where
+  `correct` is 1 when the grader of `rlpr eval` accepts the response, else 0.
+- `hybrid` (the official RLPR code's `prob_mix` reward manager, `mix_type=soft`):
+  vr_weight * verifier + pr_weight * probability, each with its own format term, so the format
+  counts twice (0.1 * 1.0 + 0.1 * 0.5 with the defaults), and debiasing applies to the
+  probability part only; the std filter and the advantages see the sum.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class Scores:
+    """What one response was scored with: shaped B - A (`delta`), grader verdict, format."""
+
+    delta: float
+    correct: float  # 1.0 / 0.0 (0.0 when no grader applies)
+    format: float
+
+
+def probability(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float:
+    return (1.0 - alpha) * s.delta + alpha * s.format
+
+
+def verifier(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float:
+    return (1.0 - alpha) * s.correct + alpha * s.format
+
+
+def hybrid(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float:
+    return vr_weight * verifier(s, alpha, 0, 0) + pr_weight * probability(s, alpha, 0, 0)
+
+
+@dataclass(frozen=True)
+class RewardKind:
+    combine: Callable[[Scores, float, float, float], float]
+    needs_score_b: bool  # runs the policy over o' (the probability reward)
+    needs_grader: bool  # the reward depends on the grader's verdict
+
+
+REWARD_KINDS: dict[str, RewardKind] = {
+    "probability": RewardKind(probability, needs_score_b=True, needs_grader=False),
+    "verifier": RewardKind(verifier, needs_score_b=False, needs_grader=True),
+    "hybrid": RewardKind(hybrid, needs_score_b=True, needs_grader=True),
+}
