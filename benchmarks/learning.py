@@ -272,9 +272,9 @@ def main() -> int:
         if job in have or not claim(workdir, job, settings):
             continue
         base = next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)
-        if job[0] != "base" and base is None:
-            print(f"skipping {job}: the base evaluation is not finished yet (another worker has it)", flush=True)
-            continue
+        while job[0] != "base" and base is None:  # another worker is evaluating the base model
+            time.sleep(20)
+            base = next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)
         print(f"[{time.time() - start:6.0f}s] {job}", flush=True)
         if job[0] == "base":
             row = run_base(args.preset, overrides, args.curve_questions if args.curve_every else 0, workdir)

@@ -2,7 +2,8 @@
 
 RL sharpens what a model can already sometimes do: sampled accuracy moves toward pass@k. So the
 families worth training on are those where pass@k is well above the sampled accuracy (issue 14).
-Measured on TRAINING-split questions only (the held-out split is never looked at to choose tasks),
+Measured on TRAINING-split questions only (the `small` preset's split, one question in 2 held
+out; the held-out split is never looked at to choose tasks),
 per prompt template, with the grader `rlpr eval` uses (the first-statement rule for free-form
 answers, see rlpr.evaluation.graders.grade_short_answer).
 
@@ -25,7 +26,7 @@ RESULTS = Path(__file__).resolve().parent / "results"
 
 
 def measure(template: str, per_family: int, samples: int, max_new_tokens: int, families: list[str],
-            seed: int = 0) -> dict:
+            threads: int = 0, seed: int = 0) -> dict:
     import torch
 
     from rlpr.data.demo_tasks import FAMILIES, demo_examples, pool_size
@@ -35,8 +36,12 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
     from rlpr.rollout.hf import HFRollout
 
     model, tok = load_model("default")
+    if threads:
+        torch.set_num_threads(threads)
     engine = HFRollout(model, tok, torch.float32, batch_sequences=64)  # fp32: faster than bf16 without AVX512-BF16
-    examples = demo_examples("train", n=pool_size("train"), template=template)
+    # the train split of the `small` preset (one question in 2 held out): its held-out questions
+    # are never looked at to choose the families
+    examples = demo_examples("train", n=pool_size("train", val_every=2), template=template, val_every=2)
     by_family = defaultdict(list)
     for ex in examples:
         family = ex.data_source.split("/", 1)[1]
@@ -75,11 +80,12 @@ def main() -> int:
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--templates", default="plain,r1_user")
     p.add_argument("--families", default="", help="comma-separated (default: all)")
+    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--output", default=str(RESULTS / "task_families"))
     args = p.parse_args()
     start = time.time()
     families = [f for f in args.families.split(",") if f]
-    results = {t: measure(t, args.per_family, args.samples, args.max_new_tokens, families)
+    results = {t: measure(t, args.per_family, args.samples, args.max_new_tokens, families, args.threads)
                for t in args.templates.split(",")}
     lines = [f"Base SmolLM2-135M-Instruct on {args.per_family} training-split questions per family, "
              f"{args.samples} samples at temperature 1.0 and greedy, {args.max_new_tokens} new tokens "

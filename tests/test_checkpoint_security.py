@@ -43,3 +43,102 @@ def test_rng_state_is_plain_data_and_restores_exactly(tmp_path):
     random.seed(0), np.random.seed(0), torch.manual_seed(0)
     set_rng_state(load_state(ckpt)["rng"])  # weights_only=True
     assert (random.random(), np.random.rand(), torch.rand(1).item()) == expected
+
+
+# --------------------------------------------------------------------------- resume (items 3-4)
+
+def test_resume_refuses_changes_and_a_failed_resume_keeps_the_run(tiny_dir, tmp_path):
+    import yaml
+
+    from rlpr.checkpoint import latest_checkpoint, resume_config
+    from rlpr.config import load_config
+    from rlpr.trainer import train
+
+    run = tmp_path / "run"
+    cfg = load_config("demo", [f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}", "trainer.name=run",
+                               "rollout.max_new_tokens=4", "rollout.responses_per_prompt=2",
+                               "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.val=",
+                               "data.demo_train_size=8", "trainer.max_steps=1", "trainer.progress=false",
+                               "trainer.tensorboard=false"])
+    train(cfg)
+    saved = (run / "config.yaml").read_text()
+    for override, key in (("model.lora=false", "model.lora"), ("rollout.responses_per_prompt=4",
+                                                                 "rollout.responses_per_prompt"),
+                          ("data.train=demo", None)):
+        if key is None:  # an unchanged value is no change
+            resume_config(run, [override])
+            continue
+        with pytest.raises(ConfigError, match=f"{key} cannot change on resume"):
+            resume_config(run, [override])
+    # a resume that fails while loading its checkpoint leaves config.yaml as it was
+    state = latest_checkpoint(run) / STATE_FILE
+    good = state.read_bytes()
+    state.write_bytes(b"not a checkpoint")
+    with pytest.raises(ConfigError):
+        train(resume_config(run, ["trainer.max_steps=2"]), resume=str(run))
+    assert (run / "config.yaml").read_text() == saved and not list(run.glob("resume_*.yaml"))
+    state.write_bytes(good)
+    train(resume_config(run, ["trainer.max_steps=2"]), resume=str(run))
+    assert (run / "config.yaml").read_text() == saved
+    record = yaml.safe_load((run / "resume_1.yaml").read_text())
+    assert record == {"resumed_at_step": 1, "changed": {"trainer.max_steps": {"was": 1, "now": 2}}}
+
+
+# --------------------------------------------------------------------------- saving (items 2, 12)
+
+def _tiny_lora(tiny_dir):
+    from rlpr.config import load_config
+    from rlpr.models import load_model
+    from rlpr.trainer import build_policy
+
+    model, tok = load_model(str(tiny_dir))
+    return build_policy(load_config("demo", [f"model.path={tiny_dir}"]), model), tok
+
+
+def test_a_failed_save_keeps_the_previous_checkpoint(tiny_dir, tmp_path, monkeypatch):
+    """A full disk (simulated: the free-space check and a write that fails midway) gives one line,
+    leaves no partial step, and the previous checkpoint stays complete."""
+    import shutil
+
+    from rlpr import checkpoint as ck
+
+    policy, tok = _tiny_lora(tiny_dir)
+    state = {"step": 1, "rng": rng_state()}
+    first = ck.save_checkpoint(tmp_path, 1, policy, tok, state, keep_last=2)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=1024))
+    with pytest.raises(ConfigError, match="not enough free space.*previous checkpoint step_1 is intact"):
+        ck.save_checkpoint(tmp_path, 2, policy, tok, {**state, "step": 2}, keep_last=2)
+    monkeypatch.setattr(shutil, "disk_usage", real)
+
+    def full_disk(*a, **k):
+        raise RuntimeError("No space left on device (os error 28)")
+
+    monkeypatch.setattr(torch, "save", full_disk)
+    with pytest.raises(ConfigError, match="could not write checkpoint step_2 .No space left"):
+        ck.save_checkpoint(tmp_path, 2, policy, tok, {**state, "step": 2}, keep_last=2)
+    assert ck.list_checkpoints(tmp_path) == [first] and ck.is_complete(first)
+    assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["step_1"]
+
+
+def test_pruning_is_atomic_and_loaders_skip_incomplete_checkpoints(tiny_dir, tmp_path):
+    import shutil
+
+    from rlpr import checkpoint as ck
+    from rlpr.models import ModelError, find_checkpoint
+
+    policy, tok = _tiny_lora(tiny_dir)
+    for step in (1, 2, 3):
+        ck.save_checkpoint(tmp_path, step, policy, tok, {"step": step}, keep_last=2)
+    root = tmp_path / "checkpoints"
+    assert sorted(p.name for p in root.iterdir()) == ["step_2", "step_3"]
+    # a step whose weights were half deleted (an older rlpr killed while pruning) is never loaded
+    shutil.rmtree(root / "step_3" / "adapter")
+    assert ck.list_checkpoints(tmp_path) == [root / "step_2"] and find_checkpoint(tmp_path) == root / "step_2"
+    (root / "step_3" / "adapter").mkdir()
+    with pytest.raises(ModelError, match="incomplete checkpoint"):
+        find_checkpoint(root / "step_3")
+    # a removal killed after its rename leaves only a .trash- folder, cleaned at the next save
+    (root / ".trash-step_9").mkdir()
+    ck.save_checkpoint(tmp_path, 4, policy, tok, {"step": 4}, keep_last=2)
+    assert sorted(p.name for p in root.iterdir()) == ["step_2", "step_4"]  # no trash, no broken step_3

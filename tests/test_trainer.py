@@ -273,11 +273,23 @@ def test_sigint_checkpoints_and_resume_finishes(tiny_dir, tmp_path):
 @pytest.mark.parametrize("override,message", [
     ("trainer.prompts_per_step=5", "must be a multiple of trainer.mini_batch_prompts"),
     ("trainer.max_stepz=3", "did you mean 'trainer.max_steps'"),
-    ("rollout.temperature=0", "rollout.temperature: must be > 0"),
+    ("rollout.temperature=0", "rollout.temperature: must be in (0, inf), got 0"),
     ("reward.aggregation=median", "reward.aggregation: 'median' is not one of"),
     ("data.train=/nonexistent.parquet", "data.train: file not found"),
     ("trainer.lr=fast", "trainer.lr: expected a number"),
-    ("rollout.responses_per_prompt=1", "at least 2 responses"),
+    ("rollout.responses_per_prompt=1", "rollout.responses_per_prompt: must be in [2, inf), got 1"),
+    # issue 16, item 5: nonsense values that used to pass
+    ("trainer.warmup_steps=-5", "trainer.warmup_steps: must be in [0, inf), got -5"),
+    ("trainer.lr=nan", "trainer.lr: must be in (0, inf), got nan"),
+    ("trainer.lr=inf", "trainer.lr: must be in (0, inf), got inf"),
+    ("rollout.temperature=nan", "rollout.temperature: must be in (0, inf)"),
+    ("model.lora_dropout=2", "model.lora_dropout: must be in [0, 1), got 2.0"),
+    ("algorithm.filter_beta=-1", "algorithm.filter_beta: must be in [0, inf)"),
+    ("trainer.save_every=-1", "trainer.save_every: must be in [0, inf)"),
+    ("trainer.eval_every=-2", "trainer.eval_every: must be in [0, inf)"),
+    ("trainer.sample_every=-3", "trainer.sample_every: must be in [0, inf)"),
+    ("reward.kind=judge", "reward.kind: 'judge' is not one of probability, verifier, hybrid"),
+    ("data.demo_families=[capital,moon]", "unknown demo task family moon"),
 ])
 def test_config_errors_are_one_line(override, message, capsys):
     from rlpr.cli import main

@@ -50,29 +50,86 @@ def is_peft(model) -> bool:
 def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, keep_last: int,
                     weights: dict | None = None) -> Path:
     """Write checkpoints/step_N atomically and keep only the newest `keep_last`. `weights`: the
-    policy's full trainable state dict when the module itself is sharded (FSDP)."""
+    policy's full trainable state dict when the module itself is sharded (FSDP).
+
+    Free space is checked first (against the size of the previous checkpoint, or of the state to
+    write); a failed write (disk full, read-only) removes its partial copy and raises a one-line
+    ConfigError, and the previous checkpoints stay intact and resumable."""
     root = Path(run_dir) / "checkpoints"
-    root.mkdir(parents=True, exist_ok=True)
     final = root / f"step_{step}"
     tmp = root / f".tmp-step_{step}"
-    shutil.rmtree(tmp, ignore_errors=True)
-    if is_peft(policy):
-        policy.save_pretrained(tmp / "adapter", state_dict=weights)
-    else:
-        causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
-        tokenizer.save_pretrained(tmp / "model")
-    torch.save(state, tmp / STATE_FILE)
-    if final.exists():
-        shutil.rmtree(final)
-    os.replace(tmp, final)
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+        _check_free_space(root, state, weights if weights is not None else _trainable_state(policy))
+        shutil.rmtree(tmp, ignore_errors=True)
+        if is_peft(policy):
+            policy.save_pretrained(tmp / "adapter", state_dict=weights)
+        else:
+            causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
+            tokenizer.save_pretrained(tmp / "model")
+        torch.save(state, tmp / STATE_FILE)
+        if final.exists():
+            _remove(final)
+        os.replace(tmp, final)
+    except (OSError, RuntimeError) as e:  # safetensors reports a full disk as a RuntimeError
+        shutil.rmtree(tmp, ignore_errors=True)
+        previous = list_checkpoints(run_dir)
+        kept = f"the previous checkpoint {previous[-1].name} is intact" if previous else "no earlier checkpoint exists"
+        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+        raise ConfigError(f"{root}: could not write checkpoint step_{step} ({reason}); {kept}") from None
     for old in list_checkpoints(run_dir)[:-keep_last]:
-        shutil.rmtree(old, ignore_errors=True)
+        _remove(old)
+    for broken in root.glob("step_*"):  # half-deleted by an older rlpr: never loadable
+        if broken.is_dir() and not is_complete(broken):
+            _remove(broken)
+    for trash in root.glob(".trash-*"):  # left by a removal that was killed midway
+        shutil.rmtree(trash, ignore_errors=True)
     return final
+
+
+def _remove(ckpt: Path) -> None:
+    """Rename first, then delete: a kill midway leaves a `.trash-` folder no loader looks at,
+    never a half-deleted step_N."""
+    trash = ckpt.with_name(f".trash-{ckpt.name}")
+    shutil.rmtree(trash, ignore_errors=True)
+    os.replace(ckpt, trash)
+    shutil.rmtree(trash, ignore_errors=True)
+
+
+def _trainable_state(policy) -> dict:
+    return {n: p for n, p in policy.named_parameters() if p.requires_grad}
+
+
+def _bytes_of(obj) -> int:
+    if isinstance(obj, torch.Tensor):
+        return obj.numel() * obj.element_size()
+    if isinstance(obj, dict):
+        return sum(_bytes_of(v) for v in obj.values())
+    if isinstance(obj, (list, tuple)):
+        return sum(_bytes_of(v) for v in obj)
+    return 64
+
+
+def _check_free_space(root: Path, state: dict, weights: dict) -> None:
+    previous = [p for p in root.glob("step_*") if p.is_dir()]
+    if previous:
+        need = sum(f.stat().st_size for f in max(previous, key=os.path.getmtime).rglob("*") if f.is_file())
+    else:
+        need = _bytes_of(state) + _bytes_of(weights)
+    free = shutil.disk_usage(root).free
+    if free < need * 1.1 + (16 << 20):
+        raise OSError(f"not enough free space: {free / 2**20:.0f} MiB free, about {need / 2**20:.0f} MiB needed")
+
+
+def is_complete(ckpt: Path) -> bool:
+    """A checkpoint with its trainer state and its weights (adapter or full model)."""
+    return (ckpt / STATE_FILE).is_file() and ((ckpt / "adapter" / "adapter_model.safetensors").is_file()
+                                              or (ckpt / "model" / "model.safetensors").is_file())
 
 
 def list_checkpoints(run_dir: Path) -> list[Path]:
     root = Path(run_dir) / "checkpoints"
-    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and (p / STATE_FILE).exists()]
+    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and is_complete(p)]
     return sorted(steps, key=lambda p: int(p.name[5:]))
 
 
@@ -119,9 +176,55 @@ def load_state(ckpt: Path) -> dict:
                           f"(checkpoints may not execute code): {reason}") from None
 
 
-def resume_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> Config:
-    """The run's saved config with command-line overrides on top (e.g. more trainer.max_steps)."""
+# What a resume may change: how long to train, how and how often to evaluate, log and save, and
+# the host's threads. Anything else would no longer "continue exactly" (or would not load).
+RESUMABLE_KEYS = frozenset({
+    "trainer.max_steps", "trainer.eval_every", "trainer.eval_before", "trainer.eval_samples",
+    "trainer.eval_max_new_tokens", "trainer.sample_every", "trainer.save_every", "trainer.keep_last",
+    "trainer.progress", "trainer.tensorboard", "model.threads",
+})
+
+
+def _flat(tree: dict, prefix: str = "") -> dict:
+    out = {}
+    for k, v in tree.items():
+        if isinstance(v, dict):
+            out.update(_flat(v, f"{prefix}{k}."))
+        else:
+            out[f"{prefix}{k}"] = v
+    return out
+
+
+def _saved_config(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
-    return load_config("", overrides, base=yaml.safe_load(path.read_text()))
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except yaml.YAMLError as e:
+        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(saved, dict):
+        raise ConfigError(f"{path}: expected a mapping at the top level")
+    return saved
+
+
+def resume_changes(run_dir: str | os.PathLike, cfg: Config) -> dict[str, list]:
+    """{key: [the run's value, cfg's value]} for every key where `cfg` differs from the run's
+    saved config; refused (one line naming the key and both values) unless a resume may change
+    it (RESUMABLE_KEYS)."""
+    old = _flat(load_config("", [], base=_saved_config(run_dir)).to_dict())
+    new = _flat(cfg.to_dict())
+    changed = {k: [old.get(k), v] for k, v in new.items() if v != old.get(k)}
+    for k, (was, now) in changed.items():
+        if k not in RESUMABLE_KEYS:
+            raise ConfigError(f"--resume {run_dir}: {k} cannot change on resume (the run has {was!r}, "
+                              f"asked {now!r}); start a new run to change it")
+    return changed
+
+
+def resume_config(run_dir: str | os.PathLike, overrides: list[str] | None = None) -> Config:
+    """The run's saved config (the truth) with the command-line overrides a resume may change
+    (RESUMABLE_KEYS, e.g. more trainer.max_steps); any other change is refused."""
+    cfg = load_config("", overrides, base=_saved_config(run_dir))
+    resume_changes(run_dir, cfg)
+    return cfg

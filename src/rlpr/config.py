@@ -10,6 +10,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import math
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -143,7 +144,7 @@ class TrainerConfig:
     eval_samples: int = 0  # k > 0: also k samples per held-out question at the rollout temperature
     #                        (Avg@k accuracy, pass@k); 0: greedy only
     sample_every: int = 1  # write sampled generations every N steps
-    save_every: int = 0  # 0: only at the end
+    save_every: int = 10  # checkpoint every N steps and at the end (0: only at the end)
     keep_last: int = 2
     output_dir: str = "runs"
     name: str = ""  # run name (default: preset + timestamp)
@@ -291,6 +292,50 @@ def _choice(key: str, value: str, allowed) -> None:
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
 
 
+INF = float("inf")
+# Every numeric key's allowed range: (low, high, low included, high included). One table, checked
+# at load time; NaN never passes, and infinity only where the range reaches it (grad_clip).
+RANGES: dict[str, tuple[float, float, bool, bool]] = {
+    "model.lora_rank": (1, INF, True, False), "model.lora_alpha": (0, INF, False, False),
+    "model.lora_dropout": (0, 1, True, False), "model.threads": (0, INF, True, False),
+    "data.demo_train_size": (0, INF, True, False), "data.demo_val_size": (0, INF, True, False),
+    "data.demo_val_every": (2, INF, True, False), "data.val_limit": (0, INF, True, False),
+    "data.max_prompt_tokens": (1, INF, True, False),
+    "rollout.responses_per_prompt": (2, INF, True, False), "rollout.max_new_tokens": (1, INF, True, False),
+    "rollout.temperature": (0, INF, False, False), "rollout.top_p": (0, 1, False, True),
+    "rollout.batch_sequences": (1, INF, True, False),
+    "reward.pr_weight": (0, INF, True, False), "reward.vr_weight": (0, INF, True, False),
+    "reward.alpha": (0, 1, True, True), "reward.repetition_window": (1, INF, True, False),
+    "reward.repetition_count": (1, INF, True, False), "reward.max_batch_tokens": (1, INF, True, False),
+    "algorithm.filter_beta": (0, INF, True, False), "algorithm.filter_warmup_steps": (0, INF, True, False),
+    "algorithm.filter_init_steps": (1, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
+    "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
+    "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
+    "algorithm.kl_coef": (0, INF, True, False),
+    "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
+    "trainer.micro_batch_sequences": (1, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
+    "trainer.lr": (0, INF, False, False), "trainer.weight_decay": (0, INF, True, False),
+    "trainer.adam_beta1": (0, 1, True, False), "trainer.adam_beta2": (0, 1, True, False),
+    "trainer.grad_clip": (0, INF, False, True),  # 0 would zero every gradient; inf: no clipping
+    "trainer.warmup_steps": (0, INF, True, False), "trainer.max_steps": (1, INF, True, False),
+    "trainer.eval_every": (0, INF, True, False), "trainer.eval_max_new_tokens": (0, INF, True, False),
+    "trainer.eval_samples": (0, INF, True, False), "trainer.sample_every": (0, INF, True, False),
+    "trainer.save_every": (0, INF, True, False), "trainer.keep_last": (1, INF, True, False),
+}
+
+
+def check_ranges(cfg: Config) -> None:
+    """Every numeric key finite (but where its range reaches infinity) and inside its range."""
+    for key, (low, high, low_in, high_in) in RANGES.items():
+        section, name = key.split(".")
+        value = getattr(getattr(cfg, section), name)
+        below = value < low if low_in else value <= low
+        above = value > high if high_in else value >= high
+        if math.isnan(value) or below or above:
+            interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+            raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
+
+
 def validate(cfg: Config) -> None:
     """Cross-field checks; every message names the key."""
     from rlpr.algorithms.advantages import ADVANTAGES
@@ -336,39 +381,14 @@ def validate(cfg: Config) -> None:
         get_shaping(r.shaping)
     except ValueError as e:
         raise ConfigError(f"reward.shaping: {e}") from None
-    positive = {
-        "rollout.responses_per_prompt": ro.responses_per_prompt, "rollout.max_new_tokens": ro.max_new_tokens,
-        "rollout.batch_sequences": ro.batch_sequences, "trainer.prompts_per_step": t.prompts_per_step,
-        "trainer.mini_batch_prompts": t.mini_batch_prompts, "trainer.micro_batch_sequences": t.micro_batch_sequences,
-        "trainer.epochs_per_step": t.epochs_per_step, "trainer.max_steps": t.max_steps,
-        "trainer.keep_last": t.keep_last, "algorithm.max_sampling_tries": a.max_sampling_tries,
-        "reward.max_batch_tokens": r.max_batch_tokens, "data.max_prompt_tokens": cfg.data.max_prompt_tokens,
-        "model.lora_rank": cfg.model.lora_rank,
-    }
-    if t.eval_samples < 0:
-        raise ConfigError(f"trainer.eval_samples: must be 0 or positive, got {t.eval_samples}")
-    for key, value in positive.items():
-        if value <= 0:
-            raise ConfigError(f"{key}: must be positive, got {value}")
+    check_ranges(cfg)
     if ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")
     if t.prompts_per_step % t.mini_batch_prompts:
         raise ConfigError(f"trainer.prompts_per_step ({t.prompts_per_step}) must be a multiple of "
                           f"trainer.mini_batch_prompts ({t.mini_batch_prompts})")
-    if ro.temperature <= 0:
-        raise ConfigError("rollout.temperature: must be > 0 (the reward divides logits by it)")
-    if not 0 < ro.top_p <= 1:
-        raise ConfigError("rollout.top_p: must be in (0, 1]")
-    if not 0 <= r.alpha <= 1:
-        raise ConfigError("reward.alpha: must be in [0, 1]")
-    if t.lr <= 0:
-        raise ConfigError("trainer.lr: must be positive")
-    if not t.grad_clip > 0:  # 0 would zero every gradient (torch) or disable clipping (DeepSpeed)
-        raise ConfigError("trainer.grad_clip: must be positive (inf: no clipping)")
     if a.filter_init_steps > a.filter_warmup_steps:
         raise ConfigError("algorithm.filter_init_steps: cannot exceed algorithm.filter_warmup_steps")
-    if not 0 <= a.clip_low < 1 or a.clip_high < 0:
-        raise ConfigError("algorithm.clip_low must be in [0, 1) and algorithm.clip_high >= 0")
     if "demo" in (cfg.data.train, cfg.data.val):
         from rlpr.data.demo_tasks import pool_size
 

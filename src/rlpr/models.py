@@ -129,14 +129,19 @@ def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, seed: int = 0):
 
 
 def find_checkpoint(path: str | os.PathLike) -> Path:
-    """A checkpoint directory from a run directory (its latest `checkpoints/step_N`) or a step dir."""
+    """A complete checkpoint directory from a run directory (its latest complete
+    `checkpoints/step_N`) or a step dir; incomplete ones (a write or removal killed midway) are
+    refused or skipped."""
+    from rlpr.checkpoint import is_complete, list_checkpoints
+
     path = Path(path)
     if (path / "adapter").is_dir() or (path / "model").is_dir():
+        if not is_complete(path):
+            raise ModelError(f"{path}: incomplete checkpoint (no trainer_state.pt or no weights file)")
         return path
-    steps = sorted((path / "checkpoints").glob("step_*"), key=lambda p: int(p.name.split("_")[1])
-                   if p.name.split("_")[1].isdigit() else -1)
+    steps = list_checkpoints(path)
     if not steps:
-        raise ModelError(f"{path}: no checkpoint (expected a run directory or a checkpoints/step_N directory)")
+        raise ModelError(f"{path}: no complete checkpoint (expected a run directory or a checkpoints/step_N directory)")
     return steps[-1]
 
 

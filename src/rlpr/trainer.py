@@ -28,8 +28,8 @@ from rlpr import distributed as dist
 from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.attention import use_fp32_attention_under_autocast
-from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, rng_state, save_checkpoint,
-                             set_rng_state)
+from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
+                             save_checkpoint, set_rng_state)
 from rlpr.config import Config, ConfigError, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.forward import causal_lm
@@ -674,21 +674,34 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
     validate_world(cfg, dist.world_size())
+    if resume:
+        resume_changes(resume, cfg)  # refused before any model work; recorded once the checkpoint loads
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
     if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
                           f"or choose another trainer.name")
-    if dist.is_main():
+    if dist.is_main() and not resume:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
     dist.barrier()
     trainer = Trainer(cfg, run_dir, resume=bool(resume))
+    if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
+        record_resume(run_dir, trainer.step, resume_changes(run_dir, cfg))
     summary = trainer.run()
     if dist.is_main():
         (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
         print(held_out_report(summary), file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
     return summary
+
+
+def record_resume(run_dir: Path, step: int, changes: dict) -> None:
+    """config.yaml stays the run's original configuration; each resume writes resume_N.yaml with
+    the step it resumed at and the keys it changed (old and new values)."""
+    n = 1 + sum(1 for _ in run_dir.glob("resume_*.yaml"))
+    (run_dir / f"resume_{n}.yaml").write_text(yaml.safe_dump(
+        {"resumed_at_step": step, "changed": {k: {"was": a, "now": b} for k, (a, b) in changes.items()}},
+        sort_keys=False))
 
 
 def held_out_report(summary: dict) -> str:
