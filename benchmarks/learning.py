@@ -20,8 +20,9 @@ Variants (config overrides on top of the preset):
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
     python benchmarks/learning.py --quick      # a smaller smoke setting (1 seed, rlpr + base)
 
-Two 1-thread workers share the job list (each job claimed by a file in the work dir):
-    python benchmarks/learning.py --threads 1 & python benchmarks/learning.py --threads 1 --reverse
+Two 1-thread workers share the job list (each job claimed by a file in the work dir; a worker
+that needs the base evaluation waits for it):
+    python benchmarks/learning.py --threads 1 & python benchmarks/learning.py --threads 1
 
 Each finished run is appended to <output>.jsonl; a re-run skips the runs already there, so an
 interrupted benchmark loses at most the runs in progress. The summary goes to <output>.json
@@ -266,7 +267,11 @@ def main() -> int:
     for v in variants:
         if v not in VARIANTS:
             sys.exit(f"--variants: unknown variant {v!r} (have {', '.join(VARIANTS)})")
-    jobs = [("base", None)] + [(v, s) for s in range(args.seeds) for v in variants]
+    # the first two variants (rlpr, rlvr) for every seed first, then the ablations: a benchmark cut
+    # short by time still compares RLPR with RLVR over all seeds
+    head, tail = variants[:2], variants[2:]
+    jobs = [("base", None)] + [(v, s) for s in range(args.seeds) for v in head] + \
+        [(v, s) for v in tail for s in range(args.seeds)]
     start = time.time()
     for job in [] if args.report else (reversed(jobs) if args.reverse else jobs):
         if job in have or not claim(workdir, job, settings):
