@@ -56,6 +56,12 @@ def se(p: float, n: int) -> float:
     return math.sqrt(max(p * (1 - p), 0.0) / n) if n else float("nan")
 
 
+def in_ses(change: float, p: float, n: int) -> float:
+    """A change in units of the binomial standard error of p (inf/nan when that error is 0)."""
+    error = se(p, n)
+    return change / error if error else (math.copysign(math.inf, change) if change else math.nan)
+
+
 def make_trainer(preset: str, overrides: list[str], run_dir: Path):
     """A Trainer for `preset` + overrides whose evaluations use the common (preset's) reward."""
     from rlpr.config import load_config
@@ -156,8 +162,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             entry[f"{k}_after"] = statistics.fmean(after)
             entry[f"{k}_after_sd"] = statistics.stdev(after) if len(after) > 1 else 0.0
         # per seed: how many binomial standard errors (of the base accuracy) the change is
-        entry["acc_change_se"] = [(r["acc_after"] - base["acc_before"]) / se(base["acc_before"], n) for r in runs]
-        entry["greedy_change_se"] = [(r["greedy_after"] - base["greedy_before"]) / se(base["greedy_before"], n)
+        entry["acc_change_se"] = [in_ses(r["acc_after"] - base["acc_before"], base["acc_before"], n) for r in runs]
+        entry["greedy_change_se"] = [in_ses(r["greedy_after"] - base["greedy_before"], base["greedy_before"], n)
                                      for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
         entry["minutes_per_run"] = statistics.fmean(r["seconds"] for r in runs) / 60
@@ -248,11 +254,10 @@ def main() -> int:
     parser.add_argument("--reverse", action="store_true", help="take jobs in reverse order (a second worker)")
     parser.add_argument("--report", action="store_true", help="only summarise the runs already in the .jsonl")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
+    if "--quick" in sys.argv[1:]:  # smaller defaults; flags given explicitly still win
+        parser.set_defaults(seeds=1, steps=4, heldout=40, samples=2, variants="rlpr", curve_every=2,
+                            curve_questions=10, output=str(RESULTS / "learning_quick"))
     args = parser.parse_args()
-    if args.quick:
-        args.seeds, args.steps, args.heldout, args.samples, args.variants = 1, 4, 40, 2, "rlpr"
-        args.curve_every, args.curve_questions = 2, 10
-        args.output = args.output if args.output != str(RESULTS / "learning") else str(RESULTS / "learning_quick")
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = Path(args.output + ".jsonl")

@@ -275,6 +275,14 @@ KNOWN_FACTS = {
     "animal_sound": (r"Which animal says '(.+)'\?", {
         "moo": "cow", "oink": "pig", "quack": "duck", "neigh": "horse", "hoot": "owl",
         "ribbit": "frog", "meow": "cat"}),
+    "capital_country": (r"(.+) is the capital of which country\?", {
+        "Paris": "France", "Tokyo": "Japan", "Canberra": "Australia", "Ottawa": "Canada",
+        "Prague": "Czech Republic", "Wellington": "New Zealand", "Abuja": "Nigeria"}),
+    "singular": (r"What is the singular of the noun '(\w+)'\?", {
+        "mice": "mouse", "children": "child", "knives": "knife", "sheep": "sheep", "geese": "goose",
+        "cities": "city", "criteria": "criterion"}),
+    "animal_makes": (r"What sound does a (.+) make\?", {
+        "cow": "moo", "pig": "oink", "duck": "quack", "horse": "neigh", "owl": "hoot", "frog": "ribbit"}),
     "language": (r"What is the main language spoken in (.+)\?", {
         "Brazil": "Portuguese", "the Netherlands": "Dutch", "Japan": "Japanese",
         "Mexico": "Spanish", "Iran": "Persian", "Israel": "Hebrew", "Egypt": "Arabic"}),
@@ -310,3 +318,31 @@ def test_fact_families_match_known_facts(name):
 
 def test_every_family_is_checked():
     assert set(DERIVE) | set(KNOWN_FACTS) == set(FAMILIES)
+
+
+# --------------------------------------------------------------------------- families and held-out fraction
+
+def test_family_filter_and_held_out_fraction():
+    from rlpr.data.demo_tasks import demo_examples, pool_size
+
+    facts = ["capital", "capital_country", "animal_makes"]
+    val = demo_examples("val", n=pool_size("val", families=facts, val_every=2), families=facts, val_every=2)
+    train = demo_examples("train", n=pool_size("train", families=facts, val_every=2), families=facts, val_every=2)
+    assert {e.data_source for e in val + train} == {f"demo/{f}" for f in facts}
+    assert not {e.prompt[-1]["content"] for e in val} & {e.prompt[-1]["content"] for e in train}
+    # the held-out split for 1 in 2 contains the one for 1 in 8: nothing held out before is trained on now
+    every8 = {e.prompt[-1]["content"] for e in demo_examples("val", n=pool_size("val", families=facts),
+                                                             families=facts)}
+    assert every8 <= {e.prompt[-1]["content"] for e in val} and len(val) > 2 * len(every8)
+    with pytest.raises(ValueError, match="unknown demo task family moon"):
+        demo_examples("val", n=1, families=["moon"])
+    with pytest.raises(ValueError, match="val_every must be at least 2"):
+        pool_size("val", val_every=1)
+
+
+def test_reverse_questions_have_one_answer():
+    """The reverse families are only fair if the forward tables are one-to-one."""
+    from rlpr.data.demo_tasks import ANIMAL_SOUNDS, CAPITALS, PLURALS
+
+    for table in (CAPITALS, PLURALS, ANIMAL_SOUNDS):
+        assert len(set(table.values())) == len(table)

@@ -34,3 +34,18 @@ def test_training_with_bf16_frozen_weights_equals_per_forward_casts(tiny_dir, tm
     assert any("lora_B" in k and v.abs().sum() > 0 for k, v in runs["true"].items())
     for k in runs["true"]:
         torch.testing.assert_close(runs["true"][k], runs["false"][k], rtol=0, atol=0)
+
+
+def test_auto_precision_follows_the_hardware(monkeypatch):
+    """bf16 only where it is fast: 3-6x slower than fp32 on a CPU without AVX512-BF16/AMX."""
+    import torch
+
+    from rlpr import precision
+
+    cpu = torch.device("cpu")
+    for fast in (True, False):
+        monkeypatch.setattr(precision, "cpu_has_fast_bf16", lambda fast=fast: fast)
+        assert precision.resolve_rollout_dtype("auto", cpu) == (torch.bfloat16 if fast else torch.float32)
+        assert precision.resolve_mixed_precision("auto", cpu) == ("bf16" if fast else "none")
+    assert precision.resolve_rollout_dtype("float32", cpu) == torch.float32
+    assert precision.resolve_mixed_precision("bf16", cpu) == "bf16"
