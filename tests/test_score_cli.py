@@ -68,3 +68,20 @@ def test_overlong_field_and_bad_model(tmp_path, capsys, tiny_dir):
 def test_console_script_help():
     result = subprocess.run([sys.executable, "-m", "rlpr", "score", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--input" in result.stdout
+
+
+def test_over_long_row_is_flagged_not_scored(tiny_dir, tmp_path, capsys):
+    """Issue 16, item 6: a row longer than the model's context used to get score_b 0 and
+    reward 0.1 with nothing to tell it apart from a real score."""
+    rows = tmp_path / "in.jsonl"
+    long_prompt = "word " * 3000  # > the tiny model's 2048 positions
+    rows.write_text(json.dumps({"prompt": long_prompt, "response": "<think> a </think> <answer> x </answer>",
+                                "reference": "Paris"}) + "\n" +
+                    json.dumps({"prompt": "Capital of France?", "response": "<think> a </think> <answer> x </answer>",
+                                "reference": "Paris"}) + "\n")
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--input", str(rows), "--output", str(out), "--model", str(tiny_dir)]) == 0
+    long, short = [json.loads(line) for line in out.read_text().splitlines()]
+    assert long["too_long"] is True and long["reward"] is None and long["score_b"] is None
+    assert short["too_long"] is False and short["reward"] is not None
+    assert "1 row(s) longer than the model's context" in capsys.readouterr().err

@@ -85,6 +85,7 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     out_path = Path(output_path)
     out_path.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_path.with_name(out_path.name + ".tmp")
+    too_long = 0
     with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):
             batch = rows[start:start + batch_rows]
@@ -96,13 +97,22 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
             outputs = reward(model, prompts, responses, references, precomputed_a=given_a)
             for (row, _), p, resp, ref, o in zip(batch, prompts, responses, references, outputs):
                 record = dict(row)
+                item = reward.score_b_text(p, resp, ref)
                 record.update({
                     "valid": o.valid, "format": o.format, "score_b": o.score_b, "score_a": o.score_a,
                     "reward": o.reward, "fallback": o.fallback, "delta": o.delta,
-                    "ref_tokens": reward.reference_tokens(reward.score_b_text(p, resp, ref)),
+                    "ref_tokens": reward.reference_tokens(item), "too_long": False,
                 })
+                if item is not None and max_length and \
+                        len(tokenizer(item.text, add_special_tokens=False)["input_ids"]) > max_length:
+                    # never a silent 0: the row could not be scored at all
+                    record.update(score_b=None, delta=None, reward=None, too_long=True)
+                    too_long += 1
                 f.write(json.dumps(record, ensure_ascii=False) + "\n")
             advance(len(batch))
     os.replace(tmp, out_path)
     print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)
+    if too_long:
+        print(f"warning: {too_long} row(s) longer than the model's context ({max_length} tokens) were not scored: "
+              f"too_long=true, score_b/delta/reward=null", file=sys.stderr)
     return len(rows)
