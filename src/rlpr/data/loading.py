@@ -93,8 +93,31 @@ def _score_a(row: dict, where: str) -> float | None:
     return None
 
 
-def _from_verl(row: dict, where: str, index: int) -> Example:
-    prompt = row.get("prompt")
+ROLES = ("system", "user", "assistant")
+
+
+def answer_texts(value, where: str, field: str) -> list[str]:
+    """A reference answer (a string or a number) or a list of acceptable ones, as strings; None,
+    NaN, booleans, mappings and empty strings are refused with one line naming the field (they
+    used to become the references "None", "nan" or a dict's repr)."""
+    values = value if isinstance(value, (list, tuple)) else [value]
+    if not values:
+        raise DataError(f"{where}: field '{field}' is an empty list")
+    out = []
+    for j, v in enumerate(values):
+        name = f"{field}[{j}]" if isinstance(value, (list, tuple)) else field
+        if isinstance(v, bool) or not isinstance(v, (str, int, float)):
+            raise DataError(f"{where}: field '{name}' must be a string or a number, got {type(v).__name__}")
+        if isinstance(v, float) and not math.isfinite(v):
+            raise DataError(f"{where}: field '{name}' is not a finite number ({v})")
+        text = str(v).strip()
+        if not text:
+            raise DataError(f"{where}: field '{name}' is empty")
+        out.append(text)
+    return out
+
+
+def _check_messages(prompt, where: str) -> list[dict]:
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not prompt:
@@ -102,24 +125,26 @@ def _from_verl(row: dict, where: str, index: int) -> Example:
     for j, m in enumerate(prompt):
         if not isinstance(m, dict) or "role" not in m or not isinstance(m.get("content"), str):
             raise DataError(f"{where}: field 'prompt[{j}]' must have 'role' and string 'content'")
+        if m["role"] not in ROLES:
+            raise DataError(f"{where}: field 'prompt[{j}].role' is {m['role']!r}; expected one of {', '.join(ROLES)}")
+    return prompt
+
+
+def _from_verl(row: dict, where: str, index: int) -> Example:
+    prompt = _check_messages(row.get("prompt"), where)
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or "ground_truth" not in rm:
         raise DataError(f"{where}: field 'reward_model.ground_truth' is missing")
-    gt = rm["ground_truth"]
-    if isinstance(gt, list):  # several acceptable answers: the first is the reference
-        acceptable = [str(a) for a in gt]
-        gt = acceptable[0] if acceptable else ""
-    else:
-        acceptable = []
-    if gt is None or not str(gt).strip():
-        raise DataError(f"{where}: field 'reward_model.ground_truth' is empty")
+    # several acceptable answers: the first is the reference
+    answers = answer_texts(rm["ground_truth"], where, "reward_model.ground_truth")
+    gt, acceptable = answers[0], (answers if isinstance(rm["ground_truth"], (list, tuple)) else [])
     extra = row.get("extra_info") or {}
     if not isinstance(extra, dict):
         extra = {"value": extra}
     acceptable = acceptable or [str(a) for a in (extra.get("acceptable_answers") or [])]
     return Example(
         prompt=[{"role": m["role"], "content": m["content"]} for m in prompt],
-        reference=str(gt).strip(),
+        reference=gt,
         uid=str(extra.get("index", index)) if extra.get("index") is not None else str(index),
         data_source=str(row.get("data_source") or ""),
         ability=str(row.get("ability") or ""),
@@ -140,13 +165,8 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
     question = row[mapping.question]
     if not isinstance(question, str) or not question.strip():
         raise DataError(f"{where}: field '{mapping.question}' must be a non-empty string")
-    answer = row[mapping.answer]
-    acceptable: list[str] = []
-    if isinstance(answer, list):
-        acceptable = [str(a) for a in answer]
-        answer = acceptable[0] if acceptable else ""
-    if answer is None or not str(answer).strip():
-        raise DataError(f"{where}: field '{mapping.answer}' is empty")
+    answers = answer_texts(row[mapping.answer], where, mapping.answer)
+    answer, acceptable = answers[0], (answers if isinstance(row[mapping.answer], (list, tuple)) else [])
     choices = row.get(mapping.choices) or []
     if isinstance(choices, str):
         try:
@@ -160,7 +180,7 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
     text = format_choices(question, [str(c) for c in choices]) if choices else question
     return Example(
         prompt=build_messages(text, template, multiple_choice=bool(choices)),
-        reference=str(answer).strip(),
+        reference=answer,
         uid=str(row.get("id", row.get("idx", index))),
         data_source=source,
         acceptable=acceptable,
