@@ -52,3 +52,14 @@ def test_numbers_and_lists_are_fine(tmp_path):
     path.write_text(json.dumps(verl_row(42)) + "\n" + json.dumps(verl_row(["Paris", "Paname"])) + "\n")
     first, second = load_examples(str(path))
     assert first.reference == "42" and second.reference == "Paris" and second.acceptable == ["Paris", "Paname"]
+
+
+def test_non_utf8_names_file_and_row(tmp_path):
+    """Issue 16, item 10: `rlpr score` used to fail on non-UTF-8 input naming neither."""
+    from rlpr.cli import main
+
+    path = tmp_path / "in.jsonl"
+    path.write_bytes(b'{"prompt": "q", "response": "r", "reference": "a"}\n{"prompt": "caf\xe9", "response": "r"}\n')
+    with pytest.raises(DataError, match=rf"{path}: row 2: not valid UTF-8 \(byte 16 of the line\)"):
+        load_examples(str(path))
+    assert main(["score", "--input", str(path), "--output", str(tmp_path / "o.jsonl")]) == 2

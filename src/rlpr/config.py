@@ -308,7 +308,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "reward.alpha": (0, 1, True, True), "reward.repetition_window": (1, INF, True, False),
     "reward.repetition_count": (1, INF, True, False), "reward.max_batch_tokens": (1, INF, True, False),
     "algorithm.filter_beta": (0, INF, True, False), "algorithm.filter_warmup_steps": (0, INF, True, False),
-    "algorithm.filter_init_steps": (1, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
+    "algorithm.filter_init_steps": (0, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
     "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
     "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
     "algorithm.kl_coef": (0, INF, True, False),

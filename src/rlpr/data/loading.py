@@ -32,11 +32,15 @@ def iter_jsonl(path: str | Path):
     path = Path(path)
     if not path.is_file():
         raise DataError(f"{path}: file not found")
-    with open(path, encoding="utf-8") as f:
-        for n, line in enumerate(f, start=1):
+    with open(path, "rb") as f:
+        for n, raw in enumerate(f, start=1):
+            where = f"{path}: row {n}"
+            try:
+                line = raw.decode("utf-8")
+            except UnicodeDecodeError as e:
+                raise DataError(f"{where}: not valid UTF-8 (byte {e.start + 1} of the line)") from None
             if not line.strip():
                 continue
-            where = f"{path}: row {n}"
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as e:
