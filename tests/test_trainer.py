@@ -338,3 +338,13 @@ def test_held_out_report_prints_before_and_after_with_errors():
           "eval/questions": 200, "eval/samples": 8}
     text = held_out_report({"before": ev, "after": {**ev, "eval/accuracy": 0.4}})
     assert "200 questions" in text and "25.0% ± 3.0 -> 40.0% ± 3.0" in text and "pass@8" in text
+
+
+def test_collapse_is_flagged(tiny_dir, tmp_path, caplog):
+    import logging
+
+    trainer = Trainer(tiny_cfg(tiny_dir, tmp_path, "flag", "data.val="), tmp_path / "flag")
+    with caplog.at_level(logging.WARNING, logger="rlpr.train"):
+        trainer._flag_collapse(3, {"rollout/distinct_frac": 0.25})  # 1 of 4 responses distinct
+        trainer._flag_collapse(4, {"rollout/distinct_frac": 1.0})
+    assert [r.getMessage()[:27] for r in caplog.records] == ["step 3: collapse? on averag"]

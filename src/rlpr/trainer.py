@@ -429,7 +429,17 @@ class Trainer:
         metrics["perf/peak_rss_gb"] = peak_rss_gb()
         if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
             self.tracker.write_samples(step, self.sample_rows(generated))
+        self._flag_collapse(step, metrics)
         return metrics
+
+    def _flag_collapse(self, step: int, m: dict) -> None:
+        """Warn when the groups' responses are nearly all the same text (the policy collapsed onto
+        one answer or template, so the advantages are mostly zero); the metric stays in the log."""
+        n = self.cfg.rollout.responses_per_prompt
+        if dist.is_main() and m["rollout/distinct_frac"] <= 2.0 / n:
+            log.warning("step %d: collapse? on average only %.1f distinct responses of %d per group "
+                        "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n,
+                        m["rollout/distinct_frac"])
 
     def rollout_metrics(self, groups: list[Group]) -> dict:
         outs = [r for g in groups for r in g.rewards]
