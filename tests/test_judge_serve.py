@@ -306,3 +306,38 @@ def test_eval_with_judge_and_the_key_never_leaks(servers, model_dirs, tmp_path, 
     texts += [p.read_text() for d in (out_ok, out_err) for p in d.iterdir()]
     texts += [p.read_text() for p in servers["logs"].iterdir()]
     assert not any(SENTINEL_KEY in t for t in texts)
+
+
+def test_judge_deadline_covers_a_trickling_reply():
+    """Issue 16, item 8: the timeout was per socket read, so a judge answering 1 byte a second held
+    each question for 85 s with --judge-timeout 2; now the whole request has the deadline."""
+    stop = threading.Event()
+
+    class Trickle(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            body = json.dumps({"choices": [{"message": {"content": "YES"}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            for byte in body:
+                if stop.is_set():
+                    return
+                self.wfile.write(bytes([byte]))
+                self.wfile.flush()
+                time.sleep(0.5)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Trickle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = _client(f"http://127.0.0.1:{server.server_port}", timeout=2.0, retries=0)
+        start = time.monotonic()
+        assert client.judge("q", "r", "a") is None and client.failed == 1
+        assert time.monotonic() - start < 3.5  # the reply would take about 25 s
+    finally:
+        stop.set()
+        server.shutdown()

@@ -131,7 +131,7 @@ class JudgeClient:
                 delay = self.cfg.backoff * 2 ** (attempt - 1)
                 time.sleep(delay * (0.5 + random.random()))  # jitter: retries do not stampede
             try:
-                verdict = parse_verdict(self._post(judge_messages(question, response, reference)))
+                verdict = parse_verdict(self._post_within_deadline(judge_messages(question, response, reference)))
             except JudgeError as e:
                 reason = str(e)
                 if not e.retry:
@@ -146,7 +146,29 @@ class JudgeClient:
         log.debug("judge: failed after %d attempt(s): %s", attempt + 1, reason)
         return None
 
-    def _post(self, messages: list[dict]) -> str:
+    def _post_within_deadline(self, messages: list[dict]) -> str:
+        """`_post` with a wall-clock deadline of `timeout` seconds for the whole request (the
+        socket timeout alone bounds each read, so a server trickling one byte a second could hold
+        a request for minutes). The worker thread stops reading at the deadline too."""
+        deadline = time.monotonic() + self.cfg.timeout
+        box: dict = {}
+
+        def work():
+            try:
+                box["reply"] = self._post(messages, deadline)
+            except BaseException as e:  # handed to the caller
+                box["error"] = e
+
+        worker = threading.Thread(target=work, daemon=True)
+        worker.start()
+        worker.join(self.cfg.timeout)
+        if worker.is_alive():
+            raise JudgeError("timeout (no complete reply within the deadline)", retry=True)
+        if "error" in box:
+            raise box["error"]
+        return box["reply"]
+
+    def _post(self, messages: list[dict], deadline: float = float("inf")) -> str:
         """One chat-completions request; the reply's text, or JudgeError (never the key)."""
         body = json.dumps({"model": self.cfg.model, "messages": messages, "temperature": 0,
                            "max_tokens": self.cfg.max_tokens}).encode()
@@ -156,7 +178,12 @@ class JudgeClient:
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
         try:
             with self._opener.open(request, timeout=self.cfg.timeout) as reply:
-                data = json.loads(reply.read().decode("utf-8"))
+                chunks = []
+                while chunk := reply.read1(65536) if hasattr(reply, "read1") else reply.read(65536):
+                    chunks.append(chunk)
+                    if time.monotonic() > deadline:
+                        raise TimeoutError
+                data = json.loads(b"".join(chunks).decode("utf-8"))
         except urllib.error.HTTPError as e:
             e.close()
             raise JudgeError(f"HTTP {e.code}", retry=e.code >= 500 or e.code in (408, 429)) from None
