@@ -4,12 +4,21 @@ It lets any OpenAI client (or `rlpr eval --judge-url`) talk to a local or traine
 fault modes (slow, error, flaky) let tests exercise a judge client's timeouts and retries against a
 real HTTP server. Requests are handled in threads but generation is serialized by a lock: one CPU
 model cannot usefully run two generations at once. Request headers are never logged.
+
+Hardening (issue 16): prompts longer than `max_prompt_tokens` are refused before they can hold
+the generation lock; an optional API key (`--api-key-env NAME`: the key is read from that
+environment variable, compared in constant time, never logged) answers 401 without it; every
+malformed request gets a 4xx JSON error (bad Content-Length, bodies over 10 MB, bodies that
+never arrive: a read timeout per connection, out-of-range numbers); the server stays up.
 """
 
 from __future__ import annotations
 
+import hmac
 import json
 import logging
+import math
+import os
 import threading
 import time
 import uuid
@@ -22,6 +31,8 @@ log = logging.getLogger(__name__)
 
 FAULT_MODES = ("none", "slow", "error", "flaky")
 MAX_BODY_BYTES = 10_000_000
+READ_TIMEOUT_S = 30.0  # a connection that sends nothing for this long is answered 408 and closed
+MAX_SEED = 2**63 - 1
 
 
 class RequestError(ValueError):
@@ -39,10 +50,13 @@ class Completion:
 class ChatGenerator:
     """Chat messages -> one completion, with the request's sampling settings."""
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 256):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 256, max_prompt_tokens: int | None = None):
         self.model = model
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
+        context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        # default: what fits in the model's context beside the longest completion
+        self.max_prompt_tokens = max_prompt_tokens or (context - max_new_tokens if context else None)
         self.lock = threading.Lock()
 
     @torch.no_grad()
@@ -54,6 +68,9 @@ class ChatGenerator:
         tok = self.tokenizer
         text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
         ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
+        if self.max_prompt_tokens and ids.shape[1] > self.max_prompt_tokens:
+            raise RequestError(f"the prompt has {ids.shape[1]} tokens; this server accepts at most "
+                               f"{self.max_prompt_tokens}")
         limit = min(max_tokens or self.max_new_tokens, self.max_new_tokens)
         sampling = dict(do_sample=True, temperature=temperature, top_p=top_p, top_k=0) if temperature > 0 \
             else dict(do_sample=False)
@@ -90,19 +107,41 @@ def parse_chat_request(body: dict) -> dict:
         raise RequestError("streaming is not supported")
     stop = body.get("stop") or []
     stop = [stop] if isinstance(stop, str) else stop
+    if not isinstance(stop, list) or len(stop) > 4 or not all(isinstance(s, str) for s in stop):
+        raise RequestError("'stop' must be a string or a list of at most 4 strings")
     try:
-        temperature = float(body.get("temperature", 1.0) if body.get("temperature") is not None else 1.0)
-        top_p = float(body.get("top_p", 1.0) if body.get("top_p") is not None else 1.0)
-        max_tokens = body.get("max_completion_tokens", body.get("max_tokens"))
-        max_tokens = None if max_tokens is None else int(max_tokens)
-        seed = None if body.get("seed") is None else int(body["seed"])
-    except (TypeError, ValueError):
-        raise RequestError("temperature/top_p must be numbers, max_tokens/seed integers") from None
+        temperature = _number(body, "temperature", 1.0)
+        top_p = _number(body, "top_p", 1.0)
+        max_tokens = _integer(body, "max_completion_tokens" if "max_completion_tokens" in body else "max_tokens")
+        seed = _integer(body, "seed")
+    except (TypeError, ValueError, OverflowError):
+        raise RequestError("temperature/top_p must be finite numbers, max_tokens/seed integers") from None
     if temperature < 0 or not 0 < top_p <= 1 or (max_tokens is not None and max_tokens < 1):
         raise RequestError("need temperature >= 0, 0 < top_p <= 1, max_tokens >= 1")
+    if seed is not None and not 0 <= seed <= MAX_SEED:
+        raise RequestError(f"'seed' must be in [0, {MAX_SEED}]")
     return dict(messages=[{"role": m["role"], "content": m["content"]} for m in messages],
                 temperature=temperature, top_p=top_p, max_tokens=max_tokens, seed=seed,
                 stop=[str(s) for s in stop])
+
+
+def _number(body: dict, key: str, default: float) -> float:
+    value = body.get(key)
+    if value is None:
+        return default
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        raise ValueError(key)
+    return float(value)
+
+
+def _integer(body: dict, key: str) -> int | None:
+    value = body.get(key)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) \
+            or int(value) != value:
+        raise ValueError(key)
+    return int(value)
 
 
 def completion_json(c: Completion, model_name: str) -> dict:
@@ -141,9 +180,23 @@ class Faults:
         return False
 
 
-def make_handler(generator: ChatGenerator, model_name: str, faults: Faults):
+def make_handler(generator: ChatGenerator, model_name: str, faults: Faults, api_key: str | None = None,
+                 read_timeout: float = READ_TIMEOUT_S):
+    expected = f"Bearer {api_key}".encode() if api_key else None
+
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
+        timeout = read_timeout  # per socket operation: a body that never arrives ends in 408
+
+        def _authorized(self) -> bool:
+            if expected is None:
+                return True
+            given = (self.headers.get("Authorization") or "").encode()
+            if hmac.compare_digest(given, expected):
+                return True
+            self.close_connection = True
+            self._error(401, "missing or wrong API key (Authorization: Bearer ...)", "authentication_error")
+            return False
 
         def log_message(self, fmt, *args):  # the request line only, at debug level
             log.debug("%s %s", self.address_string(), fmt % args)
@@ -164,6 +217,8 @@ def make_handler(generator: ChatGenerator, model_name: str, faults: Faults):
 
         def do_GET(self):
             path = self.path.split("?")[0].rstrip("/")
+            if path != "/health" and not self._authorized():
+                return
             if path == "/health":
                 self._send(200, {"status": "ok"})
             elif path == "/v1/models":
@@ -174,11 +229,24 @@ def make_handler(generator: ChatGenerator, model_name: str, faults: Faults):
 
         def do_POST(self):
             path = self.path.split("?")[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
+            header = (self.headers.get("Content-Length") or "0").strip()
+            if not header.isdigit():  # "abc", "-5": the body's end is unknown, so close after answering
+                self.close_connection = True
+                return self._error(400, "Content-Length must be a non-negative integer")
+            length = int(header)
             if length > MAX_BODY_BYTES:
                 self.close_connection = True
                 return self._error(413, "request body too large")
-            raw = self.rfile.read(length) if length else b""
+            try:
+                raw = self.rfile.read(length) if length else b""
+            except TimeoutError:
+                self.close_connection = True
+                return self._error(408, f"the body did not arrive within {read_timeout:g} s")
+            if len(raw) < length:  # the client closed before sending its whole body
+                self.close_connection = True
+                return self._error(400, "the body is shorter than its Content-Length")
+            if not self._authorized():
+                return
             if path != "/v1/chat/completions":
                 return self._error(404, f"no route POST {path}")
             try:
@@ -194,6 +262,8 @@ def make_handler(generator: ChatGenerator, model_name: str, faults: Faults):
                 return self._error(500, f"injected fault ({faults.mode})", "server_error")
             try:
                 completion = generator(**request)
+            except RequestError as e:  # e.g. a prompt longer than the server accepts
+                return self._error(400, str(e))
             except Exception as e:  # a generation bug answers 500, it never kills the server
                 log.exception("generation failed")
                 return self._error(500, f"generation failed: {type(e).__name__}", "server_error")
@@ -203,15 +273,18 @@ def make_handler(generator: ChatGenerator, model_name: str, faults: Faults):
 
 
 def make_server(generator: ChatGenerator, model_name: str, host: str = "127.0.0.1", port: int = 8000,
-                faults: Faults | None = None) -> ThreadingHTTPServer:
-    server = ThreadingHTTPServer((host, port), make_handler(generator, model_name, faults or Faults()))
+                faults: Faults | None = None, api_key: str | None = None,
+                read_timeout: float = READ_TIMEOUT_S) -> ThreadingHTTPServer:
+    server = ThreadingHTTPServer((host, port), make_handler(generator, model_name, faults or Faults(), api_key,
+                                                            read_timeout))
     server.daemon_threads = True
     return server
 
 
 def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           max_new_tokens: int = 256, fault_mode: str = "none", fault_delay: float = 2.0,
-          threads: int = 0, name: str | None = None, device: str = "auto") -> None:
+          threads: int = 0, name: str | None = None, device: str = "auto", max_prompt_tokens: int = 0,
+          api_key_env: str | None = None, read_timeout: float = READ_TIMEOUT_S) -> None:
     """Load the policy and serve it until interrupted; prints one line once it accepts requests."""
     from rlpr.distributed import resolve_device
     from rlpr.models import load_policy
@@ -221,10 +294,18 @@ def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.
     if max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     faults = Faults(fault_mode, fault_delay)
+    api_key = None
+    if api_key_env:
+        api_key = os.environ.get(api_key_env)
+        if not api_key:
+            raise ValueError(f"--api-key-env {api_key_env}: that environment variable is not set or empty")
+    if read_timeout <= 0 or max_prompt_tokens < 0:
+        raise ValueError("--read-timeout must be positive and --max-prompt-tokens >= 0")
     model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device))
     model_name = name or str(model_path)
     try:
-        server = make_server(ChatGenerator(model, tokenizer, max_new_tokens), model_name, host, port, faults)
+        server = make_server(ChatGenerator(model, tokenizer, max_new_tokens, max_prompt_tokens or None), model_name,
+                             host, port, faults, api_key, read_timeout)
     except OSError as e:
         raise ValueError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
     bound_host, bound_port = server.server_address[:2]

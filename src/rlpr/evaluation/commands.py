@@ -75,7 +75,8 @@ def cmd_serve(args) -> int:
 
     serve(args.model, args.checkpoint, host=args.host, port=args.port, max_new_tokens=args.max_new_tokens,
           fault_mode=args.fault_mode, fault_delay=args.fault_delay, threads=args.threads,
-          name=args.served_name, device=args.device)
+          name=args.served_name, device=args.device, max_prompt_tokens=args.max_prompt_tokens,
+          api_key_env=args.api_key_env, read_timeout=args.read_timeout)
     return 0
 
 
@@ -143,6 +144,11 @@ def register(sub) -> None:
     p.add_argument("--fault-delay", type=float, default=2.0, help="seconds to sleep in slow mode")
     p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
     p.add_argument("--served-name", default=None, help="model id reported by the API (default: --model)")
+    p.add_argument("--max-prompt-tokens", type=int, default=0,
+                   help="longest prompt accepted (0: the model's context minus --max-new-tokens)")
+    p.add_argument("--api-key-env", default=None,
+                   help="require 'Authorization: Bearer KEY', KEY read from this environment variable")
+    p.add_argument("--read-timeout", type=float, default=30.0, help="seconds a connection may stay silent")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("reward-quality", help="ROC-AUC of the rewards against correctness labels")
