@@ -147,10 +147,10 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     n = base["n_heldout"]
     keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len"]
     table = []
-    lines = ["| variant | seeds | steps | Avg@8 before | Avg@8 after (mean ± sd) | change in SEs | greedy before -> after "
-             "| pass@8 before -> after | reward before -> after | score B after | format after | length after "
-             "| s/step | min/run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = ["| variant | seeds | steps | Avg@8 before ± SE | Avg@8 after: mean ± sd (per run ± SE) | change in SEs "
+             "| greedy before -> after | greedy change in SEs | pass@8 before -> after | reward before -> after "
+             "| score B after | format after | length after | s/step | min/run |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for variant in ["base", *VARIANTS]:
         runs = [r for r in rows if r["variant"] == variant]
         if not runs:
@@ -173,10 +173,13 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             spread = f" ± {entry[f'{k}_after_sd'] * scale:.{digits}f}" if len(runs) > 1 else ""
             return f"{entry[f'{k}_after'] * scale:.{digits}f}{spread}"
 
+        per_run = ", ".join(f"{100 * r['acc_after']:.1f} ± {100 * se(r['acc_after'], n):.1f}" for r in runs)
         lines.append(
             f"| {variant} | {len(runs)} | {entry['steps']} | {100 * base['acc_before']:.1f}% ± {100 * se(base['acc_before'], n):.1f} "
-            f"| {pm('acc')}% | {', '.join(f'{c:+.1f}' for c in entry['acc_change_se'])} "
-            f"| {100 * base['greedy_before']:.1f}% -> {pm('greedy')}% | {100 * base['pass8_before']:.1f}% -> {pm('pass8')}% "
+            f"| {pm('acc')}% ({per_run}) | {', '.join(f'{c:+.1f}' for c in entry['acc_change_se'])} "
+            f"| {100 * base['greedy_before']:.1f}% -> {pm('greedy')}% "
+            f"| {', '.join(f'{c:+.1f}' for c in entry['greedy_change_se'])} "
+            f"| {100 * base['pass8_before']:.1f}% -> {pm('pass8')}% "
             f"| {base['reward_before']:.3f} -> {pm('reward', 1, 3)} | {pm('score_b', 1, 3)} | {pm('format')}% "
             f"| {pm('len', 1, 1)} | {entry['step_s']:.0f} | {entry['minutes_per_run']:.0f} |")
     return table, "\n".join(lines) + "\n"
@@ -300,7 +303,7 @@ def main() -> int:
     total = sum(r["seconds"] for r in done)
     header = (f"Learning benchmark: preset `{args.preset}` {' '.join(args.set)}, {args.steps} steps per run, "
               f"{args.heldout} held-out questions x {args.samples} samples (Avg@{args.samples}) + greedy; "
-              f"'change in SEs' = (Avg@k after - base) / binomial SE of the base, per seed; "
+              f"'change in SEs' = (after - base) / binomial SE of the base over the held-out questions, per seed; "
               f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n")
     Path(args.output + ".md").write_text(header + markdown)
     Path(args.output + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
