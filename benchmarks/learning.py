@@ -185,6 +185,11 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     return table, "\n".join(lines) + "\n"
 
 
+def smooth(values: list[float], width: int = 3) -> list[float]:
+    """Trailing mean over `width` steps (one step is 32 samples: noisy)."""
+    return [statistics.fmean(values[max(0, i - width + 1):i + 1]) for i in range(len(values))]
+
+
 def plot(rows: list[dict], path: Path) -> None:
     """Held-out Avg@8 (curve points) and the training reward per step, one line per run."""
     import matplotlib
@@ -206,13 +211,14 @@ def plot(rows: list[dict], path: Path) -> None:
                          label=label)
         axes[0].plot([r["steps"]], [100 * r["acc_after"]], "*", color=c, markersize=12)
         steps = [t["step"] for t in r["train"]]
-        axes[1].plot(steps, [t["reward/mean"] for t in r["train"]], color=c, alpha=0.6, label=label)
-        axes[2].plot(steps, [100 * (t["reward/accuracy"] or 0) for t in r["train"]], color=c, alpha=0.6, label=label)
+        axes[1].plot(steps, smooth([t["reward/mean"] for t in r["train"]]), color=c, alpha=0.7, label=label)
+        axes[2].plot(steps, smooth([100 * (t["reward/accuracy"] or 0) for t in r["train"]]), color=c, alpha=0.7,
+                     label=label)
     if base:
         axes[0].axhline(100 * base["acc_before"], color="gray", ls="--", label="base, all held-out")
     axes[0].set(title="held-out Avg@k (%): lines on the curve subset,\nstars on all held-out questions", xlabel="step")
-    axes[1].set(title="training reward (own reward kind)", xlabel="step")
-    axes[2].set(title="training rollouts graded correct (%)", xlabel="step")
+    axes[1].set(title="training reward (own reward kind; mean of 3 steps)", xlabel="step")
+    axes[2].set(title="training rollouts graded correct (%, mean of 3 steps)", xlabel="step")
     for ax in axes:
         ax.grid(alpha=0.3)
         ax.legend(fontsize=8)
