@@ -63,3 +63,81 @@ def test_non_utf8_names_file_and_row(tmp_path):
     with pytest.raises(DataError, match=rf"{path}: row 2: not valid UTF-8 \(byte 16 of the line\)"):
         load_examples(str(path))
     assert main(["score", "--input", str(path), "--output", str(tmp_path / "o.jsonl")]) == 2
+
+
+# --------------------------------------------------------------------------- model directories (item 9)
+
+@pytest.mark.parametrize("case,message", [
+    ("bad_json", "cannot load the config.json"),
+    ("no_weights", "cannot load the model weights"),
+    ("not_causal", "not a causal language model"),
+])
+def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, message):
+    import shutil
+
+    from rlpr.models import ModelError, load_model
+
+    model_dir = tmp_path / case
+    shutil.copytree(tiny_dir, model_dir)
+    if case == "bad_json":
+        (model_dir / "config.json").write_text("{not json")
+    elif case == "no_weights":
+        for f in model_dir.glob("*.safetensors"):
+            f.unlink()
+    else:
+        cfg = json.loads((model_dir / "config.json").read_text())
+        cfg.update(model_type="vit", architectures=["ViTModel"])
+        (model_dir / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ModelError, match=message) as err:
+        load_model(str(model_dir))
+    assert "\n" not in str(err.value) and len(str(err.value)) < 400
+
+
+# --------------------------------------------------------------------------- train/score set-up (items 9, 13)
+
+def _tiny_train_cfg(tiny_dir, out, *extra):
+    from rlpr.config import load_config
+
+    return load_config("demo", [f"model.path={tiny_dir}", f"trainer.output_dir={out}", "trainer.name=r",
+                                "trainer.max_steps=1", "rollout.max_new_tokens=4", "data.val=",
+                                "trainer.progress=false", "trainer.tensorboard=false", *extra])
+
+
+def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_path, monkeypatch):
+    from rlpr import models
+    from rlpr.trainer import train
+
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"question": "q", "answer": null}\n')
+    monkeypatch.setattr(models, "load_model", lambda *a, **k: pytest.fail("the model was loaded"))
+    with pytest.raises(DataError, match="row 1: field 'answer'"):
+        train(_tiny_train_cfg(tiny_dir, tmp_path / "runs", f"data.train={bad}"))
+    assert not (tmp_path / "runs").exists()
+
+
+def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
+    from rlpr.config import ConfigError
+    from rlpr.trainer import train
+
+    small = tmp_path / "small.jsonl"
+    small.write_text("".join(json.dumps({"question": f"q{i}", "answer": "a"}) + "\n" for i in range(3)))
+    with pytest.raises(ConfigError, match=r"trainer.prompts_per_step \(4\) exceeds the 3 usable training prompts"):
+        train(_tiny_train_cfg(tiny_dir, tmp_path / "runs", f"data.train={small}"))
+
+
+def test_unwritable_output_is_one_line(tiny_dir, tmp_path):
+    import os
+
+    from rlpr.cli import main
+
+    if os.geteuid() == 0:  # root writes anywhere: use a path under a file instead
+        blocker = tmp_path / "file"
+        blocker.write_text("x")
+        out_dir = blocker / "sub"
+    else:
+        out_dir = tmp_path / "ro"
+        out_dir.mkdir(mode=0o500)
+    rows = tmp_path / "in.jsonl"
+    rows.write_text(json.dumps({"prompt": "q", "response": "r", "reference": "a"}) + "\n")
+    assert main(["score", "--input", str(rows), "--output", str(out_dir / "o.jsonl"), "--model", str(tiny_dir)]) == 2
+    assert main(["train", f"model.path={tiny_dir}", f"trainer.output_dir={out_dir}", "trainer.max_steps=1"]) == 2

@@ -8,6 +8,7 @@ converted model as safetensors, so that later loads take about 2 s.
 from __future__ import annotations
 
 import importlib.util
+import json
 import logging
 import os
 import shutil
@@ -90,10 +91,19 @@ def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
     return path
 
 
+def _one_line(path, what: str, e: Exception) -> ModelError:
+    reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
+    return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {reason})")
+
+
 def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
-    tokenizer = AutoTokenizer.from_pretrained(resolve_model_dir(path), local_files_only=True)
+    model_dir = resolve_model_dir(path)
+    try:
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+    except (OSError, ValueError, KeyError, TypeError) as e:
+        raise _one_line(path, "tokenizer", e) from None
     if not tokenizer.is_fast:
         raise ModelError(f"{path}: rlpr needs a fast tokenizer (character offsets)")
     if tokenizer.pad_token is None:
@@ -107,7 +117,19 @@ def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = tor
     from transformers import AutoModelForCausalLM
 
     model_dir = resolve_model_dir(path)
-    model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+    try:
+        json.loads((model_dir / "config.json").read_text())
+    except (OSError, ValueError) as e:
+        raise _one_line(path, "config.json", e) from None
+    try:
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+    except ValueError as e:  # e.g. not a causal LM: transformers lists ~400 classes
+        if "Unrecognized configuration class" in str(e) or "AutoModelForCausalLM" in str(e):
+            raise ModelError(f"{path}: not a causal language model (AutoModelForCausalLM cannot load its "
+                             f"config)") from None
+        raise _one_line(path, "model", e) from None
+    except (OSError, KeyError, TypeError, RuntimeError) as e:  # no or broken weights
+        raise _one_line(path, "model weights", e) from None
     if getattr(model, "is_quantized", False):
         clear_quantized_marker(model)
     model.to(device).eval()

@@ -78,13 +78,17 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     from rlpr.reward.probability_reward import ProbabilityReward
 
     rows = read_score_rows(Path(input_path), template)
+    out_path = Path(output_path)
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    try:  # before the model loads: an unwritable output fails at once, in one line
+        out_path.parent.mkdir(parents=True, exist_ok=True)
+        tmp.touch()
+    except OSError as e:
+        raise DataError(f"{out_path}: cannot write the output ({e.strerror or e})") from None
     if model is None:
         model, tokenizer = load_model(cfg.model.path, device=resolve_device(cfg.model.device))
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
-    out_path = Path(output_path)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_path.with_name(out_path.name + ".tmp")
     too_long = 0
     with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):

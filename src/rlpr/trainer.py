@@ -120,8 +120,9 @@ def mean(values) -> float:
 
 
 class Trainer:
-    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False):
+    def __init__(self, cfg: Config, run_dir: Path, *, resume: bool = False, examples: dict | None = None):
         self.cfg = cfg
+        self._examples = examples or {}  # {"train": [...], "val": [...]} already loaded (train() checks data first)
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.stop_requested = False
@@ -153,10 +154,14 @@ class Trainer:
 
             self.ref_model = copy.deepcopy(causal_lm(self.policy)).eval().requires_grad_(False)
 
-        train_examples = load_examples_for(cfg, "train")
+        train_examples = self._examples.get("train")
+        if train_examples is None:
+            train_examples = load_examples_for(cfg, "train")
         self.train_prompts, skipped = prepare_prompts(train_examples, self.tokenizer, cfg.data.max_prompt_tokens,
                                                            cfg.data.prefill)
-        val_examples = load_examples_for(cfg, "val")
+        val_examples = self._examples.get("val")
+        if val_examples is None:
+            val_examples = load_examples_for(cfg, "val")
         if cfg.data.val_limit:
             val_examples = val_examples[:cfg.data.val_limit]
         val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens,
@@ -168,6 +173,9 @@ class Trainer:
                         skipped, cfg.data.max_prompt_tokens)
         if not self.train_prompts:
             raise ConfigError(f"data.train: no usable prompts ({skipped} longer than data.max_prompt_tokens)")
+        if len(self.train_prompts) < cfg.trainer.prompts_per_step:
+            raise ConfigError(f"trainer.prompts_per_step ({cfg.trainer.prompts_per_step}) exceeds the "
+                              f"{len(self.train_prompts)} usable training prompts: a step would repeat prompts")
         self.stream = PromptStream(len(self.train_prompts), cfg.trainer.seed, cfg.data.shuffle)
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
@@ -686,15 +694,21 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     validate_world(cfg, dist.world_size())
     if resume:
         resume_changes(resume, cfg)  # refused before any model work; recorded once the checkpoint loads
+    # a data error surfaces before the model loads and before anything is written
+    examples = {split: load_examples_for(cfg, split) for split in ("train", "val")}
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
     if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
                           f"or choose another trainer.name")
     if dist.is_main() and not resume:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        except OSError as e:
+            raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
+                              f"set trainer.output_dir") from None
     dist.barrier()
-    trainer = Trainer(cfg, run_dir, resume=bool(resume))
+    trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
         record_resume(run_dir, trainer.step, resume_changes(run_dir, cfg))
     summary = trainer.run()
