@@ -366,7 +366,9 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
     _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16", "auto"))
-    _choice("trainer.strategy", t.strategy, ("ddp", "fsdp", "deepspeed"))
+    from rlpr.sharding import STRATEGIES
+
+    _choice("trainer.strategy", t.strategy, tuple(STRATEGIES))
     if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
         raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
     if t.zero_stage == 3:

@@ -237,13 +237,19 @@ def _import_deepspeed():
     return deepspeed
 
 
+# trainer.strategy -> how to build it from (policy, zero_stage); the configuration's allowed values
+STRATEGIES = {
+    "ddp": lambda policy, zero_stage: Replicated(),
+    "fsdp": lambda policy, zero_stage: FullySharded(policy),
+    "deepspeed": lambda policy, zero_stage: DeepSpeedZero(policy, zero_stage),
+}
+
+
 def make_strategy(name: str, policy, zero_stage: int = 2):
     """`ddp` (the default), `fsdp` or `deepspeed`; with one process nothing is sharded and all
-    three run as ddp."""
+    three run as ddp. An unknown name is an error (it used to fall through to ddp)."""
+    if name not in STRATEGIES:
+        raise ValueError(f"unknown trainer.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if dist.world_size() == 1:
         return Replicated()
-    if name == "fsdp":
-        return FullySharded(policy)
-    if name == "deepspeed":
-        return DeepSpeedZero(policy, zero_stage)
-    return Replicated()
+    return STRATEGIES[name](policy, zero_stage)
