@@ -219,6 +219,29 @@ def test_grade_short_answer(response, reference, acceptable, correct):
     assert grade_short_answer(response, reference, acceptable).correct is correct
 
 
+def test_first_statement_rule_with_the_question():
+    from rlpr.evaluation.graders import grade_short_answer as g
+
+    q = "Mexico City is the capital of which country?"
+    assert not g("Mexico City is the capital of which country?", "Mexico", None, q).correct  # echoed question
+    assert not g("Mexico City is the capital of which country", "Mexico", None, q).correct
+    assert g("Mexico City is the capital of Mexico.", "Mexico", None, q).correct
+    assert g("It is the capital of Mexico.", "Mexico", None, q).correct
+    q = "What is the capital of France?"
+    for response, right in [("The capital of France is Paris.", True), ("Paris is the capital of France.", True),
+                            ("Sure! The capital of France is Paris. It is lovely.", True),
+                            ("Paris or Berlin", False), ("Rome, Berlin, Paris", False),
+                            ("The capital of France is Berlin. Paris is nice.", False),
+                            ("Is it Paris?", False)]:
+        assert g(response, "Paris", None, q).correct is right, response
+    q = "Which is the largest of these numbers: 12, 45, 7?"
+    assert g("The largest of these numbers is 45.", "45", None, q).correct
+    assert not g("12, 45, 7", "45", None, q).correct
+    q = "Tom has 5 apples and gets 3 more. How many apples does he have now?"
+    assert g("Tom has 5 apples and gets 3 more, so he has 8 apples now.", "8", None, q).correct
+    assert not g("Tom has 5 apples.", "8", None, q).correct
+
+
 def test_grade_short_answer_reports_extracted_answer():
     assert grade_short_answer("Thinking...\nThe answer is Paris.", "Paris") == Grade(True, "Paris.")
     assert grade_short_answer("", "Paris") == Grade(False, None)

@@ -268,7 +268,8 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
        one-word first line), checked by `statement_answers`: it must END with the reference
        (after dropping trailing words the question already contains, e.g. "Paris is the capital
        of France"), and the reference must not be the last item of an enumeration ("Berlin or
-       Paris", "Rome, Paris"), so listing several candidates is never correct.
+       Paris", "Rome, Paris"), so listing several candidates is never correct; a statement that
+       is a question (ends with "?", or repeats the question) never answers it.
     """
     golds = [g for g in (reference, *(acceptable or [])) if normalize_answer(g)]
     answer = _explicit_answer(response)
@@ -328,8 +329,12 @@ def statement_answers(statement: str, golds: list[str], question: str = "") -> b
     """True iff `statement` ends with one of `golds` (see grade_short_answer), not as the last
     item of an enumeration. Words of the question (that are not words of the gold answer) and
     a few fillers ("now", "left") are dropped from the end first."""
+    if statement.rstrip().endswith("?"):  # a question is not an answer ("Mexico City is the capital
+        return False                       # of which country?" must not count for "Mexico")
     tokens = _statement_tokens(statement)
     asked = set(normalize_answer(question).split())
+    if [t for t in tokens if t not in ",;/&"] == normalize_answer(question).split():
+        return False  # the question repeated
     for gold in golds:
         target = normalize_answer(gold).split()
         droppable = (asked - set(target)) | _TRAILING_FILLER
