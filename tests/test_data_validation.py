@@ -141,3 +141,13 @@ def test_unwritable_output_is_one_line(tiny_dir, tmp_path):
     rows.write_text(json.dumps({"prompt": "q", "response": "r", "reference": "a"}) + "\n")
     assert main(["score", "--input", str(rows), "--output", str(out_dir / "o.jsonl"), "--model", str(tiny_dir)]) == 2
     assert main(["train", f"model.path={tiny_dir}", f"trainer.output_dir={out_dir}", "trainer.max_steps=1"]) == 2
+
+
+def test_a_byte_order_mark_is_not_data(tmp_path):
+    path = tmp_path / "bom.jsonl"
+    path.write_bytes(b'\xef\xbb\xbf{"question": "q", "answer": "a"}\n{"question": "q2", "answer": "b",}\n')
+    with pytest.raises(DataError, match=r"row 2: not valid JSON \(Expecting property name enclosed in double "
+                                        r"quotes at column 34\)"):
+        load_examples(str(path))
+    path.write_bytes(b'\xef\xbb\xbf{"question": "q", "answer": "a"}\n')
+    assert load_examples(str(path))[0].reference == "a"

@@ -36,7 +36,7 @@ def iter_jsonl(path: str | Path):
         for n, raw in enumerate(f, start=1):
             where = f"{path}: row {n}"
             try:
-                line = raw.decode("utf-8")
+                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a BOM (Windows editors) is not data
             except UnicodeDecodeError as e:
                 raise DataError(f"{where}: not valid UTF-8 (byte {e.start + 1} of the line)") from None
             if not line.strip():
