@@ -216,8 +216,19 @@ class DeepSpeedZero(Replicated):
 
     def optimizer_state(self, policy, optimizer) -> list[dict] | None:
         """Every process's ZeRO state (its shard of the AdamW states and fp32 weights) on process 0,
-        which saves them; None on the others."""
-        return dist.gather_to_main(self.engine.optimizer.state_dict())
+        which saves them; None on the others. Plain data only (checkpoints load with
+        weights_only=True): DeepSpeed's LossScaler object and its parameter-slice map are left out;
+        its loader keeps the engine's own loss scaler when the key is absent (a static scale of 1
+        for rlpr's fp32/bf16 training) and never reads the map; the ZeRO stage enum is saved as its
+        int (also never read back)."""
+        import enum
+
+        from deepspeed.checkpoint.constants import LOSS_SCALER, PARAM_SLICE_MAPPINGS
+
+        state = {k: (v.value if isinstance(v, enum.Enum) else v)
+                 for k, v in self.engine.optimizer.state_dict().items()
+                 if k not in (LOSS_SCALER, PARAM_SLICE_MAPPINGS)}
+        return dist.gather_to_main(state)
 
     def load_optimizer_state(self, policy, optimizer, state: list[dict]) -> None:
         self.engine.optimizer.load_state_dict(state, load_from_fp32_weights=True)
