@@ -31,7 +31,7 @@ def test_sampling_does_not_depend_on_batch_companions(engine, tokenizer):
 
 def test_shared_prefill_equals_plain_prefill(tiny_model, tokenizer):
     """Each prompt's prefill runs once and its KV cache is repeated for its rows: in fp32 the
-    first-token logits are bit-identical and every sampled response is the same as with a plain
+    first-token logits are equal (to 1e-6; bit for bit on some CPUs) and every sampled response is the same as with a plain
     prefill of all rows, across chunk boundaries that split a group (batch 5, groups of 3)."""
     from rlpr.forward import position_ids_from_mask
 
@@ -56,7 +56,10 @@ def test_shared_prefill_equals_plain_prefill(tiny_model, tokenizer):
         assert cache.get_seq_length() == width - 1
         last = m(input_ids=ids[:, -1:], attention_mask=attn, position_ids=position_ids_from_mask(attn)[:, -1:],
                  past_key_values=cache).logits[:, -1]
-    torch.testing.assert_close(last, full, rtol=0, atol=0)
+    # bit-identical on the Sapphire Rapids CPU this was written on; on an AVX2-only AMD EPYC the
+    # one-token query takes another matmul kernel than the full forward: differences up to 2.4e-7
+    # (the sampled tokens above are still identical)
+    torch.testing.assert_close(last, full, rtol=0, atol=1e-6)
     assert shared._shared_prefill(ids[[0, 2]], attn[[0, 2]], [0, 1]) is None  # nothing repeats: plain path
 
 
