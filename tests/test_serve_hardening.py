@@ -2,13 +2,10 @@
 4xx JSON error, nothing blocks a thread forever, the server stays up, and a bounded soak test."""
 
 import json
-import os
 import resource
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 
 import pytest
