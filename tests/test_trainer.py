@@ -82,9 +82,9 @@ def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg,
     (s0, g0), *rest = results
     assert g0.abs().sum() > 0 and s0["clipped"] > 0
     for stats, grads in rest:
-        # fp32 summation order differs with the thread count; seq_mean_token_sum's larger
-        # gradients then differ by a few 1e-6 absolute (seen with 1 thread), so 1e-5 relative too
-        assert torch.allclose(grads, g0, atol=1e-6, rtol=1e-5)
+        # fp32 summation order differs with the CPU and thread count: seq_mean_token_sum's gradients
+        # (largest 0.87) differed by up to 1.8e-6 on an AVX2 AMD EPYC, so the tolerance scales with them
+        assert torch.allclose(grads, g0, atol=max(1e-6, 1e-5 * g0.abs().max().item()), rtol=1e-5)
         for key in ("pg_loss", "entropy", "kl", "tokens", "clipped"):
             assert stats[key] == pytest.approx(s0[key], rel=1e-6, abs=1e-6)
 
