@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import grade_example
+from rlpr.evaluation.graders import grade_example, question_text
 from rlpr.progress import progress_bar
 from rlpr.reward.parsing import format_reward
 
@@ -113,12 +113,6 @@ def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of chat messages under the model's chat template, ready for the assistant turn."""
     text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
-
-
-def question_text(example: Example) -> str:
-    """The question as the judge sees it: the last user turn."""
-    users = [m["content"] for m in example.prompt if m.get("role") == "user"]
-    return users[-1] if users else example.prompt[-1]["content"]
 
 
 def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_new_tokens: int,

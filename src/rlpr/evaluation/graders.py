@@ -398,11 +398,17 @@ def grade(name: str, response: str, reference: str, *, choices: list[str] | None
     return GRADERS[name](response, reference, acceptable)
 
 
+def question_text(example) -> str:
+    """The question of an `rlpr.data.records.Example` as a grader or a judge sees it: the last user
+    turn."""
+    users = [m["content"] for m in example.prompt if m.get("role") == "user"]
+    return users[-1] if users else example.prompt[-1]["content"]
+
+
 def grade_example(example, response: str) -> Grade:
     """The rule grader's verdict for one response to one `rlpr.data.records.Example` (the grader
-    chosen by its data source; free-form answers are read against its question, the last user
-    turn). The same verdict serves evaluation, `reward/accuracy` and `reward.kind=verifier`."""
+    chosen by its data source; free-form answers are read against its question). The same
+    verdict serves evaluation, `reward/accuracy` and `reward.kind=verifier`."""
     name = grader_for(example.data_source, example.ability, bool(example.choices))
-    users = [m["content"] for m in example.prompt if m.get("role") == "user"]
     return grade(name, response, example.reference, choices=example.choices or None,
-                 acceptable=example.acceptable or None, question=users[-1] if users else "")
+                 acceptable=example.acceptable or None, question=question_text(example))
