@@ -15,9 +15,8 @@ from pathlib import Path
 
 import numpy as np
 import torch
-import yaml
 
-from rlpr.config import Config, ConfigError, load_config
+from rlpr.config import Config, ConfigError, error_reason, load_config, read_yaml
 from rlpr.forward import causal_lm
 
 STATE_FILE = "trainer_state.pt"
@@ -75,8 +74,7 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
         shutil.rmtree(tmp, ignore_errors=True)
         previous = list_checkpoints(run_dir)
         kept = f"the previous checkpoint {previous[-1].name} is intact" if previous else "no earlier checkpoint exists"
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-        raise ConfigError(f"{root}: could not write checkpoint step_{step} ({reason}); {kept}") from None
+        raise ConfigError(f"{root}: could not write checkpoint step_{step} ({error_reason(e)}); {kept}") from None
     for old in list_checkpoints(run_dir)[:-keep_last]:
         _remove(old)
     for broken in root.glob("step_*"):  # half-deleted by an older rlpr: never loadable
@@ -171,9 +169,8 @@ def load_state(ckpt: Path) -> dict:
     try:
         return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
         raise ConfigError(f"{ckpt / STATE_FILE}: not a plain-data rlpr trainer state; refusing to load it "
-                          f"(checkpoints may not execute code): {reason}") from None
+                          f"(checkpoints may not execute code): {error_reason(e)}") from None
 
 
 # What a resume may change: how long to train, how and how often to evaluate, log and save, and
@@ -199,11 +196,8 @@ def _saved_config(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
         raise ConfigError(f"{run_dir}: not a run directory (no config.yaml)")
-    try:
-        saved = yaml.safe_load(path.read_text())
-    except yaml.YAMLError as e:
-        raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
-    if not isinstance(saved, dict):
+    saved = read_yaml(path)
+    if not saved:  # an empty file: nothing to resume from
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return saved
 

@@ -24,6 +24,12 @@ class ConfigError(ValueError):
     """A bad configuration value or key; the message names it."""
 
 
+def error_reason(e: BaseException) -> str:
+    """An exception as one short line for a user-facing error: its first line, or its type."""
+    text = str(e).strip()
+    return text.splitlines()[0][:200] if text else type(e).__name__
+
+
 @dataclass
 class ModelConfig:
     path: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a HF model dir or a .gguf

@@ -17,6 +17,8 @@ from pathlib import Path
 
 import torch
 
+from rlpr.config import error_reason
+
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
@@ -92,8 +94,7 @@ def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
 
 
 def _one_line(path, what: str, e: Exception) -> ModelError:
-    reason = str(e).strip().splitlines()[0][:200] if str(e).strip() else type(e).__name__
-    return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {reason})")
+    return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {error_reason(e)})")
 
 
 def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):

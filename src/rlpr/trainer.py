@@ -692,8 +692,8 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
     validate_world(cfg, dist.world_size())
-    if resume:
-        resume_changes(resume, cfg)  # refused before any model work; recorded once the checkpoint loads
+    # refused before any model work; recorded once the checkpoint loads
+    changes = resume_changes(resume, cfg) if resume else {}
     # a data error surfaces before the model loads and before anything is written
     examples = {split: load_examples_for(cfg, split) for split in ("train", "val")}
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
@@ -710,7 +710,7 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     dist.barrier()
     trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
-        record_resume(run_dir, trainer.step, resume_changes(run_dir, cfg))
+        record_resume(run_dir, trainer.step, changes)
     summary = trainer.run()
     if dist.is_main():
         (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
