@@ -53,7 +53,9 @@ VARIANTS = {
 
 
 def se(p: float, n: int) -> float:
-    return math.sqrt(max(p * (1 - p), 0.0) / n) if n else float("nan")
+    from rlpr.trainer import binomial_se  # the same standard error the trainer reports
+
+    return binomial_se(p, n)
 
 
 def in_ses(change: float, p: float, n: int) -> float:

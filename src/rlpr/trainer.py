@@ -734,18 +734,18 @@ def held_out_report(summary: dict) -> str:
     if not after:
         return "held-out: not evaluated (data.val is empty or the run was interrupted)"
     k = after.get("eval/samples")
-    rows = [("accuracy" + (f" (Avg@{k})" if k else " (greedy)"), "eval/accuracy", "eval/accuracy_se")]
+    rows = [("accuracy" + (f" (Avg@{k})" if k else " (greedy)"), "eval/accuracy", "eval/accuracy_se", True)]
     if k:
-        rows += [("greedy accuracy", "eval/greedy_accuracy", "eval/greedy_accuracy_se"),
-                 (f"pass@{k}", f"eval/pass@{k}", None)]
-    rows += [("mean reward (greedy)", "eval/reward_mean", None), ("score B (greedy)", "eval/score_b_mean", None)]
+        rows += [("greedy accuracy", "eval/greedy_accuracy", "eval/greedy_accuracy_se", True),
+                 (f"pass@{k}", f"eval/pass@{k}", None, True)]
+    rows += [("mean reward (greedy)", "eval/reward_mean", None, False),
+             ("score B (greedy)", "eval/score_b_mean", None, False)]
     lines = [f"held-out ({int(after['eval/questions'])} questions), before -> after:"]
-    for label, key, se_key in rows:
+    for label, key, se_key, percent in rows:
         def show(d):
             if key not in d:
                 return "n/a"
-            pct = key != "eval/reward_mean" and key != "eval/score_b_mean"
-            value = f"{100 * d[key]:.1f}%" if pct else f"{d[key]:.4f}"
+            value = f"{100 * d[key]:.1f}%" if percent else f"{d[key]:.4f}"
             return value + (f" ± {100 * d[se_key]:.1f}" if se_key and se_key in d else "")
         lines.append(f"  {label:<22} {show(before):>14} -> {show(after)}")
     return "\n".join(lines)
