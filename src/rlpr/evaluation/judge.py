@@ -179,7 +179,7 @@ class JudgeClient:
         try:
             with self._opener.open(request, timeout=self.cfg.timeout) as reply:
                 chunks = []
-                while chunk := reply.read1(65536) if hasattr(reply, "read1") else reply.read(65536):
+                while chunk := reply.read1(65536):  # what has arrived, so the deadline is checked often
                     chunks.append(chunk)
                     if time.monotonic() > deadline:
                         raise TimeoutError
