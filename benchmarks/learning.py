@@ -111,13 +111,15 @@ def run_base(preset: str, overrides: list[str], curve_questions: int, workdir: P
 
 
 def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: int, curve_every: int,
-            curve_questions: int, base: dict, workdir: Path) -> dict:
-    """Train `steps` steps and evaluate; a few held-out points on the way for the curves."""
+            curve_questions: int, get_base, workdir: Path) -> dict:
+    """Train `steps` steps and evaluate; a few held-out points on the way for the curves.
+    `get_base()` returns the base model's row (another worker may still be computing it: it is
+    needed only once this run has finished)."""
     start = time.time()
     run_dir = workdir / "runs" / f"{variant}-{seed}-{time.time_ns()}"
     trainer = make_trainer(preset, overrides + VARIANTS[variant] + [f"trainer.seed={seed}",
                                                                     f"trainer.max_steps={steps}"], run_dir)
-    curve, train = [dict(base["curve"][0])] if base.get("curve") else [], []  # step 0: the base model
+    curve, train = [], []
     for step in range(1, steps + 1):
         m = trainer.train_step(step)
         trainer.step = step
@@ -134,6 +136,8 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
     ev = evaluation(trainer)
     trainer.tracker.close()
     n = ev["eval/questions"]
+    base = get_base()
+    curve = ([dict(base["curve"][0])] if base.get("curve") else []) + curve  # step 0: the base model
     before = {k: v for k, v in base.items() if k.endswith("_before")}
     return {"variant": variant, "seed": seed, "steps": steps, "n_heldout": n, **before, **summary_of(ev, "after"),
             "curve": curve, "curve_questions": curve_questions, "train": train,
@@ -292,16 +296,17 @@ def main() -> int:
     for job in [] if args.report else (reversed(jobs) if args.reverse else jobs):
         if job in have or not claim(workdir, job, settings):
             continue
-        base = next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)
-        while job[0] != "base" and base is None:  # another worker is evaluating the base model
-            time.sleep(20)
-            base = next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)
+        def get_base() -> dict:
+            while (base := next((r for r in read_rows(log_path, settings) if r["variant"] == "base"), None)) is None:
+                time.sleep(20)  # another worker is evaluating the base model
+            return base
+
         print(f"[{time.time() - start:6.0f}s] {job}", flush=True)
         if job[0] == "base":
             row = run_base(args.preset, overrides, args.curve_questions if args.curve_every else 0, workdir)
         else:
             row = run_one(args.preset, overrides, job[0], job[1], args.steps, args.curve_every,
-                          args.curve_questions, base, workdir)
+                          args.curve_questions, get_base, workdir)
         row["settings"] = settings
         with log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
