@@ -148,3 +148,40 @@ def test_score_a_prompt_form_for_fallback_responses(tiny_model, tokenizer):
                                                                             ["Paris"])[0]
     assert cue.fallback and prompt.fallback and cue.score_b == pytest.approx(prompt.score_b)
     assert cue.score_a == pytest.approx(a_cue, abs=1e-7) and prompt.score_a == pytest.approx(a_plain, abs=1e-7)
+
+
+def test_answer_turn_is_the_chat_templates_follow_up_turn(tiny_model, tokenizer):
+    """reward.answer_turn: B = Q + response + <end of turn, user asks, assistant starts> + y*, and the
+    cue-form A is the same turn after an empty response; both written by SmolLM2's ChatML template."""
+    from rlpr.reward.sequence import turn_cue
+
+    ask = "Repeat your answer in as few words as possible."
+    cue = turn_cue(tokenizer, ask)
+    assert cue == f"<|im_end|>\n<|im_start|>user\n{ask}<|im_end|>\n<|im_start|>assistant\n"
+    q = chat(tokenizer, "Capital of France?")
+    eos = tokenizer.eos_token
+    b_expected, a_expected = score_texts(tiny_model, tokenizer, [
+        build_score_b_text(q, "It is Paris.", "Paris", eos, fallback="free", cue=cue),
+        build_score_a_text(q, "Paris", eos, cue=cue)])
+    out = make(tokenizer, invalid_fallback="free", answer_turn=ask)(tiny_model, [q], ["It is Paris.<|im_end|>"],
+                                                                     ["Paris"])[0]
+    assert out.fallback
+    assert out.score_b == pytest.approx(b_expected, abs=1e-7) and out.score_a == pytest.approx(a_expected, abs=1e-7)
+    # the chat template's special tokens are tokens, not text: the scored span is the reference alone
+    reward = make(tokenizer, invalid_fallback="free", answer_turn=ask)
+    item = reward.score_b_text(q, "It is Paris.", "Paris")
+    assert item.text.endswith(f"It is Paris.{cue}Paris </answer>{eos}")
+    assert reward.reference_tokens(item).strip() == "Paris"
+    ids = tokenizer(item.text, add_special_tokens=False)["input_ids"]
+    assert ids.count(tokenizer.convert_tokens_to_ids("<|im_start|>")) == 5  # system, user, assistant, user, assistant
+
+
+def test_answer_turn_without_a_chat_template_is_a_config_error(tokenizer):
+    from copy import deepcopy
+
+    from rlpr.config import ConfigError
+
+    plain = deepcopy(tokenizer)
+    plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"
+    with pytest.raises(ConfigError, match="answer_turn"):
+        make(plain, invalid_fallback="free", answer_turn="Answer again.")

@@ -96,6 +96,8 @@ class RewardConfig:
     repetition_only_nonzero: bool = True  # as the reference implementation: only if reward != 0
     invalid_fallback: str = "none"  # none | free (spec 1b: score a tagless response as reasoning)
     answer_cue: str = "\n<answer> "
+    answer_turn: str = ""  # if set, the fallback's cue is instead a follow-up user turn asking this, written
+    #                        by the model's chat template (the response becomes a finished assistant turn)
     score_a_form: str = "cue"  # A for fallback responses: cue (Q + answer_cue + y*, like their B) | prompt
     #                            (the paper's Q + " " + y*, as for valid responses); spec 1b
     max_batch_tokens: int = 8192  # padded tokens per scoring forward

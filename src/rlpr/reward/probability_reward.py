@@ -12,11 +12,11 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from rlpr.config import RewardConfig
+from rlpr.config import ConfigError, RewardConfig
 from rlpr.reward.kinds import REWARD_KINDS, Scores
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.scoring import reference_logprobs, aggregate
-from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored
+from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored, turn_cue
 from rlpr.reward.shaping import get_shaping
 
 
@@ -73,18 +73,23 @@ class ProbabilityReward:
         self.kind = REWARD_KINDS[cfg.kind]
         self.eos = tokenizer.eos_token or ""
         self.cache = ScoreACache()
+        # the fallback's answer cue: a follow-up user turn (reward.answer_turn) or a literal string
+        try:
+            self.cue = turn_cue(tokenizer, cfg.answer_turn) if cfg.answer_turn else cfg.answer_cue
+        except ValueError as e:
+            raise ConfigError(str(e)) from None
         # wall seconds spent in the model forwards of score B and score A (accumulated; reset freely)
         self.seconds = {"score_b": 0.0, "score_a": 0.0}
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
         return build_score_b_text(prompt_text, response, reference, self.eos, mode=self.cfg.format_mode,
-                                  fallback=self.cfg.invalid_fallback, cue=self.cfg.answer_cue)
+                                  fallback=self.cfg.invalid_fallback, cue=self.cue)
 
     def _a_cue(self, fallback: bool) -> str | None:
         """The cue before y* in A: the fallback's answer cue (reward.score_a_form=cue), or none
         (the paper's prompt-only A, reward.score_a_form=prompt)."""
-        return self.cfg.answer_cue if fallback and self.cfg.score_a_form == "cue" else None
+        return self.cue if fallback and self.cfg.score_a_form == "cue" else None
 
     def score_a_text(self, prompt_text: str, reference: str, fallback: bool) -> ScoredText:
         return build_score_a_text(prompt_text, reference, self.eos, cue=self._a_cue(fallback))

@@ -14,6 +14,25 @@ DEFAULT_ANSWER_CUE = "\n<answer> "
 FALLBACKS = ("none", "free")
 
 
+TURN_MARKER = "\x00rlpr-response\x00"
+
+
+def turn_cue(tokenizer, question: str) -> str:
+    """The text between a response and the next assistant turn when the user asks `question`
+    after it: the end of the assistant turn, the user turn and the generation prompt, as the
+    model's own chat template writes them (for SmolLM2: "<|im_end|>\\n<|im_start|>user\\n" +
+    question + "<|im_end|>\\n<|im_start|>assistant\\n"). Used as the fallback's answer cue, it
+    asks the model to restate the answer of the response in a second turn, where y* is scored."""
+    text = tokenizer.apply_chat_template(
+        [{"role": "user", "content": "Q"}, {"role": "assistant", "content": TURN_MARKER},
+         {"role": "user", "content": question}], tokenize=False, add_generation_prompt=True)
+    cue = text.split(TURN_MARKER, 1)[1] if TURN_MARKER in text else ""
+    if question not in cue or not cue.split(question, 1)[1].strip():
+        raise ValueError("reward.answer_turn: the tokenizer's chat template does not write an assistant turn, "
+                         "a user turn and the start of the next assistant turn; set reward.answer_cue instead")
+    return cue
+
+
 @dataclass(frozen=True)
 class ScoredText:
     """A text whose characters [ref_start, ref_end) are the reference answer to score."""
