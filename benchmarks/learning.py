@@ -3,7 +3,7 @@
 Trains SmolLM2-135M-Instruct (LoRA) with the `small` preset on the built-in demo tasks, over
 several seeds, and evaluates every run on the SAME held-out questions (the demo `val` split of
 the preset's task families, drawn by a hash of the question text before any training, never
-trained on) with the SAME scorer (the `rlpr` variant's reward), exactly as RLPR evaluates:
+trained on) with the SAME fixed scorer (SCORER below), exactly as RLPR evaluates:
 
 - Avg@8: 8 samples per question at the rollout temperature, accuracy averaged (the paper's metric),
 - greedy accuracy, pass@8, mean probability reward and score B of the greedy response, format
@@ -64,15 +64,21 @@ def in_ses(change: float, p: float, n: int) -> float:
     return change / error if error else (math.copysign(math.inf, change) if change else math.nan)
 
 
+# The held-out reward and score-B columns use one fixed scorer for every run and preset version
+# (the "\nAnswer: " cue with the prompt-only A, what the first benchmark's preset trained with), so
+# that those columns compare across variants and across changes of the preset's own reward.
+SCORER = ['reward.answer_cue="\\nAnswer: "', "reward.answer_turn=''", "reward.score_a_form=prompt"]
+
+
 def make_trainer(preset: str, overrides: list[str], run_dir: Path):
-    """A Trainer for `preset` + overrides whose evaluations use the common (preset's) reward."""
+    """A Trainer for `preset` + overrides whose evaluations use the common, fixed scorer (SCORER)."""
     from rlpr.config import load_config
     from rlpr.forward import causal_lm
     from rlpr.reward.probability_reward import ProbabilityReward
     from rlpr.tracking import Tracker
     from rlpr.trainer import Trainer
 
-    common = load_config(preset, [o for o in overrides if not o.startswith(("reward.", "algorithm."))])
+    common = load_config(preset, [o for o in overrides if not o.startswith(("reward.", "algorithm."))] + SCORER)
     cfg = load_config(preset, overrides + ["trainer.tensorboard=false", "trainer.progress=false"])
     trainer = Trainer(cfg, run_dir)
     max_length = getattr(causal_lm(trainer.policy).config, "max_position_embeddings", None)
