@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rlpr.checkpoint import STATE_FILE, load_state, rng_state, set_rng_state
-from rlpr.config import ConfigError
+from rlpr.errors import ConfigError
 
 
 class _Payload:
@@ -125,7 +125,8 @@ def test_pruning_is_atomic_and_loaders_skip_incomplete_checkpoints(tiny_dir, tmp
     import shutil
 
     from rlpr import checkpoint as ck
-    from rlpr.models import ModelError, find_checkpoint
+    from rlpr.errors import ModelError
+    from rlpr.models import find_checkpoint
 
     policy, tok = _tiny_lora(tiny_dir)
     for step in (1, 2, 3):

@@ -13,7 +13,7 @@ import pytest
 
 from rlpr.data.convert import FORMATS, convert_file, convert_rows, last_boxed
 from rlpr.data.loading import ColumnMapping, load_examples, read_rows
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 from rlpr.data.templates import MC_INSTRUCTION
 
 DATA = Path(__file__).resolve().parents[2] / "shared" / "data"

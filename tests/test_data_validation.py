@@ -9,7 +9,7 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlpr.data.loading import load_examples
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 
 
 def verl_row(ground_truth, role="user"):
@@ -75,7 +75,8 @@ def test_non_utf8_names_file_and_row(tmp_path):
 def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, message):
     import shutil
 
-    from rlpr.models import ModelError, load_model
+    from rlpr.errors import ModelError
+    from rlpr.models import load_model
 
     model_dir = tmp_path / case
     shutil.copytree(tiny_dir, model_dir)
@@ -116,7 +117,7 @@ def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_p
 
 
 def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
-    from rlpr.config import ConfigError
+    from rlpr.errors import ConfigError
     from rlpr.trainer import train
 
     small = tmp_path / "small.jsonl"

@@ -9,7 +9,8 @@ import pytest
 from safetensors.torch import load_file
 
 from rlpr.checkpoint import latest_checkpoint, list_checkpoints, load_state
-from rlpr.config import ConfigError, load_config
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
 from rlpr.tracking import read_metrics
 from rlpr.trainer import train
 

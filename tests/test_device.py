@@ -7,7 +7,8 @@ from safetensors.torch import load_file
 
 from rlpr import distributed as dist
 from rlpr.checkpoint import latest_checkpoint
-from rlpr.config import ConfigError, load_config
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
 from rlpr.tracking import read_metrics
 from rlpr.trainer import train
 

@@ -10,7 +10,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlpr.checkpoint import latest_checkpoint, load_state
-from rlpr.config import load_config, validate_world, ConfigError
+from rlpr.config import load_config, validate_world
+from rlpr.errors import ConfigError
 from rlpr.tracking import read_metrics
 from rlpr.trainer import train
 

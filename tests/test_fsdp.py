@@ -10,7 +10,8 @@ import pytest
 from safetensors.torch import load_file
 
 from rlpr.checkpoint import latest_checkpoint
-from rlpr.config import ConfigError, load_config
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
 from rlpr.sharding import Replicated, make_strategy
 from rlpr.trainer import train
 

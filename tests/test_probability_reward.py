@@ -179,7 +179,7 @@ def test_answer_turn_is_the_chat_templates_follow_up_turn(tiny_model, tokenizer)
 def test_answer_turn_without_a_chat_template_is_a_config_error(tokenizer):
     from copy import deepcopy
 
-    from rlpr.config import ConfigError
+    from rlpr.errors import ConfigError
 
     plain = deepcopy(tokenizer)
     plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

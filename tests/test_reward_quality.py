@@ -182,7 +182,7 @@ def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
     assert main(["reward-quality", "--input", bad, "--model", str(tmp_path / "none"), "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()  # rows are checked before the (missing) model is loaded
     assert err == f"rlpr: error: {bad}: row 2: field 'correct' must be true or false"
-    from rlpr.data.records import DataError
+    from rlpr.errors import DataError
     from rlpr.evaluation.reward_quality import read_labeled
 
     with pytest.raises(DataError, match=r"row 1: field 'prompt\[0\]' must be an object with string 'role' and 'content'"):

@@ -13,7 +13,8 @@ import yaml
 
 from rlpr.algorithms.losses import Normaliser
 from rlpr.checkpoint import latest_checkpoint, load_state
-from rlpr.config import AlgorithmConfig, ConfigError, load_config
+from rlpr.config import AlgorithmConfig, load_config
+from rlpr.errors import ConfigError
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
 from rlpr.tracking import read_metrics

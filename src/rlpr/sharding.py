@@ -29,7 +29,7 @@ from contextlib import contextmanager, nullcontext
 import torch
 
 from rlpr import distributed as dist
-from rlpr.config import ConfigError
+from rlpr.errors import ConfigError
 from rlpr.forward import causal_lm
 
 

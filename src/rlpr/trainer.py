@@ -30,8 +30,9 @@ from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.attention import use_fp32_attention_under_autocast
 from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
                              save_checkpoint, set_rng_state)
-from rlpr.config import Config, ConfigError, validate_world
+from rlpr.config import Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
+from rlpr.errors import ConfigError
 from rlpr.forward import causal_lm
 from rlpr.memory import cap_kernel_caches, release_memory
 from rlpr.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype

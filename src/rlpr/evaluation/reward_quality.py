@@ -17,7 +17,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 
 log = logging.getLogger(__name__)
 
