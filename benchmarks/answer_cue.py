@@ -34,7 +34,7 @@ def main() -> int:
     from rlpr.config import RewardConfig
     from rlpr.data.prompts import chat_text
     from rlpr.evaluation.reward_quality import roc_auc
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
     rows = [json.loads(line) for folder in args.folders for f in sorted(glob.glob(f"{folder}/*.jsonl"))

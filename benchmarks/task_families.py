@@ -32,7 +32,7 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
     from rlpr.data.demo_tasks import FAMILIES, demo_examples, pool_size
     from rlpr.data.prompts import prepare_prompts
     from rlpr.evaluation.graders import grade, grader_for
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
     from rlpr.rollout.hf import HFRollout
 
     model, tok = load_model("default")

@@ -56,7 +56,7 @@ def test_numbers_and_lists_are_fine(tmp_path):
 
 def test_non_utf8_names_file_and_row(tmp_path):
     """Issue 16, item 10: `rlpr score` used to fail on non-UTF-8 input naming neither."""
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     path = tmp_path / "in.jsonl"
     path.write_bytes(b'{"prompt": "q", "response": "r", "reference": "a"}\n{"prompt": "caf\xe9", "response": "r"}\n')
@@ -76,7 +76,7 @@ def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, messag
     import shutil
 
     from rlpr.errors import ModelError
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
 
     model_dir = tmp_path / case
     shutil.copytree(tiny_dir, model_dir)
@@ -105,8 +105,8 @@ def _tiny_train_cfg(tiny_dir, out, *extra):
 
 
 def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_path, monkeypatch):
-    from rlpr import models
-    from rlpr.trainer import train
+    from rlpr.model import loading as models
+    from rlpr.train.trainer import train
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": null}\n')
@@ -118,7 +118,7 @@ def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_p
 
 def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
     from rlpr.errors import ConfigError
-    from rlpr.trainer import train
+    from rlpr.train.trainer import train
 
     small = tmp_path / "small.jsonl"
     small.write_text("".join(json.dumps({"question": f"q{i}", "answer": "a"}) + "\n" for i in range(3)))
@@ -129,7 +129,7 @@ def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
 def test_unwritable_output_is_one_line(tiny_dir, tmp_path):
     import os
 
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     if os.geteuid() == 0:  # root writes anywhere: use a path under a file instead
         blocker = tmp_path / "file"

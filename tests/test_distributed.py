@@ -9,11 +9,11 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlpr.checkpoint import latest_checkpoint, load_state
+from rlpr.train.checkpoint import latest_checkpoint, load_state
 from rlpr.config import load_config, validate_world
 from rlpr.errors import ConfigError
-from rlpr.tracking import read_metrics
-from rlpr.trainer import train
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import train
 
 TIMEOUT = 300
 

@@ -43,8 +43,9 @@ def rlpr_imports(name: str) -> set[str]:
             found.update(a.name for a in node.names)
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
-            if node.level:
-                base = ".".join(package.split(".")[:len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            if node.level:  # relative: `from . import x`, `from ..y import x`
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
             for alias in node.names:
                 full = f"{base}.{alias.name}"
                 found.add(full if full in MODULES else base)

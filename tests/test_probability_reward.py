@@ -91,7 +91,7 @@ def test_score_a_cache_and_precomputed(tiny_model, tokenizer):
     fresh = make(tokenizer)
     fresh.cache.load_state_dict(state)
     # a cached A is never recomputed: another policy changes B but not A
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     later = fresh(tiny_llama(tokenizer, seed=1), [q], [VALID], ["Paris"])[0]
     assert later.score_a == first.score_a and later.score_b != first.score_b

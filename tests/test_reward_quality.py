@@ -146,7 +146,7 @@ def _write_jsonl(path, rows):
 
 
 def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     labeled = _write_jsonl(tmp_path / "labeled.jsonl", _labeled_rows())
     for fallback in ("none", "free"):
@@ -175,7 +175,7 @@ def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
 
 
 def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "q", "response": "r", "reference": "x", "correct": True},
                                                  {"prompt": "q", "response": "r", "reference": "x", "correct": "yes"}])
@@ -194,7 +194,7 @@ def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
 
 
 def test_build_from_then_score(tmp_path, model_dir):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     data = _write_jsonl(tmp_path / "caps.jsonl", [{"question": f"Capital number {i}?", "answer": "Paris"}
                                                    for i in range(3)])

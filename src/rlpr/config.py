@@ -131,7 +131,7 @@ class TrainerConfig:
     bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
     #                                   forward (exact; 2 bytes per frozen weight during the update; ddp only)
     strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
-    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/sharding.py).
+    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/parallel/sharding.py).
     #                        One process: all the same
     zero_stage: int = 2  # with strategy=deepspeed: 1 (optimizer states sharded) | 2 (and gradients)
     share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch
@@ -349,7 +349,7 @@ def validate(cfg: Config) -> None:
 
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
     _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("auto", "bfloat16", "float32"))
-    from rlpr.distributed import resolve_device
+    from rlpr.parallel.distributed import resolve_device
 
     resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
     _choice("data.template", cfg.data.template, TEMPLATES)
@@ -366,7 +366,7 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
     _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16", "auto"))
-    from rlpr.sharding import STRATEGIES
+    from rlpr.parallel.sharding import STRATEGIES
 
     _choice("trainer.strategy", t.strategy, tuple(STRATEGIES))
     if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:

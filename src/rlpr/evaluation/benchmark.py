@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlpr.data.records import Example
 from rlpr.evaluation.graders import grade_example, question_text
-from rlpr.progress import progress_bar
+from rlpr.train.progress import progress_bar
 from rlpr.reward.parsing import format_reward
 
 log = logging.getLogger(__name__)

@@ -15,7 +15,7 @@ from typing import Protocol
 
 import torch
 
-from rlpr.forward import causal_lm, position_ids_from_mask
+from rlpr.model.forward import causal_lm, position_ids_from_mask
 from rlpr.rollout.decode import preallocated_cache, sample
 
 

@@ -151,7 +151,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     """A complete checkpoint directory from a run directory (its latest complete
     `checkpoints/step_N`) or a step dir; incomplete ones (a write or removal killed midway) are
     refused or skipped."""
-    from rlpr.checkpoint import is_complete, list_checkpoints
+    from rlpr.train.checkpoint import is_complete, list_checkpoints
 
     path = Path(path)
     if (path / "adapter").is_dir() or (path / "model").is_dir():

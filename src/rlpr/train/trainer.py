@@ -4,7 +4,7 @@
             -> advantages -> old log-probs -> mini-batch PPO updates -> metrics / eval / checkpoint
 
 The loop is SPMD: under torchrun every rank runs it on its own prompts and owns whole groups;
-global counts go through `rlpr.distributed` (no-ops in a single process).
+global counts go through `rlpr.parallel.distributed` (no-ops in a single process).
 """
 
 from __future__ import annotations
@@ -24,23 +24,23 @@ import numpy as np
 import torch
 import yaml
 
-from rlpr import distributed as dist
+from rlpr.parallel import distributed as dist
 from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
-from rlpr.attention import use_fp32_attention_under_autocast
-from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
-                             save_checkpoint, set_rng_state)
+from rlpr.model.attention import use_fp32_attention_under_autocast
+from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
+                                   save_checkpoint, set_rng_state)
 from rlpr.config import Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.errors import ConfigError
-from rlpr.forward import causal_lm
-from rlpr.memory import cap_kernel_caches, release_memory
-from rlpr.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
+from rlpr.model.forward import causal_lm
+from rlpr.model.memory import cap_kernel_caches, release_memory
+from rlpr.model.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
-from rlpr.sharding import make_strategy
-from rlpr.tracking import Tracker
-from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+from rlpr.parallel.sharding import make_strategy
+from rlpr.train.tracking import Tracker
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 log = logging.getLogger("rlpr.train")
 
@@ -132,7 +132,7 @@ class Trainer:
 
     # -- set-up -----------------------------------------------------------------------------
     def _setup(self) -> None:
-        from rlpr.models import load_model
+        from rlpr.model.loading import load_model
 
         cfg = self.cfg
         cap_kernel_caches()
@@ -366,7 +366,7 @@ class Trainer:
         return torch.autocast(self.device.type, enabled=False)
 
     def _frozen_weights(self):
-        """The frozen weights in bf16 for the whole update (see rlpr/precision.py); not under the
+        """The frozen weights in bf16 for the whole update (see rlpr/model/precision.py); not under the
         lock-step strategies (fsdp's parameters are shards it gathers itself; DeepSpeed's engine
         holds its own references to the parameters)."""
         t = self.cfg.trainer

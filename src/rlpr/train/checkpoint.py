@@ -18,7 +18,7 @@ import torch
 
 from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason
-from rlpr.forward import causal_lm
+from rlpr.model.forward import causal_lm
 
 STATE_FILE = "trainer_state.pt"
 
