@@ -30,7 +30,7 @@ from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
                                    save_checkpoint, set_rng_state)
-from rlpr.config import Config, validate_world
+from rlpr.config import SEED_MIX, Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
 from rlpr.errors import ConfigError
 from rlpr.model.forward import causal_lm
@@ -257,7 +257,7 @@ class Trainer:
         rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
                                         max_new_tokens=cfg.rollout.max_new_tokens,
                                         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                        seeds=[seed * 1_000_003 + p.index for p in prompts])
+                                        seeds=[seed * SEED_MIX + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
         release_memory()
         tick = time.perf_counter()
@@ -302,7 +302,7 @@ class Trainer:
             rate = global_kept / global_generated if global_generated else 1.0
             to_roll = want if not tries else min(want, math.ceil((want - global_kept) / max(rate, 0.25)))
             taken = list(enumerate(self.stream.take(to_roll)))[me::ranks]
-            seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + tries
+            seed = (cfg.trainer.seed * SEED_MIX + step) * 101 + tries
             groups = self.rollout_groups([index for _, index in taken], seed)
             keep = self.filter.keep(step, [g.std for g in groups])
             kept.extend(((tries, pos), g) for (pos, _), g, k in zip(taken, groups, keep) if k)
