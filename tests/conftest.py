@@ -3,15 +3,12 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
 
 
 @pytest.fixture(scope="session")

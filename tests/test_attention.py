@@ -1,8 +1,11 @@
 """fp32 attention inside the CPU bf16-autocast update (rlpr/model/attention.py)."""
 
+import pytest
 import torch
 
 from rlpr.model.attention import NAME, sdpa_fp32_under_cpu_autocast, use_fp32_attention_under_autocast
+
+pytestmark = pytest.mark.unit
 
 
 def batch(tokenizer):

@@ -10,6 +10,8 @@ import torch
 from rlpr.train.checkpoint import STATE_FILE, load_state, rng_state, set_rng_state
 from rlpr.errors import ConfigError
 
+pytestmark = pytest.mark.integration
+
 
 class _Payload:
     """Pickling this object makes unpickling call touch(marker): what an attacker would ship."""

@@ -11,6 +11,8 @@ import pytest
 from rlpr.data.loading import load_examples
 from rlpr.errors import DataError
 
+pytestmark = pytest.mark.integration
+
 
 def verl_row(ground_truth, role="user"):
     return {"data_source": "x", "prompt": [{"role": role, "content": "Capital of France?"}], "ability": "",

@@ -14,7 +14,9 @@ from rlpr.errors import ConfigError
 from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import train
 
-from test_distributed import assert_close, common, torchrun
+from helpers import assert_close, common, torchrun
+
+pytestmark = pytest.mark.distributed
 
 
 def trained(checkpoint):

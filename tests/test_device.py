@@ -12,6 +12,8 @@ from rlpr.errors import ConfigError
 from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import train
 
+pytestmark = pytest.mark.integration
+
 
 def fake_cuda(monkeypatch, available: bool, count: int = 2, local_rank: str | None = None):
     monkeypatch.setattr(torch.cuda, "is_available", lambda: available)

@@ -18,6 +18,8 @@ from rlpr.evaluation.benchmark import (
     summary_means,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("name, k", [
     ("aime24_Avg16.parquet", 16), ("data/gpqa_diamond_Avg4.jsonl", 4), ("minerva_avg2.json", 2),

@@ -5,6 +5,8 @@ import torch
 
 from rlpr.model.forward import project_logprobs
 
+pytestmark = pytest.mark.unit
+
 
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.8])

@@ -15,7 +15,9 @@ from rlpr.errors import ConfigError
 from rlpr.parallel.sharding import Replicated, make_strategy
 from rlpr.train.trainer import train
 
-from test_distributed import LAUNCHERS, TIMEOUT, assert_close, common, torchrun
+from helpers import LAUNCHERS, TIMEOUT, assert_close, common, torchrun
+
+pytestmark = pytest.mark.distributed
 
 
 def fsdp(tiny_dir, out, name, steps, *extra):

@@ -25,6 +25,8 @@ import torch
 
 from rlpr.evaluation.judge import JudgeClient, JudgeConfig, endpoint, judge_messages, parse_verdict
 
+pytestmark = pytest.mark.integration
+
 SENTINEL_KEY = "sk-rlpr-test-SENTINEL-7f3a9c"
 KEY_ENV = "RLPR_TEST_JUDGE_KEY"
 ITEMS = [("What is 2+2?", "<answer>four</answer>", "4"), ("Capital of France?", "paris", "Paris"),

@@ -67,3 +67,18 @@ def test_the_import_reader_sees_top_level_and_local_imports():
     config = rlpr_imports("rlpr.config")
     assert "rlpr.errors" in config  # top level
     assert "rlpr.algorithms.advantages" in config  # inside a function
+
+
+TIERS = {"unit", "integration", "distributed", "slow"}
+
+
+def test_every_test_module_has_a_tier():
+    """Each tests/test_*.py sets `pytestmark = pytest.mark.<tier>` (docs/testing.md)."""
+    untiered = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        marks = {node.value.attr for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["pytestmark"]
+                 and isinstance(node.value, ast.Attribute)}
+        if not marks & TIERS:
+            untiered.append(path.name)
+    assert untiered == []

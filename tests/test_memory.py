@@ -2,7 +2,11 @@
 
 import os
 
+import pytest
+
 from rlpr.model.memory import KERNEL_CACHE_CAPACITY, cap_kernel_caches
+
+pytestmark = pytest.mark.unit
 
 NAMES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 

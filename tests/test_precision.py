@@ -1,6 +1,7 @@
 """Frozen weights held in bf16 for a bf16-autocast update: the same numbers as autocast's
 per-forward casts, and the fp32 weights back afterwards."""
 
+import pytest
 import torch
 
 from rlpr.config import load_config
@@ -8,7 +9,9 @@ from rlpr.model.loading import load_model
 from rlpr.model.precision import frozen_linear_weights_in
 from rlpr.train.trainer import build_policy, train
 
-from test_trainer import adapter_tensors, tiny_cfg
+from helpers import adapter_tensors, tiny_cfg
+
+pytestmark = pytest.mark.integration
 
 
 def test_frozen_linear_weights_are_bf16_inside_and_restored_after(tiny_dir):

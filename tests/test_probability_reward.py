@@ -10,6 +10,8 @@ from rlpr.reward.scoring import score_texts
 from rlpr.reward.sequence import build_score_a_text, build_score_b_text
 from rlpr.reward.shaping import get_shaping
 
+pytestmark = pytest.mark.unit
+
 VALID = "<think> r </think> <answer> x </answer>"
 
 

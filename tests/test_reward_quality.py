@@ -19,6 +19,8 @@ from rlpr.evaluation.reward_quality import (
     roc_auc,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("scores, labels, expected", [
     ([0.1, 0.4, 0.35, 0.8], [False, False, True, True], 0.75),  # 3 of 4 pairs ordered

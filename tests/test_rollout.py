@@ -5,6 +5,8 @@ import torch
 
 from rlpr.rollout.hf import HFRollout, PerRowSampler, inverse_cdf, merged_weights
 
+pytestmark = pytest.mark.unit
+
 
 def prompts(tokenizer, questions):
     return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,

@@ -9,6 +9,8 @@ import pytest
 
 from rlpr.cli.main import main
 
+pytestmark = pytest.mark.integration
+
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "score_example.jsonl"
 
 

@@ -12,6 +12,8 @@ import pytest
 
 from rlpr.evaluation.serve import ChatGenerator, make_server
 
+pytestmark = pytest.mark.integration
+
 KEY = "sk-test-never-logged-5d1f"
 
 

@@ -13,7 +13,7 @@ import yaml
 
 from rlpr.algorithms.losses import Normaliser
 from rlpr.train.checkpoint import latest_checkpoint, load_state
-from rlpr.config import AlgorithmConfig, load_config
+from rlpr.config import AlgorithmConfig
 from rlpr.errors import ConfigError
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
@@ -21,14 +21,9 @@ from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import Group, Trainer, TrainingError, train
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
+from helpers import adapter_tensors, tiny_cfg
 
-def tiny_cfg(tiny_dir, out, name, *extra):
-    return load_config("demo", [
-        f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
-        "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4", "trainer.prompts_per_step=4",
-        "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3", "data.demo_train_size=40",
-        "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false",
-        "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", *extra])
+pytestmark = pytest.mark.integration
 
 
 # -- (a) micro-batch invariance -------------------------------------------------------------------
@@ -121,12 +116,6 @@ def test_normaliser_counts_whole_mini_batch(tokenizer):
 
 
 # -- (b) exact resume -----------------------------------------------------------------------------
-
-def adapter_tensors(run_dir):
-    from safetensors.torch import load_file
-
-    return load_file(str(latest_checkpoint(run_dir) / "adapter" / "adapter_model.safetensors"))
-
 
 def comparable(metrics):
     return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics]
