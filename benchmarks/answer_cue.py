@@ -60,7 +60,7 @@ def sample_rows(preset: str, prompts: int, seed: int, threads: int) -> tuple[lis
 
 def read_rows(folders: list[str]) -> list[dict]:
     from rlpr.data.prompts import chat_text
-    from rlpr.models import load_tokenizer
+    from rlpr.model.loading import load_tokenizer
 
     tok = load_tokenizer("default")
     rows = [json.loads(line) for folder in folders for f in sorted(glob.glob(f"{folder}/*.jsonl"))
@@ -112,7 +112,7 @@ def main() -> int:
     args = p.parse_args()
 
     if args.folders:
-        from rlpr.models import load_model
+        from rlpr.model.loading import load_model
 
         rows = read_rows(args.folders)
         model, tokenizer = load_model("default")

@@ -53,7 +53,7 @@ VARIANTS = {
 
 
 def se(p: float, n: int) -> float:
-    from rlpr.trainer import binomial_se  # the same standard error the trainer reports
+    from rlpr.train.trainer import binomial_se  # the same standard error the trainer reports
 
     return binomial_se(p, n)
 
@@ -73,10 +73,10 @@ SCORER = ['reward.answer_cue="\\nAnswer: "', "reward.answer_turn=''", "reward.sc
 def make_trainer(preset: str, overrides: list[str], run_dir: Path):
     """A Trainer for `preset` + overrides whose evaluations use the common, fixed scorer (SCORER)."""
     from rlpr.config import load_config
-    from rlpr.forward import causal_lm
+    from rlpr.model.forward import causal_lm
     from rlpr.reward.probability_reward import ProbabilityReward
-    from rlpr.tracking import Tracker
-    from rlpr.trainer import Trainer
+    from rlpr.train.tracking import Tracker
+    from rlpr.train.trainer import Trainer
 
     common = load_config(preset, [o for o in overrides if not o.startswith(("reward.", "algorithm."))] + SCORER)
     cfg = load_config(preset, overrides + ["trainer.tensorboard=false", "trainer.progress=false"])

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.trainer import mean, peak_rss_gb
+from rlpr.train.trainer import mean, peak_rss_gb
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
@@ -77,7 +77,7 @@ def rss_gb() -> float:
 
 def release_memory() -> None:
     """Free the previous part's objects and give the pages back (rlpr's own malloc_trim)."""
-    from rlpr.memory import release_memory as trim
+    from rlpr.model.memory import release_memory as trim
 
     gc.collect()
     trim()
@@ -128,7 +128,7 @@ def rlpr_config(args, output_dir: str):
 
 def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
     """Timed rlpr steps; also returns the prompts each step used (for TRL, in the same order)."""
-    from rlpr.trainer import Trainer
+    from rlpr.train.trainer import Trainer
 
     cfg, overrides = rlpr_config(args, str(workdir))
     trainer = Trainer(cfg, workdir / "rlpr-run")
@@ -173,7 +173,7 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
     cfg, _ = rlpr_config(args, str(workdir))
@@ -320,13 +320,13 @@ def decode_matmul_floor(model, batch: int, reps: int) -> dict:
 
 def run_micro(args) -> dict:
     from rlpr.data.prompts import prepare_prompts
-    from rlpr.forward import causal_lm
-    from rlpr.models import load_model
+    from rlpr.model.forward import causal_lm
+    from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
     from rlpr.reward.scoring import _shared_prefix_groups
     from rlpr.reward.sequence import tokenize_scored
     from rlpr.rollout.hf import HFRollout
-    from rlpr.trainer import build_policy, load_examples_for
+    from rlpr.train.trainer import build_policy, load_examples_for
 
     cfg, _ = rlpr_config(args, tempfile.gettempdir())
     model, tokenizer = load_model(cfg.model.path)
@@ -608,8 +608,8 @@ def main() -> int:
         if not args.skip_trl:
             if prompts is None:  # the prompts rlpr would have used
                 from rlpr.data.prompts import PromptStream, prepare_prompts
-                from rlpr.models import load_tokenizer
-                from rlpr.trainer import load_examples_for
+                from rlpr.model.loading import load_tokenizer
+                from rlpr.train.trainer import load_examples_for
 
                 cfg, _ = rlpr_config(args, tmp)
                 tok = load_tokenizer(cfg.model.path)

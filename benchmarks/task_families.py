@@ -29,10 +29,11 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
             threads: int = 0, seed: int = 0) -> dict:
     import torch
 
+    from rlpr.config import SEED_MIX
     from rlpr.data.demo_tasks import FAMILIES, demo_examples, pool_size
     from rlpr.data.prompts import prepare_prompts
     from rlpr.evaluation.graders import grade, grader_for
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
     from rlpr.rollout.hf import HFRollout
 
     model, tok = load_model("default")
@@ -54,7 +55,7 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
         ids = [p.token_ids for p in prompts]
         greedy = engine.generate(ids, 1, max_new_tokens=max_new_tokens, temperature=0.0)
         sampled = engine.generate(ids, samples, max_new_tokens=max_new_tokens, temperature=1.0,
-                                  seeds=[seed * 1_000_003 + i for i in range(len(ids))])
+                                  seeds=[seed * SEED_MIX + i for i in range(len(ids))])
 
         def ok(ex, text):
             q = ex.prompt[-1]["content"]

@@ -24,7 +24,7 @@ import torch
 from rlpr.config import RewardConfig
 from rlpr.data.demo_tasks import demo_examples
 from rlpr.data.prompts import prepare_prompts
-from rlpr.models import load_model
+from rlpr.model.loading import load_model
 from rlpr.reward.parsing import parse_response
 from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.rollout.hf import HFRollout

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
 
 import pytest
 import torch
@@ -11,13 +10,11 @@ import torch
 torch.set_num_threads(min(2, torch.get_num_threads()))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SHARED_DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
-
 
 @pytest.fixture(scope="session")
 def tokenizer():
     """SmolLM2's real tokenizer (fast, with its chat template)."""
-    from rlpr.models import load_tokenizer
+    from rlpr.model.loading import load_tokenizer
 
     return load_tokenizer("default")
 
@@ -25,7 +22,7 @@ def tokenizer():
 @pytest.fixture(scope="session")
 def tiny_model(tokenizer):
     """A 2-layer Llama with SmolLM2's vocabulary, random weights."""
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     return tiny_llama(tokenizer, layers=2, hidden=64, seed=0)
 
@@ -42,7 +39,7 @@ def tiny_dir(tmp_path_factory, tiny_model, tokenizer):
 @pytest.fixture(scope="session")
 def real_model():
     """The embedded SmolLM2-135M-Instruct (end-to-end tests only)."""
-    from rlpr.models import load_model
+    from rlpr.model.loading import load_model
 
     model, tok = load_model("default")
     return model, tok

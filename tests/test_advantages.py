@@ -11,6 +11,8 @@ from hypothesis import given, settings, strategies as st
 from rlpr.algorithms.advantages import (ADVANTAGES, centred_moments, compute_advantages, dr_grpo, grpo,
                                         reinforce_pp, rloo)
 
+pytestmark = pytest.mark.unit
+
 TOL = dict(atol=1e-6, rtol=1e-6)
 
 

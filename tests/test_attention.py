@@ -1,8 +1,11 @@
-"""fp32 attention inside the CPU bf16-autocast update (rlpr/attention.py)."""
+"""fp32 attention inside the CPU bf16-autocast update (rlpr/model/attention.py)."""
 
+import pytest
 import torch
 
-from rlpr.attention import NAME, sdpa_fp32_under_cpu_autocast, use_fp32_attention_under_autocast
+from rlpr.model.attention import NAME, sdpa_fp32_under_cpu_autocast, use_fp32_attention_under_autocast
+
+pytestmark = pytest.mark.unit
 
 
 def batch(tokenizer):
@@ -14,7 +17,7 @@ def batch(tokenizer):
 
 
 def test_outside_autocast_it_is_plain_sdpa_bit_for_bit(tokenizer):
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     plain, ours = tiny_llama(tokenizer, seed=1), tiny_llama(tokenizer, seed=1)
     assert use_fp32_attention_under_autocast(ours) and ours.config._attn_implementation == NAME
@@ -29,7 +32,7 @@ def test_outside_autocast_it_is_plain_sdpa_bit_for_bit(tokenizer):
 def test_under_cpu_autocast_the_attention_runs_in_fp32(tokenizer):
     from transformers.integrations.sdpa_attention import sdpa_attention_forward
 
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     module = tiny_llama(tokenizer, seed=1).model.layers[0].self_attn
     g = torch.Generator().manual_seed(0)
@@ -49,7 +52,7 @@ def test_under_cpu_autocast_the_attention_runs_in_fp32(tokenizer):
 def test_autocast_training_gradients_stay_close_to_fp32(tokenizer):
     """The switch changes only the attention's precision under autocast: gradients agree with the
     plain bf16-autocast ones and with full fp32 to bf16 tolerance."""
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     ids, mask = batch(tokenizer)
 

@@ -7,8 +7,10 @@ import numpy as np
 import pytest
 import torch
 
-from rlpr.checkpoint import STATE_FILE, load_state, rng_state, set_rng_state
-from rlpr.config import ConfigError
+from rlpr.train.checkpoint import STATE_FILE, load_state, rng_state, set_rng_state
+from rlpr.errors import ConfigError
+
+pytestmark = pytest.mark.integration
 
 
 class _Payload:
@@ -50,9 +52,9 @@ def test_rng_state_is_plain_data_and_restores_exactly(tmp_path):
 def test_resume_refuses_changes_and_a_failed_resume_keeps_the_run(tiny_dir, tmp_path):
     import yaml
 
-    from rlpr.checkpoint import latest_checkpoint, resume_config
+    from rlpr.train.checkpoint import latest_checkpoint, resume_config
     from rlpr.config import load_config
-    from rlpr.trainer import train
+    from rlpr.train.trainer import train
 
     run = tmp_path / "run"
     cfg = load_config("demo", [f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}", "trainer.name=run",
@@ -88,8 +90,8 @@ def test_resume_refuses_changes_and_a_failed_resume_keeps_the_run(tiny_dir, tmp_
 
 def _tiny_lora(tiny_dir):
     from rlpr.config import load_config
-    from rlpr.models import load_model
-    from rlpr.trainer import build_policy
+    from rlpr.model.loading import load_model
+    from rlpr.train.trainer import build_policy
 
     model, tok = load_model(str(tiny_dir))
     return build_policy(load_config("demo", [f"model.path={tiny_dir}"]), model), tok
@@ -100,7 +102,7 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tiny_dir, tmp_path, monkeyp
     leaves no partial step, and the previous checkpoint stays complete."""
     import shutil
 
-    from rlpr import checkpoint as ck
+    from rlpr.train import checkpoint as ck
 
     policy, tok = _tiny_lora(tiny_dir)
     state = {"step": 1, "rng": rng_state()}
@@ -124,8 +126,9 @@ def test_a_failed_save_keeps_the_previous_checkpoint(tiny_dir, tmp_path, monkeyp
 def test_pruning_is_atomic_and_loaders_skip_incomplete_checkpoints(tiny_dir, tmp_path):
     import shutil
 
-    from rlpr import checkpoint as ck
-    from rlpr.models import ModelError, find_checkpoint
+    from rlpr.train import checkpoint as ck
+    from rlpr.errors import ModelError
+    from rlpr.model.loading import find_checkpoint
 
     policy, tok = _tiny_lora(tiny_dir)
     for step in (1, 2, 3):

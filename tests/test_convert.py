@@ -1,6 +1,7 @@
 """Converters on the first real rows of each public data set, and their parquet round trip.
 
-The data is read from ../shared/data at test time and never copied into the repository.
+The data is read from ../shared/data at test time and never copied into the repository; the tests
+that need it skip with one line when it is absent (`helpers.shared_data`).
 """
 
 from __future__ import annotations
@@ -13,15 +14,18 @@ import pytest
 
 from rlpr.data.convert import FORMATS, convert_file, convert_rows, last_boxed
 from rlpr.data.loading import ColumnMapping, load_examples, read_rows
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 from rlpr.data.templates import MC_INSTRUCTION
 
-DATA = Path(__file__).resolve().parents[2] / "shared" / "data"
+from helpers import shared_data
+
+pytestmark = pytest.mark.unit
+
 N = 4
 
 
 def first(rel: str, n: int = N) -> list[dict]:
-    return read_rows(DATA / rel)[:n]
+    return read_rows(shared_data(rel))[:n]
 
 
 def convert(fmt: str, rel: str, **kwargs):
@@ -127,7 +131,7 @@ def test_bbh_free_form_targets_stay_text():
 
 def test_bbh_option_split_on_commas_keeps_text_target():
     # movie_recommendation row 163 lists "(A) Monsters" "(B) Inc" but its target is "Monsters, Inc".
-    row = read_rows(DATA / "bbh/movie_recommendation.json")[163]
+    row = read_rows(shared_data("bbh/movie_recommendation.json"))[163]
     [ex] = convert_rows("bbh", [row], source="bbh/movie_recommendation")
     assert (ex.reference, ex.choices) == ("Monsters, Inc", [])
 
@@ -174,7 +178,7 @@ def test_round_trips_cover_every_format():
 @pytest.mark.parametrize("fmt,rel", ROUND_TRIPS)
 def test_parquet_round_trip(fmt, rel, tmp_path):
     out = tmp_path / "nested" / f"{fmt}.parquet"
-    assert convert_file(fmt, DATA / rel, out, limit=N) == N
+    assert convert_file(fmt, shared_data(rel), out, limit=N) == N
     source = f"bbh/{Path(rel).stem}" if fmt == "bbh" else fmt
     expected = convert_rows(fmt, first(rel), source=source)
     loaded = load_examples(out)

@@ -9,7 +9,9 @@ import pyarrow.parquet as pq
 import pytest
 
 from rlpr.data.loading import load_examples
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
+
+pytestmark = pytest.mark.integration
 
 
 def verl_row(ground_truth, role="user"):
@@ -56,7 +58,7 @@ def test_numbers_and_lists_are_fine(tmp_path):
 
 def test_non_utf8_names_file_and_row(tmp_path):
     """Issue 16, item 10: `rlpr score` used to fail on non-UTF-8 input naming neither."""
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     path = tmp_path / "in.jsonl"
     path.write_bytes(b'{"prompt": "q", "response": "r", "reference": "a"}\n{"prompt": "caf\xe9", "response": "r"}\n')
@@ -75,7 +77,8 @@ def test_non_utf8_names_file_and_row(tmp_path):
 def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, message):
     import shutil
 
-    from rlpr.models import ModelError, load_model
+    from rlpr.errors import ModelError
+    from rlpr.model.loading import load_model
 
     model_dir = tmp_path / case
     shutil.copytree(tiny_dir, model_dir)
@@ -104,8 +107,8 @@ def _tiny_train_cfg(tiny_dir, out, *extra):
 
 
 def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_path, monkeypatch):
-    from rlpr import models
-    from rlpr.trainer import train
+    from rlpr.model import loading as models
+    from rlpr.train.trainer import train
 
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"question": "q", "answer": null}\n')
@@ -116,8 +119,8 @@ def test_data_error_comes_before_the_model_and_the_run_directory(tiny_dir, tmp_p
 
 
 def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
-    from rlpr.config import ConfigError
-    from rlpr.trainer import train
+    from rlpr.errors import ConfigError
+    from rlpr.train.trainer import train
 
     small = tmp_path / "small.jsonl"
     small.write_text("".join(json.dumps({"question": f"q{i}", "answer": "a"}) + "\n" for i in range(3)))
@@ -128,7 +131,7 @@ def test_more_prompts_per_step_than_data_is_refused(tiny_dir, tmp_path):
 def test_unwritable_output_is_one_line(tiny_dir, tmp_path):
     import os
 
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     if os.geteuid() == 0:  # root writes anywhere: use a path under a file instead
         blocker = tmp_path / "file"

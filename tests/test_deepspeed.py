@@ -8,12 +8,15 @@ import sys
 import pytest
 from safetensors.torch import load_file
 
-from rlpr.checkpoint import latest_checkpoint, list_checkpoints, load_state
-from rlpr.config import ConfigError, load_config
-from rlpr.tracking import read_metrics
-from rlpr.trainer import train
+from rlpr.train.checkpoint import latest_checkpoint, list_checkpoints, load_state
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import train
 
-from test_distributed import assert_close, common, torchrun
+from helpers import assert_close, common, torchrun
+
+pytestmark = pytest.mark.distributed
 
 
 def trained(checkpoint):

@@ -21,6 +21,8 @@ from rlpr.data import demo_tasks
 from rlpr.data.demo_tasks import FAMILIES, acceptable_answers, demo_examples, pool_size
 from rlpr.data.templates import NOTHINK_INSTRUCTION, R1_SYSTEM_PROMPT
 
+pytestmark = pytest.mark.unit
+
 
 def question_of(example) -> str:
     """The question text of an 'r1' example (its user turn)."""

@@ -5,11 +5,14 @@ import pytest
 import torch
 from safetensors.torch import load_file
 
-from rlpr import distributed as dist
-from rlpr.checkpoint import latest_checkpoint
-from rlpr.config import ConfigError, load_config
-from rlpr.tracking import read_metrics
-from rlpr.trainer import train
+from rlpr.parallel import distributed as dist
+from rlpr.train.checkpoint import latest_checkpoint
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import train
+
+pytestmark = pytest.mark.integration
 
 
 def fake_cuda(monkeypatch, available: bool, count: int = 2, local_rank: str | None = None):
@@ -68,7 +71,7 @@ def test_backend_and_collective_device_follow_the_model_device(monkeypatch):
     ("model.device=gpu", "model.device: 'gpu' is not one of auto, cpu, cuda"),
 ])
 def test_device_errors_are_one_line(override, message, capsys, monkeypatch):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     monkeypatch.setattr(torch.cuda, "is_available", lambda: False)
     assert main(["train", override]) == 2
@@ -98,7 +101,7 @@ def test_cpu_and_auto_train_identically_on_the_cpu(tiny_dir, tmp_path):
 
 def test_loading_and_the_rollout_copy_honour_the_device(tiny_dir, tiny_model):
     """`meta` stands in for a GPU: every weight and buffer must land on the device asked for."""
-    from rlpr.models import load_policy
+    from rlpr.model.loading import load_policy
     from rlpr.rollout.hf import plain_copy
 
     copy = plain_copy(tiny_model, torch.bfloat16, "meta")

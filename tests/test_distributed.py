@@ -1,56 +1,23 @@
 """Data-parallel training with torchrun on 2 CPU processes (gloo), on a tiny model."""
 
 import json
-import os
-import subprocess
-import sys
 
 import pytest
-import torch
 from safetensors.torch import load_file
 
-from rlpr.checkpoint import latest_checkpoint, load_state
-from rlpr.config import load_config, validate_world, ConfigError
-from rlpr.tracking import read_metrics
-from rlpr.trainer import train
+from rlpr.train.checkpoint import latest_checkpoint, load_state
+from rlpr.config import load_config, validate_world
+from rlpr.errors import ConfigError
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import train
 
-TIMEOUT = 300
+from helpers import LAUNCHERS, assert_close, common, torchrun
 
-
-def common(tiny_dir, out, name, steps):
-    return [f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
-            f"trainer.max_steps={steps}", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4",
-            "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3",
-            "data.demo_train_size=40", "data.val=", "model.rollout_dtype=float32", "trainer.lr=1e-3",
-            "trainer.tensorboard=false", "trainer.mixed_precision=none", "trainer.sample_every=0"]
-
-
-LAUNCHERS = {
-    "torchrun": [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2"],
-    # accelerate's multi-process launcher (torch elastic underneath); with no GPU, rlpr picks gloo
-    "accelerate": [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu", "--num_processes=2",
-                   "--num_machines=1", "--mixed_precision=no", "--dynamo_backend=no", "--main_process_port=0"],
-}
-
-
-def torchrun(args, resume=None, launcher="torchrun"):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [*LAUNCHERS[launcher], "-m", "rlpr", "train", *args]
-    if resume:
-        cmd[cmd.index("train") + 1:cmd.index("train") + 1] = ["--resume", resume]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
-    assert result.returncode == 0, result.stderr[-3000:]
-    return result
+pytestmark = pytest.mark.distributed
 
 
 def adapter(run):
     return load_file(str(latest_checkpoint(run) / "adapter" / "adapter_model.safetensors"))
-
-
-def assert_close(a, b, atol):
-    assert a.keys() == b.keys()
-    for k in a:
-        assert torch.allclose(a[k], b[k], atol=atol, rtol=0), (k, (a[k] - b[k]).abs().max())
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])

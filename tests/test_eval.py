@@ -18,6 +18,8 @@ from rlpr.evaluation.benchmark import (
     summary_means,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("name, k", [
     ("aime24_Avg16.parquet", 16), ("data/gpqa_diamond_Avg4.jsonl", 4), ("minerva_avg2.json", 2),
@@ -140,7 +142,7 @@ def test_evaluate_files_with_scripted_responses(tmp_path, tokenizer):
 
 
 def test_eval_command_end_to_end(tmp_path, tokenizer, tiny_model, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     model_dir = tmp_path / "tiny"
     tiny_model.save_pretrained(model_dir)
@@ -169,7 +171,7 @@ def test_eval_command_end_to_end(tmp_path, tokenizer, tiny_model, capsys):
 
 
 def test_eval_user_errors_are_one_line(tmp_path, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     assert main(["eval", "--data", str(tmp_path / "missing.jsonl"), "--samples", "0",
                  "--output", str(tmp_path)]) == 2

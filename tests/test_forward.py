@@ -3,13 +3,15 @@
 import pytest
 import torch
 
-from rlpr.forward import project_logprobs
+from rlpr.model.forward import project_logprobs
+
+pytestmark = pytest.mark.unit
 
 
 @pytest.mark.parametrize("bf16", [False, True])
 @pytest.mark.parametrize("temperature", [1.0, 0.8])
 def test_checkpointed_softmax_rows_match_plain_values_and_gradients(tokenizer, bf16, temperature):
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     model = tiny_llama(tokenizer, seed=7).train()
     g = torch.Generator().manual_seed(0)

@@ -9,12 +9,15 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file
 
-from rlpr.checkpoint import latest_checkpoint
-from rlpr.config import ConfigError, load_config
-from rlpr.sharding import Replicated, make_strategy
-from rlpr.trainer import train
+from rlpr.train.checkpoint import latest_checkpoint
+from rlpr.config import load_config
+from rlpr.errors import ConfigError
+from rlpr.parallel.sharding import Replicated, make_strategy
+from rlpr.train.trainer import train
 
-from test_distributed import LAUNCHERS, TIMEOUT, assert_close, common, torchrun
+from helpers import LAUNCHERS, TIMEOUT, assert_close, common, torchrun
+
+pytestmark = pytest.mark.distributed
 
 
 def fsdp(tiny_dir, out, name, steps, *extra):
@@ -50,11 +53,11 @@ def test_fsdp_config_errors_and_one_process():
 
 WORKER = '''
 import copy, sys, torch
-from rlpr import distributed as dist, sharding
+from rlpr.parallel import distributed as dist, sharding
 from rlpr.config import load_config
-from rlpr.models import load_model
-from rlpr.trainer import build_policy
-from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+from rlpr.model.loading import load_model
+from rlpr.train.trainer import build_policy
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 dist.init_from_env()
 cfg = load_config("demo", [f"model.path={sys.argv[1]}", f"model.lora={sys.argv[2]}"])
@@ -87,8 +90,8 @@ grads = {n: p.grad.full_tensor() for n, p in policy.named_parameters() if p.requ
 
 everything = shares[0] + shares[1]  # the same mini-batch in one process
 fill_logprobs(single, everything, "old_logp", 2, 0, 1.0)
-import rlpr.update
-rlpr.update.dist.sum_values = lambda v: list(v)  # this process's counts are the global ones
+import rlpr.train.update
+rlpr.train.update.dist.sum_values = lambda v: list(v)  # this process's counts are the global ones
 with precision(sharding.Replicated()):
     accumulate_gradients(single, everything, cfg.algorithm, 2, 0, 1.0)
 expected = {n: p.grad for n, p in single.named_parameters() if p.requires_grad}

@@ -22,6 +22,8 @@ from rlpr.evaluation.graders import (
     token_f1,
 )
 
+pytestmark = pytest.mark.unit
+
 CAPITALS = ["London", "Paris", "Rome", "Berlin"]
 GARBAGE = "lorem {ipsum} \\boxed{ (( $x$ ) 7 ]] " * 5_000  # ~180k chars, unbalanced braces
 

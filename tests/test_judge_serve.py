@@ -25,6 +25,8 @@ import torch
 
 from rlpr.evaluation.judge import JudgeClient, JudgeConfig, endpoint, judge_messages, parse_verdict
 
+pytestmark = pytest.mark.integration
+
 SENTINEL_KEY = "sk-rlpr-test-SENTINEL-7f3a9c"
 KEY_ENV = "RLPR_TEST_JUDGE_KEY"
 ITEMS = [("What is 2+2?", "<answer>four</answer>", "4"), ("Capital of France?", "paris", "Paris"),
@@ -35,7 +37,7 @@ def yes_man(tokenizer):
     """A tiny Llama that greedily answers ' Yes' to anything: the final norm keeps only hidden
     dimension 0 (kept positive by a large embedding offset) and ' Yes' has the largest weight on it
     in the tied embedding / output matrix."""
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     model = tiny_llama(tokenizer, layers=2, hidden=64, seed=1)
     yes = tokenizer(" Yes", add_special_tokens=False)["input_ids"][0]
@@ -133,7 +135,7 @@ def test_endpoint_and_verdict_parsing():
 
 @pytest.fixture(scope="module")
 def local_server(tokenizer):
-    from rlpr.serve import ChatGenerator, make_server
+    from rlpr.evaluation.serve import ChatGenerator, make_server
 
     server = make_server(ChatGenerator(yes_man(tokenizer), tokenizer, max_new_tokens=4), "yes-man", port=0)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
@@ -275,7 +277,7 @@ def test_unreachable_judge_is_a_counted_failure():
 # --------------------------------------------------------------------------- rlpr eval --judge-url
 
 def test_eval_with_judge_and_the_key_never_leaks(servers, model_dirs, tmp_path, monkeypatch, capsys, caplog):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     monkeypatch.setenv(KEY_ENV, SENTINEL_KEY)
     caplog.set_level(logging.DEBUG)

@@ -10,6 +10,8 @@ from hypothesis import example, given, settings, strategies as st
 from rlpr.algorithms.losses import (KL_ESTIMATORS, LOSS_AGGREGATIONS, Normaliser, aggregate_loss, kl_k1,
                                     kl_k2, kl_k3, ppo_clip_token_loss)
 
+pytestmark = pytest.mark.unit
+
 MODES = ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"]
 
 

@@ -1,8 +1,12 @@
-"""rlpr.memory: bounded oneDNN kernel caches (a user's own setting wins)."""
+"""rlpr.model.memory: bounded oneDNN kernel caches (a user's own setting wins)."""
 
 import os
 
-from rlpr.memory import KERNEL_CACHE_CAPACITY, cap_kernel_caches
+import pytest
+
+from rlpr.model.memory import KERNEL_CACHE_CAPACITY, cap_kernel_caches
+
+pytestmark = pytest.mark.unit
 
 NAMES = ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY")
 
@@ -19,7 +23,7 @@ def test_kernel_caches_are_capped_unless_the_user_set_them(monkeypatch):
 
 def test_the_trainer_caps_them_before_loading_a_model(monkeypatch, tiny_dir, tmp_path):
     from rlpr.config import load_config
-    from rlpr.trainer import Trainer
+    from rlpr.train.trainer import Trainer
 
     for name in NAMES:
         monkeypatch.delenv(name, raising=False)

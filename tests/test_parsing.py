@@ -5,6 +5,8 @@ from hypothesis import given, settings, strategies as st
 
 from rlpr.reward.parsing import format_reward, has_repetition, parse_response
 
+pytestmark = pytest.mark.unit
+
 TAGS = ["<think>", "</think>", "<answer>", "</answer>", "\\boxed{"]
 
 R1_CASES = [

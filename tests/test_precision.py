@@ -1,14 +1,17 @@
 """Frozen weights held in bf16 for a bf16-autocast update: the same numbers as autocast's
 per-forward casts, and the fp32 weights back afterwards."""
 
+import pytest
 import torch
 
 from rlpr.config import load_config
-from rlpr.models import load_model
-from rlpr.precision import frozen_linear_weights_in
-from rlpr.trainer import build_policy, train
+from rlpr.model.loading import load_model
+from rlpr.model.precision import frozen_linear_weights_in
+from rlpr.train.trainer import build_policy, train
 
-from test_trainer import adapter_tensors, tiny_cfg
+from helpers import adapter_tensors, tiny_cfg
+
+pytestmark = pytest.mark.integration
 
 
 def test_frozen_linear_weights_are_bf16_inside_and_restored_after(tiny_dir):
@@ -40,7 +43,7 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     """bf16 only where it is fast: 3-6x slower than fp32 on a CPU without AVX512-BF16/AMX."""
     import torch
 
-    from rlpr import precision
+    from rlpr.model import precision
 
     cpu = torch.device("cpu")
     for fast in (True, False):

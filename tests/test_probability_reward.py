@@ -10,6 +10,8 @@ from rlpr.reward.scoring import score_texts
 from rlpr.reward.sequence import build_score_a_text, build_score_b_text
 from rlpr.reward.shaping import get_shaping
 
+pytestmark = pytest.mark.unit
+
 VALID = "<think> r </think> <answer> x </answer>"
 
 
@@ -91,7 +93,7 @@ def test_score_a_cache_and_precomputed(tiny_model, tokenizer):
     fresh = make(tokenizer)
     fresh.cache.load_state_dict(state)
     # a cached A is never recomputed: another policy changes B but not A
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     later = fresh(tiny_llama(tokenizer, seed=1), [q], [VALID], ["Paris"])[0]
     assert later.score_a == first.score_a and later.score_b != first.score_b
@@ -179,7 +181,7 @@ def test_answer_turn_is_the_chat_templates_follow_up_turn(tiny_model, tokenizer)
 def test_answer_turn_without_a_chat_template_is_a_config_error(tokenizer):
     from copy import deepcopy
 
-    from rlpr.config import ConfigError
+    from rlpr.errors import ConfigError
 
     plain = deepcopy(tokenizer)
     plain.chat_template = "{% for m in messages %}{{ m['content'] }}{% endfor %}"

@@ -1,8 +1,12 @@
 """Prompt preparation: chat templating, skipped overlong prompts, pre-filled assistant turns."""
 
+import pytest
+
 from rlpr.data.demo_tasks import demo_examples
 from rlpr.data.prompts import PromptStream, prepare_prompts
 from rlpr.reward.parsing import parse_response
+
+pytestmark = pytest.mark.unit
 
 
 def test_prefill_is_in_the_prompt_tokens_and_the_rewarded_response(tokenizer):

@@ -34,11 +34,11 @@ def test_demo_preset_two_steps_end_to_end(tmp_path):
     """2 steps of the demo preset on the embedded model with tiny lengths."""
     from safetensors.torch import load_file
 
-    from rlpr.checkpoint import latest_checkpoint
+    from rlpr.train.checkpoint import latest_checkpoint
     from rlpr.config import load_config
-    from rlpr.models import load_policy
-    from rlpr.tracking import read_metrics
-    from rlpr.trainer import train
+    from rlpr.model.loading import load_policy
+    from rlpr.train.tracking import read_metrics
+    from rlpr.train.trainer import train
 
     cfg = load_config("demo", [f"trainer.output_dir={tmp_path}", "trainer.name=e2e", "trainer.max_steps=2",
                                "rollout.max_new_tokens=12", "rollout.responses_per_prompt=4",

@@ -19,6 +19,8 @@ from rlpr.evaluation.reward_quality import (
     roc_auc,
 )
 
+pytestmark = pytest.mark.integration
+
 
 @pytest.mark.parametrize("scores, labels, expected", [
     ([0.1, 0.4, 0.35, 0.8], [False, False, True, True], 0.75),  # 3 of 4 pairs ordered
@@ -146,7 +148,7 @@ def _write_jsonl(path, rows):
 
 
 def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     labeled = _write_jsonl(tmp_path / "labeled.jsonl", _labeled_rows())
     for fallback in ("none", "free"):
@@ -175,14 +177,14 @@ def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
 
 
 def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     bad = _write_jsonl(tmp_path / "bad.jsonl", [{"prompt": "q", "response": "r", "reference": "x", "correct": True},
                                                  {"prompt": "q", "response": "r", "reference": "x", "correct": "yes"}])
     assert main(["reward-quality", "--input", bad, "--model", str(tmp_path / "none"), "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err.strip()  # rows are checked before the (missing) model is loaded
     assert err == f"rlpr: error: {bad}: row 2: field 'correct' must be true or false"
-    from rlpr.data.records import DataError
+    from rlpr.errors import DataError
     from rlpr.evaluation.reward_quality import read_labeled
 
     with pytest.raises(DataError, match=r"row 1: field 'prompt\[0\]' must be an object with string 'role' and 'content'"):
@@ -194,7 +196,7 @@ def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):
 
 
 def test_build_from_then_score(tmp_path, model_dir):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     data = _write_jsonl(tmp_path / "caps.jsonl", [{"question": f"Capital number {i}?", "answer": "Paris"}
                                                    for i in range(3)])

@@ -5,6 +5,8 @@ import torch
 
 from rlpr.rollout.hf import HFRollout, PerRowSampler, inverse_cdf, merged_weights
 
+pytestmark = pytest.mark.unit
+
 
 def prompts(tokenizer, questions):
     return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
@@ -33,7 +35,7 @@ def test_shared_prefill_equals_plain_prefill(tiny_model, tokenizer):
     """Each prompt's prefill runs once and its KV cache is repeated for its rows: in fp32 the
     first-token logits are equal (to 1e-6; bit for bit on some CPUs) and every sampled response is the same as with a plain
     prefill of all rows, across chunk boundaries that split a group (batch 5, groups of 3)."""
-    from rlpr.forward import position_ids_from_mask
+    from rlpr.model.forward import position_ids_from_mask
 
     ps = prompts(tokenizer, ["Capital of France?", "A much longer question about rivers and mountains?",
                              "Why is the sky blue?"])
@@ -100,7 +102,7 @@ def test_blocked_inverse_cdf_equals_full_cumsum():
 def test_sync_copies_merged_lora_weights(tokenizer):
     from peft import LoraConfig, get_peft_model
 
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     policy = get_peft_model(tiny_llama(tokenizer, seed=5), LoraConfig(r=4, target_modules=["q_proj", "v_proj"]))
     engine = HFRollout(policy, tokenizer, torch.float32)

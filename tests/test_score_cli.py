@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from rlpr.cli import main
+from rlpr.cli.main import main
+
+pytestmark = pytest.mark.integration
 
 EXAMPLE = Path(__file__).resolve().parents[1] / "examples" / "score_example.jsonl"
 

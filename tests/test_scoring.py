@@ -9,6 +9,8 @@ import torch
 from rlpr.reward.scoring import AGGREGATIONS, aggregate, reference_logprobs, score_texts
 from rlpr.reward.sequence import build_score_a_text, build_score_b_text
 
+pytestmark = pytest.mark.unit
+
 EOS = "<|im_end|>"
 RESPONSES = [
     ("<think> short </think> <answer> x", "Paris"),

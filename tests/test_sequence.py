@@ -6,6 +6,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from rlpr.reward.sequence import (build_score_a_text, build_score_b_text, reference_mask,
                                   tokenize_scored)
 
+pytestmark = pytest.mark.unit
+
 Q = "<|im_start|>user\nQ?<|im_end|>\n<|im_start|>assistant\n"
 EOS = "<|im_end|>"
 

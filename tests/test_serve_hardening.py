@@ -10,13 +10,15 @@ from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from rlpr.serve import ChatGenerator, make_server
+from rlpr.evaluation.serve import ChatGenerator, make_server
+
+pytestmark = pytest.mark.integration
 
 KEY = "sk-test-never-logged-5d1f"
 
 
 def _yes_man(tokenizer):
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     return tiny_llama(tokenizer, layers=1, hidden=32, seed=0)
 

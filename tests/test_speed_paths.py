@@ -4,8 +4,12 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import pytest
+
 from rlpr.config import RewardConfig
 from rlpr.reward.probability_reward import ProbabilityReward
+
+pytestmark = pytest.mark.unit
 
 VALID = "<think> it is the capital </think> <answer> Paris </answer>"
 

@@ -13,6 +13,8 @@ from hypothesis import given, settings, strategies as st
 
 from rlpr.algorithms.std_filter import EMAStdFilter
 
+pytestmark = pytest.mark.unit
+
 NAN, INF = float("nan"), float("inf")
 
 # steps 1..5 get large means that must NOT enter the initial EMA; steps 6..10 are the recorded ones

@@ -12,22 +12,18 @@ import torch
 import yaml
 
 from rlpr.algorithms.losses import Normaliser
-from rlpr.checkpoint import latest_checkpoint, load_state
-from rlpr.config import AlgorithmConfig, ConfigError, load_config
+from rlpr.train.checkpoint import latest_checkpoint, load_state
+from rlpr.config import AlgorithmConfig
+from rlpr.errors import ConfigError
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
-from rlpr.tracking import read_metrics
-from rlpr.trainer import Group, Trainer, TrainingError, train
-from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import Group, Trainer, TrainingError, train
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
+from helpers import adapter_tensors, tiny_cfg
 
-def tiny_cfg(tiny_dir, out, name, *extra):
-    return load_config("demo", [
-        f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
-        "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4", "trainer.prompts_per_step=4",
-        "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3", "data.demo_train_size=40",
-        "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false",
-        "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", *extra])
+pytestmark = pytest.mark.integration
 
 
 # -- (a) micro-batch invariance -------------------------------------------------------------------
@@ -57,7 +53,7 @@ def grouped_samples(vocab, groups=3, n=4, seed=0):
 @pytest.mark.parametrize("loss_agg", ["token_mean", "seq_mean_token_mean", "seq_mean_token_sum"])
 @pytest.mark.parametrize("kl_coef", [0.0, 0.05])
 def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg, kl_coef):
-    from rlpr.models import tiny_llama
+    from rlpr.model.loading import tiny_llama
 
     cfg = AlgorithmConfig(loss_agg=loss_agg, kl_coef=kl_coef)
     model = tiny_llama(tokenizer, seed=3).train()
@@ -92,8 +88,8 @@ def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg,
 def test_prompt_runs_once_per_group_whatever_the_micro_batch(tokenizer, monkeypatch):
     """The gradient test above covers the values; this checks that the prompt's forward really
     is shared across a group's micro-batches (3 groups of 4 responses, 1 response per micro-batch)."""
-    import rlpr.update as update
-    from rlpr.models import tiny_llama
+    import rlpr.train.update as update
+    from rlpr.model.loading import tiny_llama
 
     built = []
 
@@ -113,19 +109,13 @@ def test_prompt_runs_once_per_group_whatever_the_micro_batch(tokenizer, monkeypa
 
 
 def test_normaliser_counts_whole_mini_batch(tokenizer):
-    from rlpr.update import normaliser
+    from rlpr.train.update import normaliser
 
     samples = random_samples(len(tokenizer), n=5)
     assert normaliser(samples) == Normaliser(tokens=sum(s.response_len for s in samples), sequences=5)
 
 
 # -- (b) exact resume -----------------------------------------------------------------------------
-
-def adapter_tensors(run_dir):
-    from safetensors.torch import load_file
-
-    return load_file(str(latest_checkpoint(run_dir) / "adapter" / "adapter_model.safetensors"))
-
 
 def comparable(metrics):
     return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics]
@@ -136,7 +126,7 @@ def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
     train(straight)
     first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=")
     train(first)
-    from rlpr.checkpoint import resume_config
+    from rlpr.train.checkpoint import resume_config
 
     train(resume_config(tmp_path / "resumed", ["trainer.max_steps=4"]), resume=str(tmp_path / "resumed"))
 
@@ -176,7 +166,7 @@ def test_lora_weights_change_and_checkpoint_loads(tiny_dir, tmp_path):
     evals = [m for m in metrics if "eval/accuracy" in m]
     assert [m["step"] for m in evals] == [0, 2] and "before" in summary and "after" in summary
     assert len(list((run / "samples").glob("*.jsonl"))) == 2
-    from rlpr.models import load_policy
+    from rlpr.model.loading import load_policy
 
     model, _ = load_policy(tiny_dir, run)
     assert not hasattr(model, "peft_config")  # adapter merged for inference
@@ -294,7 +284,7 @@ def test_sigint_checkpoints_and_resume_finishes(tiny_dir, tmp_path):
     ("data.demo_families=[capital,moon]", "unknown demo task family moon"),
 ])
 def test_config_errors_are_one_line(override, message, capsys):
-    from rlpr.cli import main
+    from rlpr.cli.main import main
 
     assert main(["train", override]) == 2
     err = capsys.readouterr().err.strip()
@@ -331,7 +321,7 @@ def test_verifier_and_hybrid_kinds_train_and_log_accuracy(tiny_dir, tmp_path, ki
 
 
 def test_held_out_report_prints_before_and_after_with_errors():
-    from rlpr.trainer import held_out_report
+    from rlpr.train.trainer import held_out_report
 
     ev = {"eval/accuracy": 0.25, "eval/accuracy_se": 0.03, "eval/greedy_accuracy": 0.5,
           "eval/greedy_accuracy_se": 0.035, "eval/pass@8": 0.7, "eval/reward_mean": 0.1, "eval/score_b_mean": 0.2,

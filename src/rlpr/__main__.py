@@ -1,4 +1,4 @@
-from rlpr.cli import main
+from rlpr.cli.main import main
 
 if __name__ == "__main__":
     raise SystemExit(main())

@@ -17,17 +17,12 @@ from pathlib import Path
 
 import yaml
 
+from rlpr.errors import ConfigError
+
 PRESET_DIR = Path(__file__).parent / "configs"
-
-
-class ConfigError(ValueError):
-    """A bad configuration value or key; the message names it."""
-
-
-def error_reason(e: BaseException) -> str:
-    """An exception as one short line for a user-facing error: its first line, or its type."""
-    text = str(e).strip()
-    return text.splitlines()[0][:200] if text else type(e).__name__
+# How a seed and an index (prompt, sample, step, epoch) become one seed: `seed * SEED_MIX + index`.
+# A prime above any index used, so distinct (seed, index) pairs give distinct seeds.
+SEED_MIX = 1_000_003
 
 
 @dataclass
@@ -139,7 +134,7 @@ class TrainerConfig:
     bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
     #                                   forward (exact; 2 bytes per frozen weight during the update; ddp only)
     strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
-    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/sharding.py).
+    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/parallel/sharding.py).
     #                        One process: all the same
     zero_stage: int = 2  # with strategy=deepspeed: 1 (optimizer states sharded) | 2 (and gradients)
     share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch
@@ -357,7 +352,7 @@ def validate(cfg: Config) -> None:
 
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
     _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("auto", "bfloat16", "float32"))
-    from rlpr.distributed import resolve_device
+    from rlpr.parallel.distributed import resolve_device
 
     resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
     _choice("data.template", cfg.data.template, TEMPLATES)
@@ -374,7 +369,7 @@ def validate(cfg: Config) -> None:
     _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
     _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
     _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16", "auto"))
-    from rlpr.sharding import STRATEGIES
+    from rlpr.parallel.sharding import STRATEGIES
 
     _choice("trainer.strategy", t.strategy, tuple(STRATEGIES))
     if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:

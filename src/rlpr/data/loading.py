@@ -13,8 +13,9 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlpr.data.records import DataError, Example
+from rlpr.data.records import Example
 from rlpr.data.templates import build_messages
+from rlpr.errors import DataError
 
 
 @dataclass

@@ -10,6 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
+from rlpr.config import SEED_MIX
 from rlpr.data.records import Example
 
 
@@ -60,7 +61,7 @@ class PromptStream:
     def _permutation(self, epoch: int) -> list[int]:
         order = list(range(self.size))
         if self.shuffle:
-            random.Random(self.seed * 1_000_003 + epoch).shuffle(order)
+            random.Random(self.seed * SEED_MIX + epoch).shuffle(order)
         return order
 
     def take(self, k: int) -> list[int]:

@@ -4,9 +4,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-
-class DataError(ValueError):
-    """A user's data file is malformed; the message names the file, row and field."""
+from rlpr.errors import DataError  # noqa: F401 (re-exported: data.convert imports it from here)
 
 
 @dataclass

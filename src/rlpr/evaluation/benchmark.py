@@ -13,10 +13,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlpr.config import SEED_MIX
 from rlpr.data.records import Example
 from rlpr.evaluation.graders import grade_example, question_text
-from rlpr.progress import progress_bar
 from rlpr.reward.parsing import format_reward
+from rlpr.train.progress import progress_bar
 
 log = logging.getLogger(__name__)
 
@@ -125,7 +126,7 @@ def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_
         chunk = examples[start:start + questions_per_call]
         rollouts = engine.generate([prompt_ids(tokenizer, e.prompt) for e in chunk], k,
                                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                   seeds=[seed * 1_000_003 + start + q for q in range(len(chunk))])
+                                   seeds=[seed * SEED_MIX + start + q for q in range(len(chunk))])
         groups: list[list[Sample]] = [[] for _ in chunk]
         for r in rollouts:
             example = chunk[r.prompt_index]

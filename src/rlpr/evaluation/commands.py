@@ -17,8 +17,8 @@ def _add_model(p) -> None:
 
 
 def _load(args):
-    from rlpr.distributed import resolve_device
-    from rlpr.models import load_policy
+    from rlpr.parallel.distributed import resolve_device
+    from rlpr.model.loading import load_policy
 
     return load_policy(args.model, args.checkpoint, device=resolve_device(args.device))
 
@@ -34,7 +34,7 @@ def _add_sampling(p, max_new_tokens: int) -> None:
 
 def _engine(args):
 
-    from rlpr.precision import resolve_rollout_dtype
+    from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.hf import HFRollout
 
     model, tokenizer = _load(args)
@@ -71,7 +71,7 @@ def cmd_eval(args) -> int:
 
 
 def cmd_serve(args) -> int:
-    from rlpr.serve import serve
+    from rlpr.evaluation.serve import serve
 
     serve(args.model, args.checkpoint, host=args.host, port=args.port, max_new_tokens=args.max_new_tokens,
           fault_mode=args.fault_mode, fault_delay=args.fault_delay, threads=args.threads,

@@ -17,7 +17,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 
 log = logging.getLogger(__name__)
 
@@ -156,7 +156,7 @@ def report_markdown(report: dict) -> str:
 def read_labeled(path: str | Path, template: str = "plain") -> list[dict]:
     """Validated rows {messages, response, reference, correct, group, ...}; one-line DataError."""
     from rlpr.data.loading import iter_jsonl
-    from rlpr.score_file import check_response_and_reference, messages_of
+    from rlpr.evaluation.score_file import check_response_and_reference, messages_of
 
     rows = []
     for where, row in iter_jsonl(path):
@@ -213,7 +213,7 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
                    fallback: str = "none", n_boot: int = 1000, seed: int = 0, source: str = "",
                    progress: bool | None = None) -> dict:
     """Score `read_labeled` rows; write reward_quality.json, reward_quality.md and scores.jsonl."""
-    from rlpr.progress import progress_bar
+    from rlpr.train.progress import progress_bar
 
     if fallback not in ("none", "free"):
         raise ValueError(f"--fallback must be none or free, got {fallback!r}")
@@ -249,7 +249,7 @@ def build_labeled(engine, tokenizer, data_file: str | Path, output: str | Path, 
     """
     from rlpr.data.loading import load_examples
     from rlpr.evaluation.benchmark import sample_and_grade
-    from rlpr.progress import progress_bar
+    from rlpr.train.progress import progress_bar
 
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")

@@ -12,7 +12,8 @@ import time
 from dataclasses import asdict, dataclass
 from typing import Callable
 
-from rlpr.config import ConfigError, RewardConfig
+from rlpr.config import RewardConfig
+from rlpr.errors import ConfigError
 from rlpr.reward.kinds import REWARD_KINDS, Scores
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.scoring import reference_logprobs, aggregate

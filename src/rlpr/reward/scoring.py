@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from rlpr.forward import shared_prefix_logprobs, token_logprobs
+from rlpr.model.forward import shared_prefix_logprobs, token_logprobs
 from rlpr.reward.sequence import ScoredText, pad_batch, tokenize_scored
 
 

@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rlpr.forward import position_ids_from_mask
+from rlpr.model.forward import position_ids_from_mask
 
 
 class PreallocatedLayer(DynamicLayer):

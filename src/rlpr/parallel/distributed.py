@@ -13,7 +13,7 @@ from datetime import timedelta
 import torch
 import torch.distributed as dist
 
-from rlpr.config import ConfigError
+from rlpr.errors import ConfigError
 
 DEVICES = ("auto", "cpu", "cuda")
 

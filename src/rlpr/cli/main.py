@@ -12,9 +12,7 @@ import os
 import sys
 
 def _user_errors():
-    from rlpr.config import ConfigError
-    from rlpr.data.records import DataError
-    from rlpr.models import ModelError
+    from rlpr.errors import ConfigError, DataError, ModelError
 
     return (ConfigError, DataError, ModelError)
 
@@ -26,10 +24,10 @@ def _config(args, preset_default: str | None = "demo"):
 
 
 def cmd_train(args) -> int:
-    from rlpr.trainer import train
+    from rlpr.train.trainer import train
 
     if args.resume:
-        from rlpr.checkpoint import resume_config
+        from rlpr.train.checkpoint import resume_config
 
         cfg = resume_config(args.resume, args.overrides)
     else:
@@ -39,7 +37,7 @@ def cmd_train(args) -> int:
 
 
 def cmd_score(args) -> int:
-    from rlpr.score_file import score_file
+    from rlpr.evaluation.score_file import score_file
 
     cfg = _config(args, preset_default=None)  # the spec's defaults unless a preset is named
     if args.model:
@@ -113,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
                         format="%(levelname)s %(name)s: %(message)s")
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    from rlpr.memory import cap_kernel_caches
+    from rlpr.model.memory import cap_kernel_caches
 
     cap_kernel_caches()  # before any model work (scoring, evaluation, serving, training)
     try:

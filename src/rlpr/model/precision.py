@@ -21,7 +21,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.forward import causal_lm
+from rlpr.model.forward import causal_lm
 
 
 @functools.lru_cache(maxsize=None)

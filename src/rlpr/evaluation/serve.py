@@ -286,8 +286,8 @@ def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.
           threads: int = 0, name: str | None = None, device: str = "auto", max_prompt_tokens: int = 0,
           api_key_env: str | None = None, read_timeout: float = READ_TIMEOUT_S) -> None:
     """Load the policy and serve it until interrupted; prints one line once it accepts requests."""
-    from rlpr.distributed import resolve_device
-    from rlpr.models import load_policy
+    from rlpr.parallel.distributed import resolve_device
+    from rlpr.model.loading import load_policy
 
     if threads > 0:
         torch.set_num_threads(threads)

@@ -16,8 +16,9 @@ from pathlib import Path
 import numpy as np
 import torch
 
-from rlpr.config import Config, ConfigError, error_reason, load_config, read_yaml
-from rlpr.forward import causal_lm
+from rlpr.config import Config, load_config, read_yaml
+from rlpr.errors import ConfigError, error_reason
+from rlpr.model.forward import causal_lm
 
 STATE_FILE = "trainer_state.pt"
 

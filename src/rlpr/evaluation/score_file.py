@@ -14,9 +14,9 @@ from pathlib import Path
 
 from rlpr.config import Config
 from rlpr.data.loading import iter_jsonl
-from rlpr.data.records import DataError
+from rlpr.errors import DataError
 from rlpr.data.templates import build_messages
-from rlpr.progress import progress_bar
+from rlpr.train.progress import progress_bar
 
 MAX_FIELD_CHARS = 1_000_000
 
@@ -73,8 +73,8 @@ def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
 def score_file(cfg: Config, input_path: str, output_path: str, *, template: str = "plain",
                batch_rows: int = 32, model=None, tokenizer=None) -> int:
     """Score every row of `input_path` into `output_path`; returns the number of rows."""
-    from rlpr.distributed import resolve_device
-    from rlpr.models import load_model
+    from rlpr.parallel.distributed import resolve_device
+    from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
     rows = read_score_rows(Path(input_path), template)

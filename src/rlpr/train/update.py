@@ -11,11 +11,11 @@ from dataclasses import dataclass, field
 
 import torch
 
-from rlpr import distributed as dist
+from rlpr.parallel import distributed as dist
 from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
 from rlpr.config import AlgorithmConfig
-from rlpr.forward import PrefixState, continuation_logprobs, token_logprobs
-from rlpr.memory import release_memory
+from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
+from rlpr.model.memory import release_memory
 
 
 @dataclass

@@ -28,9 +28,9 @@ from contextlib import contextmanager, nullcontext
 
 import torch
 
-from rlpr import distributed as dist
-from rlpr.config import ConfigError
-from rlpr.forward import causal_lm
+from rlpr.parallel import distributed as dist
+from rlpr.errors import ConfigError
+from rlpr.model.forward import causal_lm
 
 
 class Replicated:

@@ -4,7 +4,7 @@
             -> advantages -> old log-probs -> mini-batch PPO updates -> metrics / eval / checkpoint
 
 The loop is SPMD: under torchrun every rank runs it on its own prompts and owns whole groups;
-global counts go through `rlpr.distributed` (no-ops in a single process).
+global counts go through `rlpr.parallel.distributed` (no-ops in a single process).
 """
 
 from __future__ import annotations
@@ -24,22 +24,23 @@ import numpy as np
 import torch
 import yaml
 
-from rlpr import distributed as dist
+from rlpr.parallel import distributed as dist
 from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
-from rlpr.attention import use_fp32_attention_under_autocast
-from rlpr.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
-                             save_checkpoint, set_rng_state)
-from rlpr.config import Config, ConfigError, validate_world
+from rlpr.model.attention import use_fp32_attention_under_autocast
+from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
+                                   save_checkpoint, set_rng_state)
+from rlpr.config import SEED_MIX, Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
-from rlpr.forward import causal_lm
-from rlpr.memory import cap_kernel_caches, release_memory
-from rlpr.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
+from rlpr.errors import ConfigError
+from rlpr.model.forward import causal_lm
+from rlpr.model.memory import cap_kernel_caches, release_memory
+from rlpr.model.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.rollout.hf import HFRollout, Rollout
-from rlpr.sharding import make_strategy
-from rlpr.tracking import Tracker
-from rlpr.update import Sample, accumulate_gradients, fill_logprobs
+from rlpr.parallel.sharding import make_strategy
+from rlpr.train.tracking import Tracker
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 log = logging.getLogger("rlpr.train")
 
@@ -131,7 +132,7 @@ class Trainer:
 
     # -- set-up -----------------------------------------------------------------------------
     def _setup(self) -> None:
-        from rlpr.models import load_model
+        from rlpr.model.loading import load_model
 
         cfg = self.cfg
         cap_kernel_caches()
@@ -256,7 +257,7 @@ class Trainer:
         rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
                                         max_new_tokens=cfg.rollout.max_new_tokens,
                                         temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                        seeds=[seed * 1_000_003 + p.index for p in prompts])
+                                        seeds=[seed * SEED_MIX + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
         release_memory()
         tick = time.perf_counter()
@@ -301,7 +302,7 @@ class Trainer:
             rate = global_kept / global_generated if global_generated else 1.0
             to_roll = want if not tries else min(want, math.ceil((want - global_kept) / max(rate, 0.25)))
             taken = list(enumerate(self.stream.take(to_roll)))[me::ranks]
-            seed = (cfg.trainer.seed * 1_000_003 + step) * 101 + tries
+            seed = (cfg.trainer.seed * SEED_MIX + step) * 101 + tries
             groups = self.rollout_groups([index for _, index in taken], seed)
             keep = self.filter.keep(step, [g.std for g in groups])
             kept.extend(((tries, pos), g) for (pos, _), g, k in zip(taken, groups, keep) if k)
@@ -365,7 +366,7 @@ class Trainer:
         return torch.autocast(self.device.type, enabled=False)
 
     def _frozen_weights(self):
-        """The frozen weights in bf16 for the whole update (see rlpr/precision.py); not under the
+        """The frozen weights in bf16 for the whole update (see rlpr/model/precision.py); not under the
         lock-step strategies (fsdp's parameters are shards it gathers itself; DeepSpeed's engine
         holds its own references to the parameters)."""
         t = self.cfg.trainer

@@ -1,0 +1,1 @@
+"""train: the loop, the update, checkpoints, metrics tracking and progress."""

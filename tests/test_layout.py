@@ -1,0 +1,84 @@
+"""The package layout: every rlpr module imports, and no two rlpr modules import each other.
+
+Imports are read from the source with `ast`, at any depth: a function-local import counts as
+much as a top-level one, so a circle cannot hide inside a function either. `from rlpr.x import y`
+counts as importing `rlpr.x.y` when that is a module, else `rlpr.x`.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib
+from pathlib import Path
+
+import pytest
+
+import rlpr
+
+pytestmark = pytest.mark.unit
+
+ROOT = Path(rlpr.__file__).resolve().parent
+
+
+def module_names() -> dict[str, Path]:
+    names = {}
+    for path in sorted(ROOT.rglob("*.py")):
+        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+        if parts[-1] == "__init__":
+            parts = parts[:-1]
+        names[".".join(parts)] = path
+    return names
+
+
+MODULES = module_names()
+
+
+def rlpr_imports(name: str) -> set[str]:
+    """The rlpr modules that module `name` imports (itself excluded)."""
+    path = MODULES[name]
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.Import):
+            found.update(a.name for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:  # relative: `from . import x`, `from ..y import x`
+                parent = package.split(".")[:len(package.split(".")) - node.level + 1]
+                base = ".".join(parent + ([base] if base else []))
+            for alias in node.names:
+                full = f"{base}.{alias.name}"
+                found.add(full if full in MODULES else base)
+    return {m for m in found if m in MODULES and m != name}
+
+
+@pytest.mark.parametrize("name", sorted(MODULES))
+def test_every_module_imports(name):
+    importlib.import_module(name)
+
+
+def test_no_module_imports_a_module_that_imports_it_back():
+    graph = {name: rlpr_imports(name) for name in MODULES}
+    circles = sorted({tuple(sorted((a, b))) for a in graph for b in graph[a] if a in graph.get(b, ())})
+    assert circles == []
+
+
+def test_the_import_reader_sees_top_level_and_local_imports():
+    config = rlpr_imports("rlpr.config")
+    assert "rlpr.errors" in config  # top level
+    assert "rlpr.algorithms.advantages" in config  # inside a function
+
+
+TIERS = {"unit", "integration", "distributed", "slow"}
+
+
+def test_every_test_module_has_a_tier():
+    """Each tests/test_*.py sets `pytestmark = pytest.mark.<tier>` (docs/testing.md)."""
+    untiered = []
+    for path in sorted(Path(__file__).parent.glob("test_*.py")):
+        marks = {node.value.attr for node in ast.parse(path.read_text()).body
+                 if isinstance(node, ast.Assign) and [t.id for t in node.targets if isinstance(t, ast.Name)] == ["pytestmark"]
+                 and isinstance(node.value, ast.Attribute)}
+        if not marks & TIERS:
+            untiered.append(path.name)
+    assert untiered == []
