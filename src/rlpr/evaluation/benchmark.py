@@ -14,7 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import grade_example, question_text
+from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.progress import progress_bar
 from rlpr.reward.parsing import format_reward
 
@@ -102,11 +102,28 @@ class Sample:
     finished: bool = True
     format_valid: bool = False
     extra: dict = field(default_factory=dict)
+    reference: str = ""  # the reference answer the response was graded against
+    grader: str = ""  # multiple_choice | math | short_answer
+    rule: str = ""  # the grader's rule that decided (graders.Grade.rule), e.g. "answer_tag:symbolic"
 
     def to_dict(self, benchmark: str) -> dict:
         d = asdict(self)
         d.pop("extra")
-        return {"benchmark": benchmark, **d}
+        head = {k: d.pop(k) for k in ("uid", "sample", "reference", "response", "extracted",
+                                      "grader", "rule")}
+        return {"benchmark": benchmark, **head, **d}
+
+
+def graded_sample(example: Example, text: str, index: int, *, n_tokens: int = 0,
+                  finished: bool = True) -> Sample:
+    """One response graded by the rule grader of its example, with the reference, the answer the
+    grader read and the rule that decided."""
+    g = grade_example(example, text)
+    grader = grader_for(example.data_source, example.ability, bool(example.choices))
+    return Sample(uid=example.uid, sample=index, response=text, extracted=g.extracted,
+                  rule_correct=g.correct, correct=g.correct, n_tokens=n_tokens, finished=finished,
+                  format_valid=format_reward(text, "r1") == 1.0, reference=example.reference,
+                  grader=grader, rule=g.rule)
 
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -128,13 +145,9 @@ def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_
                                    seeds=[seed * 1_000_003 + start + q for q in range(len(chunk))])
         groups: list[list[Sample]] = [[] for _ in chunk]
         for r in rollouts:
-            example = chunk[r.prompt_index]
-            g = grade_example(example, r.text)
-            groups[r.prompt_index].append(Sample(
-                uid=example.uid, sample=len(groups[r.prompt_index]), response=r.text,
-                extracted=g.extracted, rule_correct=g.correct, correct=g.correct,
-                n_tokens=len(r.token_ids), finished=r.finished,
-                format_valid=format_reward(r.text, "r1") == 1.0))
+            groups[r.prompt_index].append(graded_sample(
+                chunk[r.prompt_index], r.text, len(groups[r.prompt_index]),
+                n_tokens=len(r.token_ids), finished=r.finished))
         out.extend(groups)
         advance(len(chunk))
     return out
