@@ -113,6 +113,21 @@ def test_exact_benchmarks_have_no_tolerance(response, reference):
         assert not grade("math", response, reference, rule=benchmark_rule(source)).correct
 
 
+@pytest.mark.parametrize("response, reference, correct", [
+    ("The answer is R. H. Thomson.", "R. H. Thomson", True),  # initials do not end the answer
+    ("The answer is T.J. Miller.", "T.J. Miller", True),
+    ("The answer is Dr. Jesse Bennett.", "Dr. Jesse Bennett", True),
+    ("The answer is R. H. Thomson.", "R", False),
+    ("The answer is Paris. Berlin is nice.", "Paris", True),
+    ("The answer is ] ].", "] ]", True),  # BBH Dyck targets are all punctuation
+    ("<answer> ) > </answer>", ") >", True),
+    ("<answer> ) </answer>", ") >", False),
+    ("<answer> ] </answer>", ") >", False),
+], ids=short_id)
+def test_short_answer_phrase_ends_and_punctuation_targets(response, reference, correct):
+    assert grade_short_answer(response, reference).correct is correct
+
+
 def test_short_answer_tolerance_only_when_asked():
     assert not grade_short_answer("<answer>3.1416</answer>", "3.14159").correct
     assert grade_short_answer("<answer>3.1416</answer>", "3.14159", rel_tol=0.04).correct
@@ -206,10 +221,11 @@ def test_math_reads_the_answer_phrase_without_tags(response, reference, correct)
 def test_math_reports_the_rule_that_decided():
     g = grade("math", "<answer>3.1416</answer>", "3.14159", rule=THEOREMQA)
     assert g == Grade(True, "3.1416") and g.rule == "answer_tag:numeric_rel_tol_0.04"
-    assert grade_math("\\boxed{[1, 2]}", "[1, 2]").rule == "boxed:ordered_list"
+    assert grade_math("\\boxed{[1, 2.0]}", "[1, 2]").rule == "boxed:ordered_list"
+    assert grade_math("\\boxed{[1, 2]}", "[1,2]").rule == "boxed:identical"
     assert grade_math("The answer is true.", "True").rule == "answer_phrase:boolean"
-    assert grade_math("\\boxed{x^2}", "x^2").rule == "boxed:symbolic"
-    assert grade_math("Adding up we get $42$", "42").rule == "math_search:symbolic"
+    assert grade_math("\\boxed{x^{2}}", "x^2").rule == "boxed:symbolic"
+    assert grade_math("Adding up we get $42.0$", "42").rule == "math_search:symbolic"
     assert grade_math("I am not sure.", "42").rule == "none"
 
 

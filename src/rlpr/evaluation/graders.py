@@ -435,6 +435,8 @@ def math_equal(answer: str, golds: list[str], *, rel_tol: float = 0.0,
 
 
 def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool) -> tuple[bool, str]:
+    if _compact(answer) == _compact(gold):  # the reference itself, however math-verify reads it
+        return True, "identical"
     gold_bool = _boolean(gold)
     if gold_bool is not None:
         return _boolean(answer) is gold_bool, "boolean"
@@ -460,6 +462,10 @@ def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool
         return False, "symbolic"
     said = normalize_answer(answer)
     return bool(said) and said == normalize_answer(gold), "text"
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"\s+|\$|\\[,;!: ]", "", text).rstrip(".")
 
 
 def _parse_math(answer: str) -> list:
@@ -531,8 +537,8 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
     golds = [g for g in (reference, *(acceptable or [])) if normalize_answer(g)]
     answer = _explicit_answer(response)
     if answer is not None:
-        said = normalize_answer(answer)
-        normalized = {normalize_answer(g) for g in golds}
+        said = _answer_key(answer)
+        normalized = {_answer_key(g) for g in (reference, *(acceptable or []))} - {""}
         where = answer_part(response)[1]
         where = "answer_phrase" if where == "none" else where
         if bool(said) and said in normalized:
@@ -544,6 +550,13 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
     if statement is None:
         return Grade(False, None, "none")
     return Grade(statement_answers(statement, golds, question or ""), statement, "first_statement")
+
+
+def _answer_key(text: str) -> str:
+    """What an explicit answer is compared by: `normalize_answer`, or for an answer made only of
+    punctuation (BBH's Dyck-language targets "] ]", ">") its characters with single spaces."""
+    plain = text.replace("\\{", "{").replace("\\}", "}")  # \boxed{\}} holds a brace
+    return normalize_answer(text) or " ".join(plain.split()).rstrip(".").strip()
 
 
 _PLAIN_NUMBER = re.compile(r"-?(?:\d+\.?\d*|\.\d+)")
@@ -563,12 +576,16 @@ def _explicit_answer(response: str) -> str | None:
     answer = extract_final_answer(response)
     phrases = list(_ANSWER_IS.finditer(response if answer is None else answer))
     if phrases:
-        answer = _SENTENCE_END.split(phrases[-1].group(1), maxsplit=1)[0]
+        answer = _ANSWER_END.split(phrases[-1].group(1), maxsplit=1)[0]
     return None if answer is None else (answer.strip() or None)
 
 
 # A sentence ends at . ! ? followed by a space or the end (not the point of 3.5), or at a newline.
 _SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|(?<=[.!?])$")
+# The end of an answer after "answer is": a sentence end, but not after an initial or a title
+# ("R. H. Thomson", "T.J. Miller", "Dr. Jesse Bennett").
+_ANSWER_END = re.compile(r"(?<![\s.][A-Z]\.)(?<!^[A-Z]\.)(?<!\b(?:Dr|Mr|Ms|St|Jr|Sr|vs)\.)(?<!Mrs\.)"
+                         r"(?<=[.!?])\s+|\n+|(?<=[.!?])$")
 _WORD_OR_SEPARATOR = re.compile(r"[,;/&]|[^\s,;/&]+")
 _ENUMERATION = frozenset({",", ";", "/", "&", "or", "and", "nor", "vs", "versus"})
 # Words that may follow the answer in a statement without changing it ("8 apples left").
