@@ -273,3 +273,50 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(results_table(results), encoding="utf-8")
     return results
+
+
+# --------------------------------------------------------------------------- grading only
+
+def read_responses(path: str | Path, n_examples: int) -> dict[int, list[str]]:
+    """RESPONSES.jsonl rows {"index": 0-based row of the data file, "response": text}, several
+    per index allowed, grouped by index in file order; a bad row is a one-line DataError."""
+    from rlpr.data.loading import iter_jsonl
+    from rlpr.data.records import DataError
+
+    out: dict[int, list[str]] = {}
+    for where, row in iter_jsonl(path):
+        index, response = row.get("index"), row.get("response")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_examples:
+            raise DataError(f"{where}: field 'index' must be an integer in 0..{n_examples - 1}, got {index!r}")
+        if not isinstance(response, str):
+            raise DataError(f"{where}: field 'response' must be a string")
+        out.setdefault(index, []).append(response)
+    if not out:
+        raise DataError(f"{path}: no responses")
+    return out
+
+
+def grade_responses(data_path: str | Path, responses_path: str | Path, output_dir: str | Path) -> dict:
+    """`rlpr grade`: grade responses produced elsewhere against a data file, without a model;
+    writes the same results.json, results.md and samples.jsonl as `evaluate` (response lengths
+    are not known without the tokenizer: mean_response_tokens is 0). Questions without
+    responses are left out and counted in `questions_without_responses`."""
+    from rlpr.data.loading import load_examples
+
+    examples = load_examples(data_path)
+    responses = read_responses(responses_path, len(examples))
+    name = Path(data_path).stem
+    groups = [[graded_sample(examples[i], text, j) for j, text in enumerate(responses[i])]
+              for i in sorted(responses)]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
+        for g in groups:
+            for s in g:
+                f.write(json.dumps(s.to_dict(name), ensure_ascii=False) + "\n")
+    results = {name: {**benchmark_result(groups),
+                      "questions_without_responses": len(examples) - len(groups)}}
+    results.update(summary_means({name: results[name]["accuracy"]}))
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    return results
