@@ -420,7 +420,7 @@ def _number(text: str) -> float | None:
     return None
 
 
-_INTEGER = re.compile(r"[+-−]?\d+")
+_INTEGER = re.compile(r"[-+\u2212]?\d+")
 
 
 def math_equal(answer: str, golds: list[str], *, rel_tol: float = 0.0,
