@@ -6,6 +6,7 @@ import json
 
 import pytest
 
+from helpers import ScriptedEngine, write_eval_data as _write_data
 from rlpr.evaluation.benchmark import (
     EvalSettings,
     Sample,
@@ -90,43 +91,6 @@ def test_judge_only_asked_where_rule_says_wrong():
 
 
 # --------------------------------------------------------------------------- end to end
-
-def _write_data(tmp_path):
-    """A verl-layout parquet (math) and a flat multiple-choice jsonl with an _Avg2 suffix."""
-    import pyarrow as pa
-    import pyarrow.parquet as pq
-
-    from rlpr.data.templates import build_messages
-
-    rows = [{"data_source": "math500", "prompt": build_messages(f"What is {i} + {i}?", "r1"),
-             "ability": "math", "reward_model": {"ground_truth": str(2 * i), "style": "rule"},
-             "extra_info": {"index": f"m{i}"}} for i in range(3)]
-    math_file = tmp_path / "math500.parquet"
-    pq.write_table(pa.Table.from_pylist(rows), math_file)
-    mc_file = tmp_path / "gpqa_tiny_Avg2.jsonl"
-    with open(mc_file, "w") as f:
-        for i in range(2):
-            f.write(json.dumps({"question": f"Pick {i}", "answer": "B", "choices": ["x", "y", "z"]}) + "\n")
-    return math_file, mc_file
-
-
-class ScriptedEngine:
-    """Returns fixed responses (cycled), so grading outcomes are known."""
-
-    def __init__(self, tokenizer, responses):
-        self.tokenizer, self.responses, self.i = tokenizer, responses, 0
-
-    def generate(self, prompts, n, **kw):
-        from rlpr.rollout.hf import Rollout
-
-        out = []
-        for p in range(len(prompts)):
-            for _ in range(n):
-                text = self.responses[self.i % len(self.responses)]
-                self.i += 1
-                out.append(Rollout(p, self.tokenizer(text)["input_ids"], text, True))
-        return out
-
 
 def test_evaluate_files_with_scripted_responses(tmp_path, tokenizer):
     math_file, mc_file = _write_data(tmp_path)

@@ -261,7 +261,9 @@ def read_yaml(path: Path) -> dict:
 
 
 def parse_override(text: str) -> tuple[str, object]:
-    """`a.b=value` with the value read as YAML (numbers, booleans, lists)."""
+    """`a.b=value` with the value read as YAML (numbers, booleans, lists). A plain string
+    keeps its spaces exactly as given (`reward.answer_cue=<answer> ` ends with a space); quote
+    it for YAML escapes ("\\n")."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
         raise ConfigError(f"override {text!r}: expected key=value, e.g. trainer.max_steps=3")
@@ -269,6 +271,8 @@ def parse_override(text: str) -> tuple[str, object]:
         value = yaml.safe_load(raw) if raw.strip() else ""
     except yaml.YAMLError:
         value = raw
+    if isinstance(value, str) and raw.strip()[:1] not in ("'", '"'):
+        value = raw  # YAML strips a plain scalar's leading and trailing spaces
     return key.strip(), value
 
 

@@ -56,9 +56,12 @@ def cmd_data_convert(args) -> int:
     from rlpr.data.loading import ColumnMapping
 
     mapping = ColumnMapping(args.question_column, args.answer_column, args.choices_column)
+    skipped: dict[str, int] = {}
     n = convert_file(args.format, args.input, args.output, template=args.template, mapping=mapping,
-                     limit=args.limit)
+                     limit=args.limit, source=args.source, skipped=skipped)
     print(f"wrote {n} rows to {args.output}")
+    for reason, count in skipped.items():
+        print(f"skipped {count} rows ({reason})")
     return 0
 
 
@@ -90,7 +93,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("data", help="data utilities")
     dsub = p.add_subparsers(dest="data_command", required=True)
     c = dsub.add_parser("convert", help="convert a public format into the verl/RLPR parquet layout")
-    c.add_argument("--format", required=True)
+    c.add_argument("--format", required=True,
+                   help="gsm8k, math, minerva, aime, mmlu, mmlu_pro, bbh, nq_open, theoremqa, gpqa, "
+                        "arc, simpleqa, jsonl (input may be .gz)")
     c.add_argument("--input", required=True)
     c.add_argument("--output", required=True)
     c.add_argument("--template", default="r1")
@@ -98,6 +103,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--answer-column", default="answer")
     c.add_argument("--choices-column", default="choices")
     c.add_argument("--limit", type=int, default=None)
+    c.add_argument("--source", default=None,
+                   help="data_source of every row (picks the grader and its rule, e.g. theoremqa); "
+                        "default: the format name")
     c.set_defaults(fn=cmd_data_convert)
 
     from rlpr.evaluation.commands import register as register_evaluation

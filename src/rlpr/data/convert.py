@@ -7,8 +7,12 @@ result is written so that `load_examples` reads it back unchanged.
 
 from __future__ import annotations
 
+import ast
+import gzip
 import os
+import random
 import re
+import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -24,7 +28,7 @@ from rlpr.data.templates import LETTERS, build_messages, format_choices
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BBH_LETTER = re.compile(r"\(([A-Z])\)")
 _BBH_OPTION = re.compile(r"^\([A-Z]\) (.*)$", re.M)
-_UID_KEYS = ("id", "idx", "unique_id", "question_id")
+_UID_KEYS = ("id", "idx", "unique_id", "question_id", "Record ID")
 
 
 def last_boxed(text: str) -> str | None:
@@ -175,6 +179,91 @@ def _nq_open(r: _Row) -> Example:
     return r.example(r.text("question"), answers[0].strip(), acceptable=answers)
 
 
+class SkipRow(Exception):
+    """A converter skips this row (e.g. a TheoremQA question that needs its picture); the
+    message is the reason, counted per reason by `convert_rows`."""
+
+
+def _theoremqa_answer(r: _Row) -> str:
+    """TheoremQA's Answer as the text graders read: True/False, an integer, a float, a list
+    "[1, 2]" or an option "(a)" (the JSON release stores booleans, numbers and lists)."""
+    value = r.data.get("Answer")
+    if isinstance(value, bool):
+        return "True" if value else "False"
+    if isinstance(value, (list, tuple)):
+        if not value or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
+            raise r.error("Answer", f"must be a list of numbers, got {value!r}")
+        return "[" + ", ".join(str(v) for v in value) + "]"
+    return r.scalar("Answer")
+
+
+def _theoremqa(r: _Row) -> Example:
+    """TheoremQA (TIGER-AI-Lab/TheoremQA): Question, Answer, Answer_type (bool, integer, float,
+    list of integer, list of float, option); questions with a Picture are skipped (text-only
+    evaluation, as RLPR's 747 questions)."""
+    if r.data.get("Picture"):
+        raise SkipRow("picture question")
+    answer_type = r.meta("Answer_type")
+    if not answer_type:
+        raise r.error("Answer_type", "is missing")
+    return r.example(r.text("Question", "question"), _theoremqa_answer(r), answer_type=answer_type,
+                     field=r.meta("field"), subfield=r.meta("subfield"))
+
+
+GPQA_SHUFFLE_SEED = 0
+
+
+def _gpqa(r: _Row) -> Example:
+    """GPQA (idavidrein/gpqa CSV): the correct answer is always listed first in the file, so the
+    four options are shuffled with a fixed per-row seed (stored in extra_info with the order)."""
+    question = r.text("Question").strip()
+    original = [r.text("Correct Answer").strip()] + [
+        r.text(f"Incorrect Answer {i}").strip() for i in (1, 2, 3)]
+    row_key = r.meta("Record ID") or str(r.index)
+    order = list(range(4))
+    random.Random(f"gpqa:{GPQA_SHUFFLE_SEED}:{row_key}").shuffle(order)
+    options = [original[i] for i in order]
+    return r.example(format_choices(question, options), LETTERS[order.index(0)], choices=options,
+                     mc=True, shuffle_seed=str(GPQA_SHUFFLE_SEED),
+                     option_order=",".join(map(str, order)),
+                     domain=r.meta("High-level domain"), subdomain=r.meta("Subdomain"))
+
+
+def _arc(r: _Row) -> Example:
+    """ARC (AI2 JSONL): question.stem, question.choices [{label, text}], answerKey; 3-5 options,
+    labels A-E or 1-5 (re-lettered A-E)."""
+    q = r.data.get("question")
+    if not isinstance(q, dict):
+        raise r.error("question", "must be an object with 'stem' and 'choices'")
+    stem, choices = q.get("stem"), q.get("choices")
+    if not isinstance(stem, str) or not stem.strip():
+        raise r.error("question.stem", "must be a non-empty string")
+    if not isinstance(choices, list) or not 3 <= len(choices) <= 5 or not all(
+            isinstance(c, dict) and isinstance(c.get("text"), str) and "label" in c for c in choices):
+        raise r.error("question.choices", "must list 3-5 options, each with 'label' and 'text'")
+    labels = [str(c["label"]).strip() for c in choices]
+    key = str(r.data.get("answerKey", "")).strip()
+    if key not in labels:
+        raise r.error("answerKey", f"must be one of {', '.join(labels)}, got {key!r}")
+    options = [c["text"].strip() for c in choices]
+    return r.example(format_choices(stem.strip(), options), LETTERS[labels.index(key)],
+                     choices=options, mc=True)
+
+
+def _simpleqa(r: _Row) -> Example:
+    """SimpleQA (openai/simple-evals simple_qa_test_set.csv): problem, answer, metadata (a
+    Python dict literal with topic and answer_type)."""
+    meta = r.data.get("metadata")
+    if isinstance(meta, str):
+        try:
+            meta = ast.literal_eval(meta)
+        except (ValueError, SyntaxError):
+            meta = {}
+    meta = meta if isinstance(meta, dict) else {}
+    return r.example(r.text("problem"), r.text("answer").strip(),
+                     topic=str(meta.get("topic") or ""), answer_type=str(meta.get("answer_type") or ""))
+
+
 def _jsonl(r: _Row) -> Example:
     """Flat rows are read exactly as `load_examples` reads them, so both paths agree."""
     return _from_flat(r.data, r.where, r.index, r.mapping, r.template, r.source)
@@ -189,6 +278,10 @@ _CONVERTERS: dict[str, tuple[Callable[[_Row], Example], str]] = {
     "mmlu_pro": (_mmlu_pro, "general"),
     "bbh": (_bbh, "general"),
     "nq_open": (_nq_open, "general"),
+    "theoremqa": (_theoremqa, "math"),
+    "gpqa": (_gpqa, "general"),
+    "arc": (_arc, "general"),
+    "simpleqa": (_simpleqa, "general"),
     "jsonl": (_jsonl, "general"),
 }
 FORMATS = tuple(_CONVERTERS)
@@ -205,8 +298,10 @@ def _uid(row: dict, index: int) -> str:
 
 
 def convert_rows(fmt: str, rows: list[dict], *, source: str, template: str = "r1",
-                 mapping: ColumnMapping | None = None, path: str | None = None) -> list[Example]:
-    """One Example per row; `path` (else `source`) names the input in error messages."""
+                 mapping: ColumnMapping | None = None, path: str | None = None,
+                 skipped: dict[str, int] | None = None) -> list[Example]:
+    """One Example per row; `path` (else `source`) names the input in error messages. Rows a
+    converter skips are counted per reason in `skipped` (when given)."""
     convert, ability = _converter(fmt)
     mapping = mapping or ColumnMapping()
     examples = []
@@ -214,7 +309,12 @@ def convert_rows(fmt: str, rows: list[dict], *, source: str, template: str = "r1
         where = f"{path or source}: row {i + 1}"
         if not isinstance(data, dict):
             raise DataError(f"{where}: expected an object with named fields")
-        example = convert(_Row(data, where, i, template, mapping, source))
+        try:
+            example = convert(_Row(data, where, i, template, mapping, source))
+        except SkipRow as skip:
+            if skipped is not None:
+                skipped[str(skip)] = skipped.get(str(skip), 0) + 1
+            continue
         example.uid, example.data_source, example.ability = _uid(data, i), source, ability
         examples.append(example)
     return examples
@@ -238,22 +338,51 @@ def _write_parquet(rows: list[dict], path: Path) -> None:
         Path(tmp).unlink(missing_ok=True)
 
 
+def read_input_rows(path: str | Path) -> list[dict]:
+    """`read_rows`, plus gzip: "x.csv.gz" is read as the CSV inside it (errors name the .gz)."""
+    path = Path(path)
+    if path.suffix.lower() != ".gz":
+        return read_rows(path)
+    if not path.is_file():
+        raise DataError(f"{path}: file not found")
+    with tempfile.TemporaryDirectory() as tmp:
+        inner = Path(tmp) / path.stem
+        try:
+            with gzip.open(path, "rb") as src, open(inner, "wb") as dst:
+                shutil.copyfileobj(src, dst)
+        except (OSError, EOFError) as e:
+            raise DataError(f"{path}: cannot decompress ({type(e).__name__}: {e})") from None
+        try:
+            return read_rows(inner)
+        except DataError as e:
+            raise DataError(str(e).replace(str(inner), str(path))) from None
+
+
+def _input_stem(path: Path) -> str:
+    return Path(path.stem).stem if path.suffix.lower() == ".gz" else path.stem
+
+
 def convert_file(fmt: str, input_path: str | Path, output_path: str | Path, *, template: str = "r1",
                  mapping: ColumnMapping | None = None, limit: int | None = None,
-                 source: str | None = None) -> int:
-    """Convert one file to verl parquet; returns the number of rows written.
+                 source: str | None = None, skipped: dict[str, int] | None = None) -> int:
+    """Convert one file (optionally gzipped) to verl parquet; returns the number of rows written.
 
-    `source` (the data_source) defaults to the format name, or "bbh/<task>" from a BBH file name.
+    `source` (the data_source, which picks the grader and its rule) defaults to the format name,
+    or "bbh/<task>" from a BBH file name. Skipped rows are counted per reason in `skipped`.
     """
     _converter(fmt)  # a typo fails before any reading
+    skipped = {} if skipped is None else skipped
     input_path, output_path = Path(input_path), Path(output_path)
     if output_path.suffix.lower() != ".parquet":
         raise ValueError(f"{output_path}: the output is parquet; name it *.parquet")
-    rows = read_rows(input_path)[:limit]
+    rows = read_input_rows(input_path)[:limit]
     if not rows:
         raise DataError(f"{input_path}: no rows")
-    source = source or (f"bbh/{input_path.stem}" if fmt == "bbh" else fmt)
+    source = source or (f"bbh/{_input_stem(input_path)}" if fmt == "bbh" else fmt)
     examples = convert_rows(fmt, rows, source=source, template=template, mapping=mapping,
-                            path=str(input_path))
+                            path=str(input_path), skipped=skipped)
+    if not examples:
+        reasons = ", ".join(f"{n} {reason}" for reason, n in skipped.items())
+        raise DataError(f"{input_path}: every row was skipped ({reasons})")
     _write_parquet([e.to_verl_row() for e in examples], output_path)
     return len(examples)

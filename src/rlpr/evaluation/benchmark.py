@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlpr.config import SEED_MIX
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import grade_example, question_text
+from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar
 
@@ -103,11 +103,28 @@ class Sample:
     finished: bool = True
     format_valid: bool = False
     extra: dict = field(default_factory=dict)
+    reference: str = ""  # the reference answer the response was graded against
+    grader: str = ""  # multiple_choice | math | short_answer
+    rule: str = ""  # the grader's rule that decided (graders.Grade.rule), e.g. "answer_tag:symbolic"
 
     def to_dict(self, benchmark: str) -> dict:
         d = asdict(self)
         d.pop("extra")
-        return {"benchmark": benchmark, **d}
+        head = {k: d.pop(k) for k in ("uid", "sample", "reference", "response", "extracted",
+                                      "grader", "rule")}
+        return {"benchmark": benchmark, **head, **d}
+
+
+def graded_sample(example: Example, text: str, index: int, *, n_tokens: int = 0,
+                  finished: bool = True) -> Sample:
+    """One response graded by the rule grader of its example, with the reference, the answer the
+    grader read and the rule that decided."""
+    g = grade_example(example, text)
+    grader = grader_for(example.data_source, example.ability, bool(example.choices))
+    return Sample(uid=example.uid, sample=index, response=text, extracted=g.extracted,
+                  rule_correct=g.correct, correct=g.correct, n_tokens=n_tokens, finished=finished,
+                  format_valid=format_reward(text, "r1") == 1.0, reference=example.reference,
+                  grader=grader, rule=g.rule)
 
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
@@ -129,13 +146,9 @@ def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_
                                    seeds=[seed * SEED_MIX + start + q for q in range(len(chunk))])
         groups: list[list[Sample]] = [[] for _ in chunk]
         for r in rollouts:
-            example = chunk[r.prompt_index]
-            g = grade_example(example, r.text)
-            groups[r.prompt_index].append(Sample(
-                uid=example.uid, sample=len(groups[r.prompt_index]), response=r.text,
-                extracted=g.extracted, rule_correct=g.correct, correct=g.correct,
-                n_tokens=len(r.token_ids), finished=r.finished,
-                format_valid=format_reward(r.text, "r1") == 1.0))
+            groups[r.prompt_index].append(graded_sample(
+                chunk[r.prompt_index], r.text, len(groups[r.prompt_index]),
+                n_tokens=len(r.token_ids), finished=r.finished))
         out.extend(groups)
         advance(len(chunk))
     return out
@@ -258,6 +271,53 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
             log.info("%s: Avg@%d = %.1f%% over %d questions", name, k,
                      100 * results[name]["accuracy"], len(examples))
     results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
+    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
+    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    return results
+
+
+# --------------------------------------------------------------------------- grading only
+
+def read_responses(path: str | Path, n_examples: int) -> dict[int, list[str]]:
+    """RESPONSES.jsonl rows {"index": 0-based row of the data file, "response": text}, several
+    per index allowed, grouped by index in file order; a bad row is a one-line DataError."""
+    from rlpr.data.loading import iter_jsonl
+    from rlpr.data.records import DataError
+
+    out: dict[int, list[str]] = {}
+    for where, row in iter_jsonl(path):
+        index, response = row.get("index"), row.get("response")
+        if isinstance(index, bool) or not isinstance(index, int) or not 0 <= index < n_examples:
+            raise DataError(f"{where}: field 'index' must be an integer in 0..{n_examples - 1}, got {index!r}")
+        if not isinstance(response, str):
+            raise DataError(f"{where}: field 'response' must be a string")
+        out.setdefault(index, []).append(response)
+    if not out:
+        raise DataError(f"{path}: no responses")
+    return out
+
+
+def grade_responses(data_path: str | Path, responses_path: str | Path, output_dir: str | Path) -> dict:
+    """`rlpr grade`: grade responses produced elsewhere against a data file, without a model;
+    writes the same results.json, results.md and samples.jsonl as `evaluate` (response lengths
+    are not known without the tokenizer: mean_response_tokens is 0). Questions without
+    responses are left out and counted in `questions_without_responses`."""
+    from rlpr.data.loading import load_examples
+
+    examples = load_examples(data_path)
+    responses = read_responses(responses_path, len(examples))
+    name = Path(data_path).stem
+    groups = [[graded_sample(examples[i], text, j) for j, text in enumerate(responses[i])]
+              for i in sorted(responses)]
+    out = Path(output_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
+        for g in groups:
+            for s in g:
+                f.write(json.dumps(s.to_dict(name), ensure_ascii=False) + "\n")
+    results = {name: {**benchmark_result(groups),
+                      "questions_without_responses": len(examples) - len(groups)}}
+    results.update(summary_means({name: results[name]["accuracy"]}))
     (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
     (out / "results.md").write_text(results_table(results), encoding="utf-8")
     return results

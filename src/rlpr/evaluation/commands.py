@@ -1,4 +1,4 @@
-"""Command-line registration of the evaluation commands (eval, serve, reward-quality).
+"""Command-line registration of the evaluation commands (eval, grade, serve, reward-quality).
 
 Handlers import torch/transformers lazily so that `rlpr --help` stays instant.
 """
@@ -70,6 +70,18 @@ def cmd_eval(args) -> int:
     return 0
 
 
+def cmd_grade(args) -> int:
+    from rlpr.evaluation.benchmark import grade_responses
+
+    results = grade_responses(args.data, args.responses, args.output)
+    for name, r in results.items():
+        if name not in ("general", "all"):
+            print(f"{name}: Avg@{r['samples_per_question']} {100 * r['accuracy']:.1f}% "
+                  f"({r['n_questions']} questions, {r['questions_without_responses']} without responses)")
+    print(f"wrote {args.output}/results.json, results.md, samples.jsonl")
+    return 0
+
+
 def cmd_serve(args) -> int:
     from rlpr.evaluation.serve import serve
 
@@ -133,6 +145,13 @@ def register(sub) -> None:
     p.add_argument("--judge-backoff", type=float, default=0.5,
                    help="seconds before the first retry (doubles each retry, with jitter)")
     p.set_defaults(fn=cmd_eval)
+
+    p = sub.add_parser("grade", help="grade responses produced elsewhere (no model): Avg@k and samples")
+    p.add_argument("--data", required=True, help="the data file the responses answer (e.g. converted parquet)")
+    p.add_argument("--responses", required=True,
+                   help="JSONL rows {index: 0-based row of --data, response: text}; several per index")
+    p.add_argument("--output", required=True, help="directory for results.json/.md and samples.jsonl")
+    p.set_defaults(fn=cmd_grade)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible chat-completions server for a model")
     _add_model(p)

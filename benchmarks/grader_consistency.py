@@ -1,0 +1,201 @@
+"""Self-consistency of the graders on every converted row of the public data (issue 17).
+
+    python benchmarks/grader_consistency.py [--limit N] [--workers 2]
+
+For each data set in ../shared/data that has a converter (and for each converter without data
+there, its hand-made fixture in the official layout from tests/test_convert_benchmarks.py), every
+row is converted and its own reference is graded as a response in three forms:
+`<answer> REF </answer>`, `The answer is REF.` and `\\boxed{REF}` (each must be correct for at
+least 99% of rows), then with the reference of another row (a fixed shuffle within the file,
+given as `<answer> OTHER </answer>`), which must be graded correct no more often than chance:
+the rate at which the other row's reference is the same answer (normalized text) as its own,
+exactly for multiple choice, plus at most 2 points for free-form answers.
+
+Writes benchmarks/results/grader_consistency.json and .md. Data is read, never copied.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import random
+import sys
+import time
+from concurrent.futures import ProcessPoolExecutor
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
+FORMS = {
+    "answer_tag": "<answer> {} </answer>",
+    "answer_is": "The answer is {}.",
+    "boxed": "\\boxed{{{}}}",
+}
+MIN_FORM_ACCURACY = 0.99
+FREE_FORM_SLACK = 0.02
+SHUFFLE_SEED = 0
+
+# (name, converter format, data_source, files relative to ../shared/data)
+DATASETS = [
+    ("gsm8k", "gsm8k", "gsm8k", ["gsm8k/test.jsonl"]),
+    ("math500", "math", "math500", ["math500/test.jsonl"]),
+    ("math_test5000", "math", "math", ["math_test5000/math_test5000.jsonl"]),
+    ("minerva_math", "minerva", "minerva", ["minerva_math/test.jsonl"]),
+    ("aime24", "aime", "aime24", ["aime24/test.jsonl"]),
+    ("amc23", "aime", "amc23", ["amc23/test.jsonl"]),
+    ("mmlu_test", "mmlu", "mmlu", ["mmlu/mmlu_test.jsonl"]),
+    ("mmlu_pro_test", "mmlu_pro", "mmlu_pro", ["mmlu_pro/mmlu_pro_test.jsonl"]),
+    ("bbh", "bbh", None, sorted(f"bbh/{p.name}" for p in (DATA / "bbh").glob("*.json"))),
+    ("nq_open_dev", "nq_open", "nq_open", ["nq_open/NQ-open.dev.jsonl"]),
+    ("nq_open_efficientqa", "nq_open", "nq_open", ["nq_open/NQ-open.efficientqa.dev.1.1.jsonl"]),
+]
+FIXTURES = ["theoremqa", "gpqa", "arc", "simpleqa"]  # converters whose data is not in ../shared/data
+
+
+def fixture_module():
+    """tests/test_convert_benchmarks.py, the single home of the hand-made fixtures."""
+    path = ROOT / "tests" / "test_convert_benchmarks.py"
+    spec = importlib.util.spec_from_file_location("_rlpr_convert_fixtures", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def load_files(fmt: str, source: str | None, files: list[Path], limit: int = 0) -> list[list]:
+    """Converted Examples, one list per file (shuffles stay within a file)."""
+    from rlpr.data.convert import convert_rows, read_input_rows
+
+    out = []
+    for path in files:
+        rows = read_input_rows(path)
+        src = source or (f"bbh/{path.stem}" if fmt == "bbh" else fmt)
+        examples = convert_rows(fmt, rows, source=src, path=str(path))
+        out.append(examples[:limit] if limit else examples)
+    return out
+
+
+def load_fixture(fmt: str, workdir: Path) -> list[list]:
+    path = fixture_module().fixture(fmt, workdir)
+    return load_files(fmt, None, [path])
+
+
+def response(form: str, reference: str) -> str:
+    """The reference written as a response in `form`; inside \\boxed{} an unbalanced brace is
+    written \\{ or \\} as LaTeX requires (BBH's Dyck targets such as "} >")."""
+    if form == "boxed" and not _balanced(reference):
+        reference = reference.replace("{", "\\{").replace("}", "\\}")
+    return FORMS[form].format(reference)
+
+
+def _balanced(text: str) -> bool:
+    depth = 0
+    for ch in text.replace("\\{", "").replace("\\}", ""):
+        depth += {"{": 1, "}": -1}.get(ch, 0)
+        if depth < 0:
+            return False
+    return depth == 0
+
+
+def _grade_pairs(pairs: list[tuple]) -> list[bool]:
+    from rlpr.evaluation.graders import grade_example
+
+    return [grade_example(example, response).correct for example, response in pairs]
+
+
+def check(groups: list[list], *, workers: int = 1, seed: int = SHUFFLE_SEED) -> dict:
+    """Form accuracies and the shuffled-reference rate for the Examples of one data set."""
+    from rlpr.evaluation.graders import grader_for, normalize_answer
+
+    pairs, shuffled_same = [], []
+    for examples in groups:
+        order = list(range(len(examples)))
+        random.Random(seed).shuffle(order)
+        for i, e in enumerate(examples):
+            other = examples[order[i]]
+            pairs.extend((e, response(form, e.reference)) for form in FORMS)
+            pairs.append((e, response("answer_tag", other.reference)))
+            shuffled_same.append(normalize_answer(other.reference) == normalize_answer(e.reference)
+                                 or other.reference.strip() == e.reference.strip())
+    if workers > 1 and len(pairs) > 200:
+        chunks = [pairs[i:i + 400] for i in range(0, len(pairs), 400)]
+        with ProcessPoolExecutor(workers) as pool:
+            verdicts = [v for part in pool.map(_grade_pairs, chunks) for v in part]
+    else:
+        verdicts = _grade_pairs(pairs)
+    k = len(FORMS) + 1
+    n = len(verdicts) // k
+    flat = [e for g in groups for e in g]
+    mc = sum(grader_for(e.data_source, e.ability, bool(e.choices)) == "multiple_choice" for e in flat)
+    result = {
+        "n": n,
+        "multiple_choice_rows": mc,
+        "graders": sorted({grader_for(e.data_source, e.ability, bool(e.choices)) for e in flat}),
+        **{form: sum(verdicts[i * k + j] for i in range(n)) / n for j, form in enumerate(FORMS)},
+        "shuffled": sum(verdicts[i * k + k - 1] for i in range(n)) / n,
+        "chance": sum(shuffled_same) / n,
+        "failures": {form: [flat[i].reference for i in range(n) if not verdicts[i * k + j]][:10]
+                     for j, form in enumerate(FORMS)},
+        "shuffled_false_positives": [
+            [flat[i].reference, pairs[i * k + k - 1][1]] for i in range(n)
+            if verdicts[i * k + k - 1] and not shuffled_same[i]][:10],
+    }
+    bound = result["chance"] + (0.0 if mc == n else FREE_FORM_SLACK)
+    result["shuffled_bound"] = bound
+    result["passes"] = (all(result[f] >= MIN_FORM_ACCURACY for f in FORMS)
+                        and result["shuffled"] <= bound + 1e-12)
+    return result
+
+
+def table(results: dict) -> str:
+    lines = ["| data set | rows | grader | `<answer> REF </answer>` | `The answer is REF.` | "
+             "`\\boxed{REF}` | shuffled refs correct | chance (same answer) | bound | ok |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for name, r in results.items():
+        lines.append(
+            f"| {name} | {r['n']} | {', '.join(r['graders'])} | {100 * r['answer_tag']:.1f}% | "
+            f"{100 * r['answer_is']:.1f}% | {100 * r['boxed']:.1f}% | {100 * r['shuffled']:.2f}% | "
+            f"{100 * r['chance']:.2f}% | {100 * r['shuffled_bound']:.2f}% | "
+            f"{'yes' if r['passes'] else 'NO'} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--limit", type=int, default=0, help="rows per file (0: all)")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--output", default=str(RESULTS / "grader_consistency"))
+    args = parser.parse_args(argv)
+    if not DATA.is_dir():
+        print(f"{DATA} is absent: nothing to check", file=sys.stderr)
+        return 1
+    import tempfile
+
+    results, start = {}, time.time()
+    for name, fmt, source, files in DATASETS:
+        t = time.time()
+        results[name] = check(load_files(fmt, source, [DATA / f for f in files], args.limit),
+                              workers=args.workers)
+        print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if 'fail' not in k})} "
+              f"({time.time() - t:.0f} s)", flush=True)
+    with tempfile.TemporaryDirectory() as tmp:
+        for fmt in FIXTURES:
+            results[f"{fmt} (fixture)"] = check(load_fixture(fmt, Path(tmp)), workers=1)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    meta = {"seconds": round(time.time() - start), "limit": args.limit, "shuffle_seed": SHUFFLE_SEED,
+            "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK}
+    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+    out.with_suffix(".md").write_text(
+        "# Grader self-consistency\n\n`python benchmarks/grader_consistency.py` "
+        f"({meta['seconds']} s). Each row's own reference as a response in three forms must be "
+        "graded correct (>= 99%); another row's reference (fixed shuffle within each file) no more "
+        "often than chance (the rate at which the two references are the same answer; +2 points "
+        "for free-form answers).\n\n" + table(results))
+    print(table(results))
+    return 0 if all(r["passes"] for r in results.values()) else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
