@@ -23,3 +23,7 @@ def error_reason(e: BaseException) -> str:
     """An exception as one short line for a user-facing error: its first line, or its type."""
     text = str(e).strip()
     return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+class TrainingError(RuntimeError):
+    """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""

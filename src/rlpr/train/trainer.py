@@ -32,21 +32,18 @@ from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, 
                                    save_checkpoint, set_rng_state)
 from rlpr.config import SEED_MIX, Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, TrainingError
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
 from rlpr.model.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
+from rlpr.reward.score_a import ScoreA
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.parallel.sharding import make_strategy
 from rlpr.train.tracking import Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 log = logging.getLogger("rlpr.train")
-
-
-class TrainingError(RuntimeError):
-    """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
 
 
 @dataclass
@@ -181,6 +178,8 @@ class Trainer:
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
         self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
+        # score A from the initial (or current) policy: the adapter-off base, the reference copy, or upfront
+        self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences,
@@ -205,47 +204,29 @@ class Trainer:
                      cfg.rollout.responses_per_prompt, self.run_dir)
         if self.resume:
             self._restore(latest_checkpoint(self.run_dir))
-        elif self._needs_upfront_score_a():
-            self._precompute_score_a()
+        elif self.score_a.needs_upfront:  # full fine-tuning without a reference copy
+            with self.strategy.gathered():
+                self.score_a.precompute(self.train_prompts + self.val_prompts)
+
+    def _bind_score_a(self, reward: ProbabilityReward) -> ScoreA:
+        """A reward's score A comes from this policy: current, or initial (the adapter-off base,
+        the reference copy, or computed upfront for full fine-tuning without one)."""
+        return reward.score_a.bind(self.policy, lora=self.cfg.model.lora, reference=self.ref_model)
+
+    @property
+    def eval_reward(self) -> ProbabilityReward:
+        return self._eval_reward
+
+    @eval_reward.setter
+    def eval_reward(self, reward: ProbabilityReward) -> None:
+        self._bind_score_a(reward)
+        self._eval_reward = reward
 
     @staticmethod
     def _seed_everything(seed: int) -> None:
         random.seed(seed)
         np.random.seed(seed % 2**32)
         torch.manual_seed(seed)
-
-    # -- score A from the initial policy ------------------------------------------------------
-    def _needs_upfront_score_a(self) -> bool:
-        r = self.cfg.reward
-        return r.debias and r.score_a == "initial" and not self.cfg.model.lora and self.ref_model is None
-
-    @contextmanager
-    def _initial_policy(self):
-        """The initial policy: the adapter-off base under LoRA, else the frozen reference copy."""
-        if self.cfg.model.lora:
-            with self.policy.disable_adapter():
-                yield self.policy
-        elif self.ref_model is not None:
-            yield self.ref_model
-        else:
-            raise TrainingError("score A for a prompt that was not precomputed before training")
-
-    def _fill_score_a(self, pairs, reward: ProbabilityReward | None = None) -> None:
-        reward = reward or self.reward
-        if reward.cfg.score_a == "current":
-            reward.fill_score_a(self.policy, pairs)
-            return
-        with self._initial_policy() as model:
-            reward.fill_score_a(model, pairs)
-
-    def _precompute_score_a(self) -> None:
-        """Full fine-tuning without a reference copy: A for every prompt, before the first step."""
-        variants = [False, True] if self.cfg.reward.invalid_fallback == "free" else [False]
-        pairs = [(p.text, p.example.reference, f) for p in self.train_prompts + self.val_prompts
-                 for f in variants if f or p.example.score_a is None]
-        log.info("computing score A for %d prompt/reference pairs with the initial policy", len(pairs))
-        with self.strategy.gathered():
-            self.reward.fill_score_a(self.policy, pairs)
 
     # -- stage 1-2: rollouts and rewards ------------------------------------------------------
     def rollout_groups(self, indices: list[int], seed: int) -> list[Group]:
@@ -273,14 +254,12 @@ class Trainer:
         from rlpr.evaluation.graders import grade_example
 
         reward = reward or self.reward
-        if reward.cfg.score_a == "current":
-            reward.cache = type(reward.cache)()  # recompute A with the current policy
         by_index = [prompts[r.prompt_index] for r in rollouts]
         responses = [p.response_text(r.text) for p, r in zip(by_index, rollouts)]
         correct = [grade_example(p.example, text).correct for p, text in zip(by_index, responses)]
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
             return reward(self.policy, [p.text for p in by_index], responses,
-                          [p.example.reference for p in by_index], fill_a=lambda pairs: self._fill_score_a(pairs, reward),
+                          [p.example.reference for p in by_index],
                           precomputed_a=[p.example.score_a for p in by_index], correct=correct)
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
@@ -393,7 +372,7 @@ class Trainer:
             if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
                 fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share)
             if cfg.algorithm.kl_coef:
-                with self._initial_policy() as ref:
+                with self.score_a.initial_policy() as ref:
                     fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share)
         timings["perf/old_logp_s"] = time.perf_counter() - tick
         tick = time.perf_counter()
@@ -537,7 +516,7 @@ class Trainer:
     def trainer_state(self) -> dict:
         return {"step": self.step, "optimizer": self.strategy.optimizer_state(self.policy, self.optimizer),
                 "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
-                "stream": self.stream.state_dict(), "score_a_cache": self.reward.cache.state_dict(),
+                "stream": self.stream.state_dict(), "score_a_cache": self.score_a.state_dict(),
                 "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy}
 
     def save(self) -> Path | None:
@@ -567,7 +546,7 @@ class Trainer:
         self.filter.load_state_dict(state["filter"])
         mine = state["ranks"][dist.rank()]
         self.stream.load_state_dict(mine["stream"])
-        self.reward.cache.load_state_dict(mine["score_a_cache"])
+        self.score_a.load_state_dict(mine["score_a_cache"])
         set_rng_state(mine["rng"])
         self.step = state["step"]
         log.info("resumed from %s at step %d", ckpt, self.step)
