@@ -53,7 +53,7 @@ VARIANTS = {
 
 
 def se(p: float, n: int) -> float:
-    from rlpr.train.trainer import binomial_se  # the same standard error the trainer reports
+    from rlpr.train.held_out import binomial_se  # the same standard error the trainer reports
 
     return binomial_se(p, n)
 

@@ -51,7 +51,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.train.trainer import mean, peak_rss_gb
+from rlpr.train.metrics import mean, peak_rss_gb
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
@@ -326,7 +326,7 @@ def run_micro(args) -> dict:
     from rlpr.reward.scoring import _shared_prefix_groups
     from rlpr.reward.sequence import tokenize_scored
     from rlpr.rollout.hf import HFRollout
-    from rlpr.train.trainer import build_policy, load_examples_for
+    from rlpr.train.setup import build_policy, load_examples_for
 
     cfg, _ = rlpr_config(args, tempfile.gettempdir())
     model, tokenizer = load_model(cfg.model.path)
@@ -609,7 +609,7 @@ def main() -> int:
             if prompts is None:  # the prompts rlpr would have used
                 from rlpr.data.prompts import PromptStream, prepare_prompts
                 from rlpr.model.loading import load_tokenizer
-                from rlpr.train.trainer import load_examples_for
+                from rlpr.train.setup import load_examples_for
 
                 cfg, _ = rlpr_config(args, tmp)
                 tok = load_tokenizer(cfg.model.path)

@@ -91,7 +91,7 @@ def test_resume_refuses_changes_and_a_failed_resume_keeps_the_run(tiny_dir, tmp_
 def _tiny_lora(tiny_dir):
     from rlpr.config import load_config
     from rlpr.model.loading import load_model
-    from rlpr.train.trainer import build_policy
+    from rlpr.train.setup import build_policy
 
     model, tok = load_model(str(tiny_dir))
     return build_policy(load_config("demo", [f"model.path={tiny_dir}"]), model), tok

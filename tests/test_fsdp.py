@@ -56,7 +56,7 @@ import copy, sys, torch
 from rlpr.parallel import distributed as dist, sharding
 from rlpr.config import load_config
 from rlpr.model.loading import load_model
-from rlpr.train.trainer import build_policy
+from rlpr.train.setup import build_policy
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 dist.init_from_env()

@@ -7,7 +7,8 @@ import torch
 from rlpr.config import load_config
 from rlpr.model.loading import load_model
 from rlpr.model.precision import frozen_linear_weights_in
-from rlpr.train.trainer import build_policy, train
+from rlpr.train.setup import build_policy
+from rlpr.train.trainer import train
 
 from helpers import adapter_tensors, tiny_cfg
 

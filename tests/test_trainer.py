@@ -13,12 +13,13 @@ import yaml
 
 from rlpr.algorithms.losses import Normaliser
 from rlpr.train.checkpoint import latest_checkpoint, load_state
+from rlpr.train.metrics import Group
 from rlpr.config import AlgorithmConfig
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, TrainingError
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
 from rlpr.train.tracking import read_metrics
-from rlpr.train.trainer import Group, Trainer, TrainingError, train
+from rlpr.train.trainer import Trainer, train
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 from helpers import adapter_tensors, tiny_cfg
@@ -321,7 +322,7 @@ def test_verifier_and_hybrid_kinds_train_and_log_accuracy(tiny_dir, tmp_path, ki
 
 
 def test_held_out_report_prints_before_and_after_with_errors():
-    from rlpr.train.trainer import held_out_report
+    from rlpr.train.held_out import held_out_report
 
     ev = {"eval/accuracy": 0.25, "eval/accuracy_se": 0.03, "eval/greedy_accuracy": 0.5,
           "eval/greedy_accuracy_se": 0.035, "eval/pass@8": 0.7, "eval/reward_mean": 0.1, "eval/score_b_mean": 0.2,

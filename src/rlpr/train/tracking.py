@@ -58,3 +58,16 @@ class Tracker:
 def read_metrics(run_dir: str | Path) -> list[dict]:
     path = Path(run_dir) / "metrics.jsonl"
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+class NullTracker:
+    """What the ranks other than the main one log to: nothing."""
+
+    def log(self, *a, **k):
+        pass
+
+    def write_samples(self, *a, **k):
+        pass
+
+    def close(self):
+        pass

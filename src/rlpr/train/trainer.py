@@ -11,110 +11,41 @@ from __future__ import annotations
 
 import logging
 import math
-import random
-import resource
-import signal
 import sys
 import time
-from contextlib import contextmanager, nullcontext
-from dataclasses import dataclass
+from contextlib import nullcontext
 from pathlib import Path
 
-import numpy as np
 import torch
-import yaml
 
-from rlpr.parallel import distributed as dist
 from rlpr.algorithms.advantages import centred_moments, compute_advantages
 from rlpr.algorithms.std_filter import EMAStdFilter
-from rlpr.model.attention import use_fp32_attention_under_autocast
-from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
-                                   save_checkpoint, set_rng_state)
 from rlpr.config import SEED_MIX, Config, validate_world
-from rlpr.data.prompts import Prompt, PromptStream, prepare_prompts
+from rlpr.data.prompts import Prompt, PromptStream
 from rlpr.errors import ConfigError, TrainingError
+from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
 from rlpr.model.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
+from rlpr.parallel import distributed as dist
+from rlpr.parallel.sharding import make_strategy
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA
 from rlpr.rollout.hf import HFRollout, Rollout
-from rlpr.parallel.sharding import make_strategy
-from rlpr.train.tracking import Tracker
+from rlpr.train import held_out
+from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
+                                   save_checkpoint, set_rng_state)
+from rlpr.train.held_out import held_out_report
+from rlpr.train.metrics import Group, mean, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.progress import StepDisplay
+from rlpr.train.run_dir import check_fresh, default_run_dir, record_resume, write_config, write_summary
+from rlpr.train.signals import finish_step_on_signal
+from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
+                              seed_everything, training_prompts)
+from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 log = logging.getLogger("rlpr.train")
-
-
-@dataclass
-class Group:
-    """The n responses to one prompt, with their rewards."""
-
-    prompt: Prompt
-    rollouts: list[Rollout]
-    rewards: list[RewardOutput]
-
-    @property
-    def scalar_rewards(self) -> list[float]:
-        return [r.reward for r in self.rewards]
-
-    @property
-    def std(self) -> float:
-        values = torch.tensor(self.scalar_rewards, dtype=torch.float64)
-        return values.std(unbiased=True).item()
-
-
-def load_examples_for(cfg: Config, split: str):
-    """Examples for 'train' or 'val' from the built-in demo tasks or a data file."""
-    from rlpr.data.loading import ColumnMapping, load_examples
-
-    source = cfg.data.train if split == "train" else cfg.data.val
-    if not source:
-        return []
-    if source == "demo":
-        from rlpr.data.demo_tasks import demo_examples
-
-        n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
-        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
-                             families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
-    mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
-    return load_examples(source, cfg.data.template, mapping)
-
-
-def build_policy(cfg: Config, model):
-    """Wrap the base model for training: a LoRA adapter (peft) or all weights."""
-    if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
-        model.config.use_cache = False
-    if not cfg.model.lora:
-        model.requires_grad_(True)
-        return model
-    from peft import LoraConfig, get_peft_model
-
-    lora = LoraConfig(r=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                      lora_dropout=cfg.model.lora_dropout, target_modules=list(cfg.model.lora_target_modules),
-                      task_type="CAUSAL_LM")
-    if cfg.model.gradient_checkpointing:
-        model.enable_input_require_grads()
-    return get_peft_model(model, lora)
-
-
-# Held-out samples are seeded apart from training rollouts, and the same before and after training.
-EVAL_SEED = 7_000_003
-
-
-def binomial_se(p: float, n: float) -> float:
-    """Standard error of a proportion over n questions."""
-    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n else float("nan")
-
-
-def peak_rss_gb() -> float:
-    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
-
-
-def mean(values) -> float:
-    values = list(values)
-    return sum(values) / len(values) if values else float("nan")
 
 
 class Trainer:
@@ -136,7 +67,7 @@ class Trainer:
         threads = cfg.model.threads or dist.default_threads()
         if threads:
             torch.set_num_threads(threads)
-        self._seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
+        seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
         if dist.is_main():
             log.info("loading model %s", cfg.model.path)
         self.device = dist.resolve_device(cfg.model.device)  # the reference and rollout copies follow it
@@ -146,34 +77,11 @@ class Trainer:
         self.policy.train()
         if self.mixed_precision == "bf16" and cfg.trainer.fp32_attention and self.device.type == "cpu":
             use_fp32_attention_under_autocast(causal_lm(self.policy))
-        self.ref_model = None
-        if cfg.algorithm.kl_coef and not cfg.model.lora:  # with LoRA the reference is the adapter-off base
-            import copy
+        self.ref_model = reference_copy(cfg, self.policy)  # with LoRA the reference is the adapter-off base
 
-            self.ref_model = copy.deepcopy(causal_lm(self.policy)).eval().requires_grad_(False)
-
-        train_examples = self._examples.get("train")
-        if train_examples is None:
-            train_examples = load_examples_for(cfg, "train")
-        self.train_prompts, skipped = prepare_prompts(train_examples, self.tokenizer, cfg.data.max_prompt_tokens,
-                                                           cfg.data.prefill)
-        val_examples = self._examples.get("val")
-        if val_examples is None:
-            val_examples = load_examples_for(cfg, "val")
-        if cfg.data.val_limit:
-            val_examples = val_examples[:cfg.data.val_limit]
-        val_prompts, val_skipped = prepare_prompts(val_examples, self.tokenizer, cfg.data.max_prompt_tokens,
-                                                       cfg.data.prefill)
+        self.train_prompts, val_prompts, skipped, val_skipped = training_prompts(cfg, self.tokenizer, self._examples)
         self.val_prompts = val_prompts[dist.rank()::dist.world_size()]  # each rank evaluates its share
         self.skipped_prompts = skipped + val_skipped
-        if skipped:
-            log.warning("skipped %d training prompts longer than data.max_prompt_tokens=%d",
-                        skipped, cfg.data.max_prompt_tokens)
-        if not self.train_prompts:
-            raise ConfigError(f"data.train: no usable prompts ({skipped} longer than data.max_prompt_tokens)")
-        if len(self.train_prompts) < cfg.trainer.prompts_per_step:
-            raise ConfigError(f"trainer.prompts_per_step ({cfg.trainer.prompts_per_step}) exceeds the "
-                              f"{len(self.train_prompts)} usable training prompts: a step would repeat prompts")
         self.stream = PromptStream(len(self.train_prompts), cfg.trainer.seed, cfg.data.shuffle)
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
@@ -190,13 +98,9 @@ class Trainer:
         a = cfg.algorithm
         self.filter = EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps,
                                    init_steps=a.filter_init_steps, decay=a.filter_ema_decay, enabled=a.std_filter)
-        t = cfg.trainer
-        self.optimizer = torch.optim.AdamW(self.trainable, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2),
-                                           weight_decay=t.weight_decay)
-        self.strategy.attach(self.optimizer, self.trainable, t.grad_clip)
-        warmup = t.warmup_steps
-        self.scheduler = torch.optim.lr_scheduler.LambdaLR(
-            self.optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
+        self.optimizer = build_optimizer(cfg, self.trainable)
+        self.strategy.attach(self.optimizer, self.trainable, cfg.trainer.grad_clip)
+        self.scheduler = build_scheduler(cfg, self.optimizer)
         self.step = 0
         if dist.is_main():
             log.info("%d training prompts, %d held-out; %d steps of %d prompts x %d responses; run dir %s",
@@ -221,12 +125,6 @@ class Trainer:
     def eval_reward(self, reward: ProbabilityReward) -> None:
         self._bind_score_a(reward)
         self._eval_reward = reward
-
-    @staticmethod
-    def _seed_everything(seed: int) -> None:
-        random.seed(seed)
-        np.random.seed(seed % 2**32)
-        torch.manual_seed(seed)
 
     # -- stage 1-2: rollouts and rewards ------------------------------------------------------
     def rollout_groups(self, indices: list[int], seed: int) -> list[Group]:
@@ -409,14 +307,14 @@ class Trainer:
         kept, info = self.collect(step)
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start
-        metrics = {**info, **self.rollout_metrics(generated), **self.update(kept), **self.timings}
+        metrics = {**info, **rollout_metrics(generated), **self.update(kept), **self.timings}
         metrics["perf/collect_s"] = collect_s
         metrics["perf/step_s"] = time.perf_counter() - start
         metrics["perf/rollout_tok_s"] = metrics.pop("_tokens") / max(metrics["perf/rollout_s"], 1e-9) \
             / dist.world_size()
         metrics["perf/peak_rss_gb"] = peak_rss_gb()
         if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
-            self.tracker.write_samples(step, self.sample_rows(generated))
+            self.tracker.write_samples(step, sample_rows(generated))
         self._flag_collapse(step, metrics)
         return metrics
 
@@ -429,88 +327,10 @@ class Trainer:
                         "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n,
                         m["rollout/distinct_frac"])
 
-    def rollout_metrics(self, groups: list[Group]) -> dict:
-        outs = [r for g in groups for r in g.rewards]
-        rolls = [r for g in groups for r in g.rollouts]
-        keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
-                "truncated", "count", "correct", "graded", "distinct", "groups"]
-        local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
-                 sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
-                 sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
-                 sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs),
-                 sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
-                 sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
-                 len(groups)]
-        s = dict(zip(keys, dist.sum_values(local)))
-        n = max(s["count"], 1)
-        return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
-                "reward/mean": s["reward"] / n, "reward/format_rate": s["format"] / n,
-                "reward/valid_frac": s["valid"] / n, "reward/fallback_frac": s["fallback"] / n,
-                "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
-                "reward/accuracy": s["correct"] / s["graded"] if s["graded"] else float("nan"),
-                "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
-                # distinct responses per group / group size: falls toward 1/n when the policy collapses
-                "rollout/distinct_frac": s["distinct"] / max(s["groups"], 1),
-                "_tokens": s["len"]}
-
-    def sample_rows(self, groups: list[Group], limit: int = 4) -> list[dict]:
-        rows = []
-        for g in groups[:limit]:
-            for r, o in zip(g.rollouts, g.rewards):
-                rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
-                             "response": g.prompt.response_text(r.text), **o.to_dict()})
-        return rows
-
     # -- evaluation ---------------------------------------------------------------------------
-    @torch.no_grad()
     def evaluate(self) -> dict:
-        """Held-out evaluation: greedy responses (probability reward, score B, greedy accuracy,
-        format, length) and, with `trainer.eval_samples` = k > 0, k samples per question at the
-        rollout temperature: Avg@k accuracy (spec section 7) and pass@k. Standard errors are
-        binomial over the questions, sqrt(p (1 - p) / n)."""
-        from rlpr.evaluation.graders import grade_example
-
-        total = int(dist.sum_values([len(self.val_prompts)])[0])  # global: a rank may hold none
-        if not total:
-            return {}
-        cfg = self.cfg
-        k = cfg.trainer.eval_samples
-        if dist.is_main():
-            log.info("evaluating on %d held-out prompts (greedy%s)", total, f" and {k} samples each" if k else "")
-        with self.strategy.gathered():
-            self.engine.sync(self.policy)
-        prompts = self.val_prompts
-        max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
-        rollouts = self.engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new,
-                                        temperature=0.0)
-        release_memory()
-        rewards = self.score(prompts, rollouts, self.eval_reward)
-        release_memory()
-        correct = [bool(o.correct) for o in rewards]
-        sampled_right = sampled_any = 0.0
-        if k:
-            samples = self.engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
-                                           temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                           seeds=[EVAL_SEED + p.index for p in prompts])
-            release_memory()
-            for i, p in enumerate(prompts):
-                right = [grade_example(p.example, p.response_text(r.text)).correct for r in samples[i * k:(i + 1) * k]]
-                sampled_right += sum(right) / k
-                sampled_any += any(right)
-        local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
-                 sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards),
-                 sampled_right, sampled_any]
-        reward_sum, b_sum, right, fmt, length, n, avg_k, pass_k = dist.sum_values(local)
-        n = max(n, 1)
-        out = {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n,
-               "eval/greedy_accuracy": right / n, "eval/greedy_accuracy_se": binomial_se(right / n, n),
-               "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
-        # eval/accuracy: Avg@k when sampled (the paper's metric), else greedy
-        out["eval/accuracy"], out["eval/accuracy_se"] = out["eval/greedy_accuracy"], out["eval/greedy_accuracy_se"]
-        if k:
-            out.update({"eval/accuracy": avg_k / n, "eval/accuracy_se": binomial_se(avg_k / n, n),
-                        f"eval/pass@{k}": pass_k / n, "eval/samples": k})
-        return out
+        """Held-out evaluation (rlpr/train/held_out.py); every rank calls it: it holds collectives."""
+        return held_out.evaluate(self)
 
     # -- checkpoints --------------------------------------------------------------------------
     def trainer_state(self) -> dict:
@@ -557,7 +377,7 @@ class Trainer:
         self.tracker = Tracker(self.run_dir, t.tensorboard and dist.is_main(),
                                resume_step=self.step if self.resume else None) if dist.is_main() else None
         if not dist.is_main():
-            self.tracker = _NullTracker()
+            self.tracker = NullTracker()
         summary: dict = {}
         if not self.resume and t.eval_before:
             before = self.evaluate()  # every rank calls it: it holds collectives
@@ -566,7 +386,7 @@ class Trainer:
                 self.tracker.log(0, before)
         display = StepDisplay(t.max_steps, self.step, enabled=t.progress and dist.is_main())
         metrics: dict = {}
-        with self._signals(), display:
+        with finish_step_on_signal(self), display:
             while self.step < t.max_steps and not self.stop_requested:
                 step = self.step + 1
                 metrics = self.train_step(step)
@@ -594,79 +414,6 @@ class Trainer:
         self.tracker.close()
         return summary
 
-    @contextmanager
-    def _signals(self):
-        """SIGINT/SIGTERM: finish the current step, checkpoint, exit 0. A second signal aborts."""
-        def handler(signum, frame):
-            if self.stop_requested:
-                raise KeyboardInterrupt
-            self.stop_requested = True
-            if dist.is_main():
-                print(f"\n{signal.Signals(signum).name}: finishing step {self.step + 1}, then saving a "
-                      f"checkpoint (again to abort)", file=sys.stderr)
-
-        try:
-            previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
-        except ValueError:  # not the main thread: no handlers
-            previous = {}
-        try:
-            yield
-        finally:
-            for s, h in previous.items():
-                signal.signal(s, h)
-
-
-class _NullTracker:
-    def log(self, *a, **k):
-        pass
-
-    def write_samples(self, *a, **k):
-        pass
-
-    def close(self):
-        pass
-
-
-class StepDisplay:
-    """A live bar with step, reward, kept fraction and seconds per step (a log line per step when
-    stderr is not a terminal)."""
-
-    def __init__(self, total: int, start: int, enabled: bool = True):
-        self.total, self.start, self.enabled = total, start, enabled
-        self.tty = sys.stderr.isatty()
-        self._progress = None
-
-    def __enter__(self):
-        if self.enabled and self.tty:
-            from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
-
-            self._progress = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
-                                      console=Console(stderr=True))
-            self._progress.__enter__()
-            self._task = self._progress.add_task("train", total=self.total, completed=self.start, info="")
-        return self
-
-    def update(self, step: int, m: dict) -> None:
-        if not self.enabled:
-            return
-        info = (f"reward {m.get('reward/mean', float('nan')):.3f}  B {m.get('reward/score_b_mean', float('nan')):.3f}"
-                f"  kept {m.get('filter/kept_frac', float('nan')):.2f}  {m.get('perf/step_s', 0):.1f}s/step")
-        if self._progress is not None:
-            self._progress.update(self._task, completed=step, info=info)
-        else:
-            print(f"step {step}/{self.total}  {info}", file=sys.stderr, flush=True)
-
-    def __exit__(self, *exc):
-        if self._progress is not None:
-            self._progress.__exit__(*exc)
-
-
-def default_run_dir(cfg: Config) -> Path:
-    name = cfg.trainer.name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
-    return Path(cfg.trainer.output_dir) / name
-
 
 def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
@@ -677,64 +424,17 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     # a data error surfaces before the model loads and before anything is written
     examples = {split: load_examples_for(cfg, split) for split in ("train", "val")}
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
-    if not resume and (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
-        raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
-                          f"or choose another trainer.name")
+    if not resume:
+        check_fresh(run_dir)
     if dist.is_main() and not resume:
-        try:
-            run_dir.mkdir(parents=True, exist_ok=True)
-            (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
-        except OSError as e:
-            raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
-                              f"set trainer.output_dir") from None
+        write_config(run_dir, cfg)
     dist.barrier()
     trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
         record_resume(run_dir, trainer.step, changes)
     summary = trainer.run()
     if dist.is_main():
-        (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
+        write_summary(run_dir, summary)
         print(held_out_report(summary), file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
     return summary
-
-
-def record_resume(run_dir: Path, step: int, changes: dict) -> None:
-    """config.yaml stays the run's original configuration; each resume writes resume_N.yaml with
-    the step it resumed at and the keys it changed (old and new values)."""
-    n = 1 + sum(1 for _ in run_dir.glob("resume_*.yaml"))
-    (run_dir / f"resume_{n}.yaml").write_text(yaml.safe_dump(
-        {"resumed_at_step": step, "changed": {k: {"was": a, "now": b} for k, (a, b) in changes.items()}},
-        sort_keys=False))
-
-
-def held_out_report(summary: dict) -> str:
-    """The held-out results before -> after, with binomial standard errors, for the console."""
-    before, after = summary.get("before") or {}, summary.get("after") or {}
-    if not after:
-        return "held-out: not evaluated (data.val is empty or the run was interrupted)"
-    k = after.get("eval/samples")
-    rows = [("accuracy" + (f" (Avg@{k})" if k else " (greedy)"), "eval/accuracy", "eval/accuracy_se", True)]
-    if k:
-        rows += [("greedy accuracy", "eval/greedy_accuracy", "eval/greedy_accuracy_se", True),
-                 (f"pass@{k}", f"eval/pass@{k}", None, True)]
-    rows += [("mean reward (greedy)", "eval/reward_mean", None, False),
-             ("score B (greedy)", "eval/score_b_mean", None, False)]
-    lines = [f"held-out ({int(after['eval/questions'])} questions), before -> after:"]
-    for label, key, se_key, percent in rows:
-        def show(d):
-            if key not in d:
-                return "n/a"
-            value = f"{100 * d[key]:.1f}%" if percent else f"{d[key]:.4f}"
-            return value + (f" ± {100 * d[se_key]:.1f}" if se_key and se_key in d else "")
-        lines.append(f"  {label:<22} {show(before):>14} -> {show(after)}")
-    return "\n".join(lines)
-
-
-def _plain(obj):
-    if isinstance(obj, dict):
-        return {k: _plain(v) for k, v in obj.items()}
-    if isinstance(obj, float) and not math.isfinite(obj):
-        return None
-    return obj
-

@@ -1,0 +1,98 @@
+"""Held-out evaluation during training: greedy and sampled accuracy (Avg@k, pass@k) with binomial
+standard errors, and the before -> after report printed when a run ends."""
+
+from __future__ import annotations
+
+import logging
+import math
+
+import torch
+
+from rlpr.model.memory import release_memory
+from rlpr.parallel import distributed as dist
+
+log = logging.getLogger("rlpr.train")
+
+# Held-out samples are seeded apart from training rollouts, and the same before and after training.
+EVAL_SEED = 7_000_003
+
+
+def binomial_se(p: float, n: float) -> float:
+    """Standard error of a proportion over n questions."""
+    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n else float("nan")
+
+
+@torch.no_grad()
+def evaluate(trainer) -> dict:
+    """Held-out evaluation of a Trainer's policy on its `val_prompts` (each rank its share; every
+    rank calls it, it holds collectives): greedy responses (probability reward with
+    `trainer.eval_reward`, score B, greedy accuracy, format, length) and, with
+    `trainer.eval_samples` = k > 0, k samples per question at the rollout temperature: Avg@k
+    accuracy (spec section 7) and pass@k. Standard errors are binomial over the questions,
+    sqrt(p (1 - p) / n)."""
+    from rlpr.evaluation.graders import grade_example
+
+    total = int(dist.sum_values([len(trainer.val_prompts)])[0])  # global: a rank may hold none
+    if not total:
+        return {}
+    cfg = trainer.cfg
+    k = cfg.trainer.eval_samples
+    if dist.is_main():
+        log.info("evaluating on %d held-out prompts (greedy%s)", total, f" and {k} samples each" if k else "")
+    engine = trainer.engine
+    with trainer.strategy.gathered():
+        engine.sync(trainer.policy)
+    prompts = trainer.val_prompts
+    max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
+    rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
+    release_memory()
+    rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
+    release_memory()
+    correct = [bool(o.correct) for o in rewards]
+    sampled_right = sampled_any = 0.0
+    if k:
+        samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
+                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                  seeds=[EVAL_SEED + p.index for p in prompts])
+        release_memory()
+        for i, p in enumerate(prompts):
+            right = [grade_example(p.example, p.response_text(r.text)).correct for r in samples[i * k:(i + 1) * k]]
+            sampled_right += sum(right) / k
+            sampled_any += any(right)
+    local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
+             sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards),
+             sampled_right, sampled_any]
+    reward_sum, b_sum, right, fmt, length, n, avg_k, pass_k = dist.sum_values(local)
+    n = max(n, 1)
+    out = {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n,
+           "eval/greedy_accuracy": right / n, "eval/greedy_accuracy_se": binomial_se(right / n, n),
+           "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
+    # eval/accuracy: Avg@k when sampled (the paper's metric), else greedy
+    out["eval/accuracy"], out["eval/accuracy_se"] = out["eval/greedy_accuracy"], out["eval/greedy_accuracy_se"]
+    if k:
+        out.update({"eval/accuracy": avg_k / n, "eval/accuracy_se": binomial_se(avg_k / n, n),
+                    f"eval/pass@{k}": pass_k / n, "eval/samples": k})
+    return out
+
+
+def held_out_report(summary: dict) -> str:
+    """The held-out results before -> after, with binomial standard errors, for the console."""
+    before, after = summary.get("before") or {}, summary.get("after") or {}
+    if not after:
+        return "held-out: not evaluated (data.val is empty or the run was interrupted)"
+    k = after.get("eval/samples")
+    rows = [("accuracy" + (f" (Avg@{k})" if k else " (greedy)"), "eval/accuracy", "eval/accuracy_se", True)]
+    if k:
+        rows += [("greedy accuracy", "eval/greedy_accuracy", "eval/greedy_accuracy_se", True),
+                 (f"pass@{k}", f"eval/pass@{k}", None, True)]
+    rows += [("mean reward (greedy)", "eval/reward_mean", None, False),
+             ("score B (greedy)", "eval/score_b_mean", None, False)]
+    lines = [f"held-out ({int(after['eval/questions'])} questions), before -> after:"]
+    for label, key, se_key, percent in rows:
+        def show(d):
+            if key not in d:
+                return "n/a"
+            value = f"{100 * d[key]:.1f}%" if percent else f"{d[key]:.4f}"
+            return value + (f" ± {100 * d[se_key]:.1f}" if se_key and se_key in d else "")
+        lines.append(f"  {label:<22} {show(before):>14} -> {show(after)}")
+    return "\n".join(lines)

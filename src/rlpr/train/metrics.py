@@ -1,0 +1,81 @@
+"""A step's groups and what is logged about them: reward and rollout metrics, sampled rows, memory.
+
+Sums are taken over every rank (`rlpr.parallel.distributed.sum_values`, a no-op in one process)
+before dividing, so the metrics do not depend on how groups are sharded.
+"""
+
+from __future__ import annotations
+
+import resource
+from dataclasses import dataclass
+
+import torch
+
+from rlpr.data.prompts import Prompt
+from rlpr.parallel import distributed as dist
+from rlpr.reward.probability_reward import RewardOutput
+from rlpr.rollout.hf import Rollout
+
+
+@dataclass
+class Group:
+    """The n responses to one prompt, with their rewards."""
+
+    prompt: Prompt
+    rollouts: list[Rollout]
+    rewards: list[RewardOutput]
+
+    @property
+    def scalar_rewards(self) -> list[float]:
+        return [r.reward for r in self.rewards]
+
+    @property
+    def std(self) -> float:
+        values = torch.tensor(self.scalar_rewards, dtype=torch.float64)
+        return values.std(unbiased=True).item()
+
+
+def peak_rss_gb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024 ** 2
+
+
+def mean(values) -> float:
+    values = list(values)
+    return sum(values) / len(values) if values else float("nan")
+
+
+def rollout_metrics(groups: list[Group]) -> dict:
+    """reward/* and rollout/* over every rank's groups; `_tokens` is the generated token count
+    (the caller turns it into a throughput)."""
+    outs = [r for g in groups for r in g.rewards]
+    rolls = [r for g in groups for r in g.rollouts]
+    keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
+            "truncated", "count", "correct", "graded", "distinct", "groups"]
+    local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
+             sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
+             sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
+             sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs),
+             sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
+             sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
+             len(groups)]
+    s = dict(zip(keys, dist.sum_values(local)))
+    n = max(s["count"], 1)
+    return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
+            "reward/mean": s["reward"] / n, "reward/format_rate": s["format"] / n,
+            "reward/valid_frac": s["valid"] / n, "reward/fallback_frac": s["fallback"] / n,
+            "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
+            "reward/accuracy": s["correct"] / s["graded"] if s["graded"] else float("nan"),
+            "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
+            # distinct responses per group / group size: falls toward 1/n when the policy collapses
+            "rollout/distinct_frac": s["distinct"] / max(s["groups"], 1),
+            "_tokens": s["len"]}
+
+
+def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:
+    """The responses of the first `limit` groups with their rewards, for samples/step_N.jsonl."""
+    rows = []
+    for g in groups[:limit]:
+        for r, o in zip(g.rollouts, g.rewards):
+            rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
+                         "response": g.prompt.response_text(r.text), **o.to_dict()})
+    return rows

@@ -1,0 +1,101 @@
+"""Set-up for a training run: the examples, the prompts, the policy to train, its optimizer."""
+
+from __future__ import annotations
+
+import copy
+import logging
+import random
+
+import numpy as np
+import torch
+
+from rlpr.config import Config
+from rlpr.data.prompts import Prompt, prepare_prompts
+from rlpr.errors import ConfigError
+from rlpr.model.forward import causal_lm
+
+log = logging.getLogger("rlpr.train")
+
+
+def seed_everything(seed: int) -> None:
+    random.seed(seed)
+    np.random.seed(seed % 2**32)
+    torch.manual_seed(seed)
+
+
+def load_examples_for(cfg: Config, split: str):
+    """Examples for 'train' or 'val' from the built-in demo tasks or a data file."""
+    from rlpr.data.loading import ColumnMapping, load_examples
+
+    source = cfg.data.train if split == "train" else cfg.data.val
+    if not source:
+        return []
+    if source == "demo":
+        from rlpr.data.demo_tasks import demo_examples
+
+        n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
+        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
+                             families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
+    mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
+    return load_examples(source, cfg.data.template, mapping)
+
+
+def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Prompt], list[Prompt], int, int]:
+    """(training prompts, held-out prompts, skipped training, skipped held-out): prompts longer than
+    data.max_prompt_tokens are skipped; `examples` may hold the splits already loaded."""
+    train_examples = examples.get("train")
+    if train_examples is None:
+        train_examples = load_examples_for(cfg, "train")
+    train, skipped = prepare_prompts(train_examples, tokenizer, cfg.data.max_prompt_tokens, cfg.data.prefill)
+    val_examples = examples.get("val")
+    if val_examples is None:
+        val_examples = load_examples_for(cfg, "val")
+    if cfg.data.val_limit:
+        val_examples = val_examples[:cfg.data.val_limit]
+    val, val_skipped = prepare_prompts(val_examples, tokenizer, cfg.data.max_prompt_tokens, cfg.data.prefill)
+    if skipped:
+        log.warning("skipped %d training prompts longer than data.max_prompt_tokens=%d",
+                    skipped, cfg.data.max_prompt_tokens)
+    if not train:
+        raise ConfigError(f"data.train: no usable prompts ({skipped} longer than data.max_prompt_tokens)")
+    if len(train) < cfg.trainer.prompts_per_step:
+        raise ConfigError(f"trainer.prompts_per_step ({cfg.trainer.prompts_per_step}) exceeds the "
+                          f"{len(train)} usable training prompts: a step would repeat prompts")
+    return train, val, skipped, val_skipped
+
+
+def build_policy(cfg: Config, model):
+    """Wrap the base model for training: a LoRA adapter (peft) or all weights."""
+    if cfg.model.gradient_checkpointing:
+        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        model.config.use_cache = False
+    if not cfg.model.lora:
+        model.requires_grad_(True)
+        return model
+    from peft import LoraConfig, get_peft_model
+
+    lora = LoraConfig(r=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
+                      lora_dropout=cfg.model.lora_dropout, target_modules=list(cfg.model.lora_target_modules),
+                      task_type="CAUSAL_LM")
+    if cfg.model.gradient_checkpointing:
+        model.enable_input_require_grads()
+    return get_peft_model(model, lora)
+
+
+def reference_copy(cfg: Config, policy):
+    """A frozen copy of the initial policy for the KL term under full fine-tuning (None otherwise:
+    with LoRA the reference is the adapter-off base, and without KL none is needed)."""
+    if cfg.algorithm.kl_coef and not cfg.model.lora:
+        return copy.deepcopy(causal_lm(policy)).eval().requires_grad_(False)
+    return None
+
+
+def build_optimizer(cfg: Config, trainable: list) -> torch.optim.Optimizer:
+    t = cfg.trainer
+    return torch.optim.AdamW(trainable, lr=t.lr, betas=(t.adam_beta1, t.adam_beta2), weight_decay=t.weight_decay)
+
+
+def build_scheduler(cfg: Config, optimizer) -> torch.optim.lr_scheduler.LambdaLR:
+    """A linear warm-up over trainer.warmup_steps, then a constant learning rate."""
+    warmup = cfg.trainer.warmup_steps
+    return torch.optim.lr_scheduler.LambdaLR(optimizer, lambda k: min(1.0, (k + 1) / warmup) if warmup else 1.0)
