@@ -6,6 +6,7 @@ to the same prompt), and returns one advantage per response, `[G, n]`.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 import torch
@@ -54,17 +55,35 @@ def reinforce_pp(rewards: torch.Tensor, moments: tuple[float, float, float] | No
     return (centred - mean) / (std ** 0.5 + EPS)
 
 
-ADVANTAGES: dict[str, Callable[[torch.Tensor], torch.Tensor]] = {
-    "grpo": grpo, "rloo": rloo, "dr_grpo": dr_grpo, "reinforce_pp": reinforce_pp,
+@dataclass(frozen=True)
+class Estimator:
+    """An advantage estimator with one signature, `(rewards [G, n], moments) -> [G, n]`. A `batch`
+    estimator normalises over the whole batch and takes its `moments` (`centred_moments`, summed
+    over ranks when the batch spans several; None: those of `rewards`); the others work per group
+    and ignore them."""
+
+    fn: Callable[..., torch.Tensor]
+    batch: bool = False
+
+    def __call__(self, rewards: torch.Tensor, moments=None) -> torch.Tensor:
+        return self.fn(rewards, moments) if self.batch else self.fn(rewards)
+
+
+# The registry of estimators: its keys are the allowed values of algorithm.advantage.
+ADVANTAGES: dict[str, Estimator] = {
+    "grpo": Estimator(grpo), "rloo": Estimator(rloo), "dr_grpo": Estimator(dr_grpo),
+    "reinforce_pp": Estimator(reinforce_pp, batch=True),
 }
 
 
-def compute_advantages(rewards: torch.Tensor, name: str = "grpo", moments=None) -> torch.Tensor:
-    """`moments`: the global batch statistics for `reinforce_pp` (ignored by the per-group estimators)."""
-    if rewards.dim() != 2 or rewards.shape[-1] < 2:
-        raise ValueError(f"rewards must be [groups, n >= 2], got {tuple(rewards.shape)}")
+def get_advantage(name: str) -> Estimator:
     if name not in ADVANTAGES:
         raise ValueError(f"unknown advantage {name!r}; choose one of {', '.join(ADVANTAGES)}")
-    if name == "reinforce_pp":
-        return reinforce_pp(rewards.float(), moments)
-    return ADVANTAGES[name](rewards.float())
+    return ADVANTAGES[name]
+
+
+def compute_advantages(rewards: torch.Tensor, name: str = "grpo", moments=None) -> torch.Tensor:
+    """`moments`: the global batch statistics for a batch estimator (ignored by the per-group ones)."""
+    if rewards.dim() != 2 or rewards.shape[-1] < 2:
+        raise ValueError(f"rewards must be [groups, n >= 2], got {tuple(rewards.shape)}")
+    return get_advantage(name)(rewards.float(), moments)

@@ -14,6 +14,7 @@ import threading
 import unicodedata
 from collections import Counter
 from dataclasses import dataclass, field
+from typing import Callable
 
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
@@ -657,11 +658,6 @@ def token_f1(prediction: str, reference: str) -> float:
 
 # --------------------------------------------------------------------------- dispatch
 
-GRADERS = {
-    "multiple_choice": grade_multiple_choice,
-    "math": grade_math,
-    "short_answer": grade_short_answer,
-}
 
 _MC_SOURCES = ("mmlu", "gpqa", "multiplechoice")
 _MATH_SOURCES = ("math", "minerva", "aime", "amc", "gsm8k", "theoremqa")
@@ -745,6 +741,28 @@ def benchmark_rule(data_source: str) -> BenchmarkRule:
                 DEFAULT_RULE)
 
 
+# Every grader through one signature: (response, reference, choices, acceptable, question, rule),
+# each passing on only the extras it uses (and the numeric tolerance of `rule`).
+def _multiple_choice(response, reference, choices, acceptable, question, rule) -> Grade:
+    return grade_multiple_choice(response, reference, choices)
+
+
+def _math(response, reference, choices, acceptable, question, rule) -> Grade:
+    return grade_math(response, reference, acceptable, rel_tol=rule.rel_tol, round_integers=rule.round_integers)
+
+
+def _short_answer(response, reference, choices, acceptable, question, rule) -> Grade:
+    return grade_short_answer(response, reference, acceptable, question, rel_tol=rule.rel_tol)
+
+
+# The registry of graders: the names grader_for, BENCHMARK_RULES and `grade` use.
+GRADERS: dict[str, Callable[..., Grade]] = {
+    "multiple_choice": _multiple_choice,
+    "math": _math,
+    "short_answer": _short_answer,
+}
+
+
 def grade(name: str, response: str, reference: str, *, choices: list[str] | None = None,
           acceptable: list[str] | None = None, question: str | None = None,
           rule: BenchmarkRule | None = None) -> Grade:
@@ -752,13 +770,7 @@ def grade(name: str, response: str, reference: str, *, choices: list[str] | None
     tolerance of `rule`, a benchmark's entry in BENCHMARK_RULES)."""
     if name not in GRADERS:
         raise ValueError(f"unknown grader {name!r}; choose one of {', '.join(GRADERS)}")
-    rule = rule or DEFAULT_RULE
-    if name == "multiple_choice":
-        return grade_multiple_choice(response, reference, choices)
-    if name == "short_answer":
-        return grade_short_answer(response, reference, acceptable, question, rel_tol=rule.rel_tol)
-    return grade_math(response, reference, acceptable, rel_tol=rule.rel_tol,
-                      round_integers=rule.round_integers)
+    return GRADERS[name](response, reference, choices, acceptable, question, rule or DEFAULT_RULE)
 
 
 def question_text(example) -> str:

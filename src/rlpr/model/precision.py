@@ -40,18 +40,48 @@ def fast_bf16(device: torch.device) -> bool:
     return device.type == "cpu" and cpu_has_fast_bf16()
 
 
+# The registries of precisions; with "auto" (bf16 where it is fast) their keys are the allowed values.
+# model.rollout_dtype: the dtype of the sampling copy of the policy
+ROLLOUT_DTYPES: dict[str, torch.dtype] = {"bfloat16": torch.bfloat16, "float32": torch.float32}
+# trainer.mixed_precision: the dtype the update's forwards/backwards autocast to (None: fp32 throughout)
+MIXED_PRECISION: dict[str, torch.dtype | None] = {"none": None, "bf16": torch.bfloat16}
+AUTO = "auto"
+
+
+def _known(key: str, name: str, registry: dict, auto: bool = True) -> None:
+    if not (auto and name == AUTO) and name not in registry:
+        known = [*registry, AUTO] if auto else list(registry)
+        raise ValueError(f"unknown {key} {name!r}; choose one of {', '.join(known)}")
+
+
 def resolve_rollout_dtype(name: str, device: torch.device) -> torch.dtype:
     """`model.rollout_dtype`: bfloat16 | float32 | auto (bf16 where it is fast)."""
-    if name == "auto":
+    _known("model.rollout_dtype", name, ROLLOUT_DTYPES)
+    if name == AUTO:
         return torch.bfloat16 if fast_bf16(device) else torch.float32
-    return torch.bfloat16 if name == "bfloat16" else torch.float32
+    return ROLLOUT_DTYPES[name]
 
 
 def resolve_mixed_precision(name: str, device: torch.device) -> str:
     """`trainer.mixed_precision`: none | bf16 | auto (bf16 where it is fast)."""
-    if name == "auto":
+    _known("trainer.mixed_precision", name, MIXED_PRECISION)
+    if name == AUTO:
         return "bf16" if fast_bf16(device) else "none"
     return name
+
+
+def autocast_dtype(mixed_precision: str) -> torch.dtype | None:
+    """The dtype a resolved `trainer.mixed_precision` autocasts the update to (None: no autocast)."""
+    _known("trainer.mixed_precision (resolved)", mixed_precision, MIXED_PRECISION, auto=False)
+    return MIXED_PRECISION[mixed_precision]
+
+
+def update_autocast(mixed_precision: str, device: torch.device, cache_enabled: bool = True):
+    """Autocast for the update's forwards/backwards (master weights stay fp32), or a disabled one."""
+    dtype = autocast_dtype(mixed_precision)
+    if dtype is None:
+        return torch.autocast(device.type, enabled=False)
+    return torch.autocast(device.type, dtype=dtype, cache_enabled=cache_enabled)
 
 
 @contextmanager

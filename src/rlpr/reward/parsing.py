@@ -8,8 +8,8 @@ from __future__ import annotations
 import re
 from collections import Counter
 from dataclasses import dataclass
+from typing import Callable
 
-FORMAT_MODES = ("r1", "r1_nothink", "boxed")
 THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE = "<think>", "</think>", "<answer>", "</answer>"
 BOXED = "\\boxed{"
 _WHITESPACE = re.compile(r"[ \t\n\r]*")
@@ -65,35 +65,55 @@ def parse_boxed(response: str) -> ParsedResponse:
     return ParsedResponse(True, response[:start + len(BOXED)], "", "}")
 
 
-PARSERS = {"r1": parse_r1, "r1_nothink": parse_r1_nothink, "boxed": parse_boxed}
-
-
-def parse_response(response: str, mode: str = "r1") -> ParsedResponse:
-    try:
-        return PARSERS[mode](response)
-    except KeyError:
-        raise ValueError(f"unknown format mode {mode!r}; choose one of {', '.join(PARSERS)}") from None
-
-
 _R1_SHAPE = re.compile(r"^<think>.*?</think>.*?<answer>.*?</answer>.*$", re.DOTALL)
 _NOTHINK_SHAPE = re.compile(r"^.*?<answer>.*?</answer>.*$", re.DOTALL)
 _BOXED_SHAPE = re.compile(r"\\boxed\{.+\}", re.DOTALL)
 
 
+def r1_shape(text: str) -> bool:
+    tags = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
+    return all(text.count(t) == 1 for t in tags) and _R1_SHAPE.match(text) is not None
+
+
+def r1_nothink_shape(text: str) -> bool:
+    tags = (ANSWER_OPEN, ANSWER_CLOSE)
+    return all(text.count(t) == 1 for t in tags) and _NOTHINK_SHAPE.match(text) is not None
+
+
+def boxed_shape(text: str) -> bool:
+    return _BOXED_SHAPE.search(text) is not None
+
+
+@dataclass(frozen=True)
+class FormatMode:
+    """A response format (`reward.format_mode`): where its reasoning ends, and its full shape."""
+
+    parse: Callable[[str], ParsedResponse]
+    full_shape: Callable[[str], bool]  # on the left-stripped response
+
+
+# The registry of format modes: its keys are the allowed values of reward.format_mode.
+FORMAT_MODES: dict[str, FormatMode] = {
+    "r1": FormatMode(parse_r1, r1_shape),
+    "r1_nothink": FormatMode(parse_r1_nothink, r1_nothink_shape),
+    "boxed": FormatMode(parse_boxed, boxed_shape),
+}
+
+
+def format_mode(mode: str) -> FormatMode:
+    try:
+        return FORMAT_MODES[mode]
+    except KeyError:
+        raise ValueError(f"unknown format mode {mode!r}; choose one of {', '.join(FORMAT_MODES)}") from None
+
+
+def parse_response(response: str, mode: str = "r1") -> ParsedResponse:
+    return format_mode(mode).parse(response)
+
+
 def format_reward(response: str, mode: str = "r1") -> float:
     """1.0 iff the response has the mode's full shape (all tags exactly once, in order), else 0.0."""
-    text = response.lstrip()
-    if mode == "r1":
-        tags = (THINK_OPEN, THINK_CLOSE, ANSWER_OPEN, ANSWER_CLOSE)
-        ok = all(text.count(t) == 1 for t in tags) and _R1_SHAPE.match(text) is not None
-    elif mode == "r1_nothink":
-        tags = (ANSWER_OPEN, ANSWER_CLOSE)
-        ok = all(text.count(t) == 1 for t in tags) and _NOTHINK_SHAPE.match(text) is not None
-    elif mode == "boxed":
-        ok = _BOXED_SHAPE.search(text) is not None
-    else:
-        raise ValueError(f"unknown format mode {mode!r}; choose one of {', '.join(PARSERS)}")
-    return float(ok)
+    return float(format_mode(mode).full_shape(response.lstrip()))
 
 
 def has_repetition(response: str, window: int = 10, min_count: int = 10) -> bool:

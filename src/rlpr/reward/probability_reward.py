@@ -2,8 +2,9 @@
 
 reward = (1 - alpha) * shaping(B - A) + alpha * format  (+ repetition penalty), spec sections 1-3.
 B comes from the model passed in (the current policy); A from the reward's `ScoreA`
-(rlpr/reward/score_a.py: the initial or current policy, its cache, a precomputed dataset column). `reward.kind` (rlpr/reward/kinds.py) may instead
-reward a grader's verdict (`verifier`) or both (`hybrid`); the verifier kind skips B and A.
+(rlpr/reward/score_a.py: the initial or current policy, its cache, a precomputed dataset column).
+`reward.kind` (rlpr/reward/kinds.py) may instead reward a grader's verdict (`verifier`) or both
+(`hybrid`); the verifier kind skips B and A.
 """
 
 from __future__ import annotations
@@ -104,8 +105,9 @@ class ProbabilityReward:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from `self.score_a`'s cache; missing entries are filled by `fill_a(pairs)`, by default
-        computed by the policy `self.score_a` is bound to, else with `score_a_model` (default: `model`). `correct` holds the grader's verdicts (None where
-        no grader applies); the verifier and hybrid kinds need it."""
+        computed by the policy `self.score_a` is bound to, else with `score_a_model` (default:
+        `model`). `correct` holds the grader's verdicts (None where no grader applies); the
+        verifier and hybrid kinds need it."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n

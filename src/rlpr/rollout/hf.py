@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Protocol
+from typing import Callable, Protocol
 
 import torch
 
@@ -91,6 +91,48 @@ def _contiguous_reduced_precision_input(module, args):
     return None
 
 
+def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache):
+    """rlpr's decode loop (rollout/decode.py): a preallocated KV cache, finished rows leave the batch."""
+    draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
+    return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache)
+
+
+def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache):
+    """Hugging Face `generate` (the plain path), drawing with the same per-row sampler."""
+    from transformers import GenerationConfig, LogitsProcessorList
+
+    # argmax over our processor's output = the token it sampled (greedy when temperature is 0)
+    gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
+                                  do_sample=False)
+    processors = LogitsProcessorList([sampler] if sampler is not None else [])
+    return model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
+                          generation_config=gen_config, logits_processor=processors)[:, ids.shape[1]:]
+
+
+@dataclass(frozen=True)
+class DecodeLoop:
+    """A decode loop: `run(model, ids, attn, sampler, max_new_tokens=, eos=, pad=, cache=)` returns
+    the new tokens [rows, <= max_new_tokens]; `preallocated`: the shared-prefill cache is allocated
+    for the whole response up front (else the loop grows its own)."""
+
+    run: Callable
+    preallocated: bool
+
+
+# The registry of decode loops: its keys are the allowed values of rollout.decode_loop.
+DECODE_LOOPS: dict[str, DecodeLoop] = {
+    "rlpr": DecodeLoop(rlpr_loop, preallocated=True),
+    "generate": DecodeLoop(generate_loop, preallocated=False),
+}
+
+
+def decode_loop(name: str) -> DecodeLoop:
+    try:
+        return DECODE_LOOPS[name]
+    except KeyError:
+        raise ValueError(f"unknown rollout.decode_loop {name!r}; choose one of {', '.join(DECODE_LOOPS)}") from None
+
+
 class HFRollout:
     """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy, on the
     policy's device."""
@@ -98,7 +140,8 @@ class HFRollout:
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
                  share_prefill: bool = True, loop: str = "rlpr"):
         self.tokenizer = tokenizer
-        self.loop = loop  # "rlpr" (rollout/decode.py) or "generate" (transformers' generate, the plain path)
+        self.loop = loop  # a key of DECODE_LOOPS: "rlpr" (rollout/decode.py) or "generate" (transformers')
+        self._decode = decode_loop(loop)
         self.batch_sequences = batch_sequences
         self.share_prefill = share_prefill
         lm = causal_lm(policy)
@@ -124,14 +167,9 @@ class HFRollout:
         Response j of prompt i is sampled from its own RNG seeded by (seeds[i], j), so it does not
         depend on which other prompts share the batch or the process. Temperature 0 is greedy.
         """
-        from transformers import GenerationConfig, LogitsProcessorList
-
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         seeds = list(range(len(prompts))) if seeds is None else seeds
-        # argmax over our processor's output = the token it sampled (greedy when temperature is 0)
-        gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                      do_sample=False)
         flat = [(i, j, p) for i, p in enumerate(prompts) for j in range(n)]
         out: list[Rollout] = []
         for start in range(0, len(flat), self.batch_sequences):
@@ -145,17 +183,10 @@ class HFRollout:
             sampler = PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p) \
                 if temperature > 0 else None
             ids, attn = ids.to(self.model.device), attn.to(self.model.device)
-            capacity = width + max_new_tokens if self.loop == "rlpr" else 0  # generate grows its own cache
+            capacity = width + max_new_tokens if self._decode.preallocated else 0
             cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
-            if self.loop == "rlpr":
-                draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
-                new = sample(self.model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
-                             cache=cache)
-            else:
-                processors = LogitsProcessorList([sampler] if sampler is not None else [])
-                new = self.model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
-                                          generation_config=gen_config, logits_processor=processors)[:, width:]
-            new = new.cpu()
+            new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
+                                   cache=cache).cpu()
             for r, (i, _, _) in enumerate(chunk):
                 tokens = new[r].tolist()
                 finished = eos in tokens

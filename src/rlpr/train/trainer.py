@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.algorithms.advantages import centred_moments, compute_advantages
+from rlpr.algorithms.advantages import centred_moments, compute_advantages, get_advantage
 from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import SEED_MIX, Config, validate_world
 from rlpr.data.prompts import Prompt, PromptStream
@@ -26,7 +26,8 @@ from rlpr.errors import ConfigError, TrainingError
 from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
-from rlpr.model.precision import frozen_linear_weights_in, resolve_mixed_precision, resolve_rollout_dtype
+from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, resolve_mixed_precision,
+                                  resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
@@ -75,7 +76,8 @@ class Trainer:
         model, self.tokenizer = load_model(cfg.model.path, device=self.device)
         self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
-        if self.mixed_precision == "bf16" and cfg.trainer.fp32_attention and self.device.type == "cpu":
+        lower_precision = autocast_dtype(self.mixed_precision) is not None
+        if lower_precision and cfg.trainer.fp32_attention and self.device.type == "cpu":
             use_fp32_attention_under_autocast(causal_lm(self.policy))
         self.ref_model = reference_copy(cfg, self.policy)  # with LoRA the reference is the adapter-off base
 
@@ -226,7 +228,7 @@ class Trainer:
         name = self.cfg.algorithm.advantage
         rewards = torch.tensor([g.scalar_rewards for g in groups], dtype=torch.float32)
         moments = None
-        if name == "reinforce_pp" and dist.world_size() > 1:
+        if get_advantage(name).batch and dist.world_size() > 1:
             local = centred_moments(rewards) if groups else (0.0, 0.0, 0.0)
             moments = tuple(dist.sum_values(list(local)))
         if not groups:
@@ -238,17 +240,15 @@ class Trainer:
 
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
-        if self.mixed_precision == "bf16":
-            return torch.autocast(self.device.type, dtype=torch.bfloat16, cache_enabled=self.strategy.autocast_cache)
-        return torch.autocast(self.device.type, enabled=False)
+        return update_autocast(self.mixed_precision, self.device, self.strategy.autocast_cache)
 
     def _frozen_weights(self):
         """The frozen weights in bf16 for the whole update (see rlpr/model/precision.py); not under the
         lock-step strategies (fsdp's parameters are shards it gathers itself; DeepSpeed's engine
         holds its own references to the parameters)."""
-        t = self.cfg.trainer
-        if self.mixed_precision == "bf16" and t.bf16_frozen_weights and not self.strategy.lockstep:
-            return frozen_linear_weights_in(self.policy, torch.bfloat16)
+        dtype = autocast_dtype(self.mixed_precision)
+        if dtype is not None and self.cfg.trainer.bf16_frozen_weights and not self.strategy.lockstep:
+            return frozen_linear_weights_in(self.policy, dtype)
         return nullcontext()
 
     def update(self, groups: list[Group]) -> dict:
