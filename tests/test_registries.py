@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rlpr.algorithms.advantages import ADVANTAGES, compute_advantages, get_advantage
+from rlpr.data.templates import TEMPLATES, build_messages
 from rlpr.evaluation.graders import GRADERS, grade
 from rlpr.model.precision import (MIXED_PRECISION, ROLLOUT_DTYPES, autocast_dtype, resolve_mixed_precision,
                                   resolve_rollout_dtype, update_autocast)
@@ -42,8 +43,9 @@ def one_line_error(call, exception=ValueError) -> str:
      "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp"),
     (lambda: grade("essay", "x", "y"), "unknown grader 'essay'; choose one of multiple_choice, math, short_answer"),
     (lambda: make_strategy("zero", None), "unknown trainer.strategy 'zero'; choose one of ddp, fsdp, deepspeed"),
+    (lambda: build_messages("Q", "chatml"), "unknown template 'chatml'; choose one of r1, r1_nothink, r1_user, plain"),
 ], ids=["parse", "format", "decode_loop", "rollout_dtype", "mixed_precision", "autocast", "advantage",
-        "compute_advantages", "grader", "strategy"])
+        "compute_advantages", "grader", "strategy", "template"])
 def test_unknown_names_fail_with_the_known_ones(call, message):
     assert one_line_error(call) == message
 
@@ -77,3 +79,6 @@ def test_every_registered_name_resolves():
     for name in GRADERS:
         assert not grade(name, "no answer here", "42").correct
     assert set(STRATEGIES) == {"ddp", "fsdp", "deepspeed"}
+    for name in TEMPLATES:
+        messages = build_messages("Q?", name, multiple_choice=True)
+        assert messages[-1]["role"] == "user" and messages[-1]["content"].startswith("Q?")

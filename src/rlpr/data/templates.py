@@ -7,6 +7,7 @@ user turn, which small models follow more often than a system prompt (spec secti
 from __future__ import annotations
 
 import string
+from typing import Callable
 
 R1_SYSTEM_PROMPT = (
     "A conversation between User and Assistant. The user asks a question, and the Assistant "
@@ -25,7 +26,6 @@ R1_USER_INSTRUCTION = (
 )
 MC_INSTRUCTION = "Answer with only the letter of the correct option."
 
-TEMPLATES = ("r1", "r1_nothink", "r1_user", "plain")
 LETTERS = string.ascii_uppercase
 
 
@@ -37,18 +37,31 @@ def format_choices(question: str, choices: list[str]) -> str:
     return question.rstrip() + "\n\n" + "\n".join(lines)
 
 
+def r1(question: str, mc: str) -> list[dict]:
+    return [{"role": "system", "content": R1_SYSTEM_PROMPT}, {"role": "user", "content": question + mc}]
+
+
+def r1_nothink(question: str, mc: str) -> list[dict]:
+    return [{"role": "user", "content": f"{question}\n\n{NOTHINK_INSTRUCTION}{mc}"}]
+
+
+def r1_user(question: str, mc: str) -> list[dict]:
+    return [{"role": "user", "content": f"{question}\n\n{R1_USER_INSTRUCTION}{mc}"}]
+
+
+def plain(question: str, mc: str) -> list[dict]:
+    return [{"role": "user", "content": question + mc}]
+
+
+# The registry of templates, (question, multiple-choice instruction or "") -> chat messages: its
+# keys are the allowed values of data.template.
+TEMPLATES: dict[str, Callable[[str, str], list[dict]]] = {
+    "r1": r1, "r1_nothink": r1_nothink, "r1_user": r1_user, "plain": plain,
+}
+
+
 def build_messages(question: str, template: str = "r1", multiple_choice: bool = False) -> list[dict]:
     """Chat messages for one question under a named template."""
-    mc = f"\n{MC_INSTRUCTION}" if multiple_choice else ""
-    if template == "r1":
-        return [
-            {"role": "system", "content": R1_SYSTEM_PROMPT},
-            {"role": "user", "content": question + mc},
-        ]
-    if template == "r1_nothink":
-        return [{"role": "user", "content": f"{question}\n\n{NOTHINK_INSTRUCTION}{mc}"}]
-    if template == "r1_user":
-        return [{"role": "user", "content": f"{question}\n\n{R1_USER_INSTRUCTION}{mc}"}]
-    if template == "plain":
-        return [{"role": "user", "content": question + mc}]
-    raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
+    if template not in TEMPLATES:
+        raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
+    return TEMPLATES[template](question, f"\n{MC_INSTRUCTION}" if multiple_choice else "")
