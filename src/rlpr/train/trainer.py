@@ -31,7 +31,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
-from rlpr.reward.score_a import ScoreA
+from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.train import held_out
 from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
@@ -270,7 +270,7 @@ class Trainer:
             if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
                 fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share)
             if cfg.algorithm.kl_coef:
-                with self.score_a.initial_policy() as ref:
+                with initial_policy(self.policy, cfg.model.lora, self.ref_model) as ref:
                     fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share)
         timings["perf/old_logp_s"] = time.perf_counter() - tick
         tick = time.perf_counter()
