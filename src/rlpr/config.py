@@ -2,7 +2,8 @@
 
 Presets (YAML files in `configs/`) and dotted command-line overrides (`trainer.max_steps=3`)
 only change values of this tree; everything is validated once, at load time, with one-line
-errors that name the key.
+errors that name the key. Every field carries its docstring; docs/config.md, the key reference,
+is generated from them (`rlpr config --reference`, `config_reference` below).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -27,7 +29,7 @@ SEED_MIX = 1_000_003
 
 @dataclass
 class ModelConfig:
-    """The policy: which weights, how they train, where they run."""
+    """The policy: which weights, how they train, where they run (read by every model command)."""
 
     path: str = "default"
     """"default" (the embedded SmolLM2-135M-Instruct), a Hugging Face model directory or a .gguf file."""
@@ -46,12 +48,11 @@ class ModelConfig:
     """Recompute activations in the backward pass (less memory, more time); not with fsdp or deepspeed."""
     rollout_dtype: str = "auto"
     """dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16: GPUs, CPUs with
-    AVX512-BF16/AMX; else float32), bfloat16 or float32. `--dtype` of eval and reward-quality."""
+    AVX512-BF16/AMX; else float32), bfloat16 or float32."""
     threads: int = 0
-    """torch threads per process (0: torch's default). `--threads` of serve."""
+    """torch threads per process (0: torch's default)."""
     device: str = "auto"
-    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda. `--device` of eval, serve
-    and reward-quality."""
+    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda."""
 
 
 @dataclass
@@ -94,21 +95,21 @@ class DataConfig:
 @dataclass
 class RolloutConfig:
     """Sampling responses: read by train, eval and reward-quality (`--build-from`); serve caps
-    requests with max_new_tokens."""
+    requests at max_new_tokens."""
 
     engine: str = "hf"
     """Rollout engine: hf (Hugging Face models, rlpr's decode loop or generate); vllm is planned (issue 18)."""
     responses_per_prompt: int = 8
     """The group size n (training; eval and reward-quality take --samples)."""
     max_new_tokens: int = 256
-    """Longest response in tokens. `--max-new-tokens` (eval's default 1024; serve: the cap on a
-    request's max_tokens)."""
+    """Longest response in tokens (rlpr eval's default: 1024; rlpr serve: the cap on a request's
+    max_tokens)."""
     temperature: float = 1.0
-    """Sampling temperature (logits / T). `--temperature`; eval and reward-quality also take 0 (greedy)."""
+    """Sampling temperature (logits / T); eval and reward-quality also take 0 (greedy decoding)."""
     top_p: float = 1.0
-    """Nucleus sampling: keep the smallest set of tokens with this much probability. `--top-p` of eval."""
+    """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     batch_sequences: int = 32
-    """Sequences decoded together (per generate call). `--batch-sequences`."""
+    """Sequences decoded together (per generate call)."""
     share_prefill: bool = True
     """Prefill each prompt once and repeat its KV cache for its n rows (fp32: identical samples)."""
     decode_loop: str = "rlpr"
@@ -118,7 +119,7 @@ class RolloutConfig:
 @dataclass
 class RewardConfig:
     """The reward: score B - score A (RLPR), the verifier (RLVR) or their mix; read by train,
-    score and reward-quality."""
+    score and reward-quality (`--input`)."""
 
     kind: str = "probability"
     """probability (RLPR), verifier (RLVR: 1 if the eval grader accepts) or hybrid (vr_weight * verifier
@@ -149,7 +150,7 @@ class RewardConfig:
     """Apply the repetition penalty only where the reward is not 0 (as the reference implementation)."""
     invalid_fallback: str = "none"
     """none (a tagless response scores 0) or free (spec 1b: score it as reasoning followed by the
-    cue). `--fallback` of reward-quality."""
+    cue)."""
     answer_cue: str = "\n<answer> "
     """Text between a fallback response and the reference."""
     answer_turn: str = ""
@@ -591,3 +592,96 @@ def validate_world(cfg: Config, world_size: int) -> None:
         if value % world_size:
             raise ConfigError(f"{key} ({value}) must be divisible by the number of processes ({world_size}): "
                               f"every process owns whole groups")
+
+
+# -- the key reference (docs/config.md) ---------------------------------------------------------
+
+SECTIONS = ("model", "data", "rollout", "reward", "algorithm", "trainer")
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each field of a config dataclass, read from the source, on one line."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, doc in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            docs[node.target.id] = " ".join(inspect.cleandoc(doc.value.value).split())
+    return docs
+
+
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and (not value or value != value.strip() or "\n" in value):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return json.dumps(value) if value else "[]"
+    return str(value)
+
+
+def allowed_values() -> dict[str, str]:
+    """What each key accepts beyond its type: the registries' names and the numeric ranges."""
+    from rlpr.data.demo_tasks import FAMILIES
+    from rlpr.reward.shaping import SHAPINGS
+
+    out = {key: ", ".join(map(str, values)) for key, values in choices().items()}
+    out["reward.shaping"] = ", ".join(SHAPINGS) + " (T, K: numbers; N: an integer)"
+    out["trainer.zero_stage"] = ", ".join(map(str, ZERO_STAGES))
+    out["data.demo_families"] = "any of " + ", ".join(FAMILIES)
+    for key, bounds in RANGES.items():
+        out[key] = interval(bounds)
+        if SAMPLING_RANGES[key] != bounds:
+            out[key] += f"; eval, reward-quality: {interval(SAMPLING_RANGES[key])}"
+    return out
+
+
+def config_reference(shorthands: dict[str, list[str]] | None = None) -> str:
+    """docs/config.md: every key with its type, default, allowed values and meaning, from the
+    dataclasses' field docstrings, RANGES and the registries. `shorthands`: key -> the command
+    flags that set it, as text such as "`--max-new-tokens` (eval, serve)" (`rlpr config
+    --reference` passes them from the parser)."""
+    import inspect
+
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
+    allowed, defaults, shorthands = allowed_values(), Config(), shorthands or {}
+    lines = [
+        "# Configuration keys",
+        "",
+        "<!-- Generated by `rlpr config --reference > docs/config.md` from the field docstrings in",
+        "     src/rlpr/config.py, its RANGES and the registries: edit those, not this file. -->",
+        "",
+        "Every command reads one configuration tree (src/rlpr/config.py). Its value is built in this",
+        "order, later wins: the defaults below; a command's own defaults (`rlpr eval`:",
+        "`rollout.max_new_tokens=1024`); the preset or config file (`--preset NAME` for",
+        "src/rlpr/configs/NAME.yaml, `--config FILE.yaml`; `rlpr train` and `rlpr config` start from",
+        "`demo`, the other commands from no preset); then the dotted overrides (`reward.alpha=0`) and",
+        "the commands' shorthand flags (`--max-new-tokens 8`), in the order they stand on the command",
+        "line. An unknown key or a value out of range stops the command with one line that names the",
+        "key. `rlpr config [--preset NAME] [overrides]` prints the resulting tree.",
+        "",
+        "`rlpr train` reads every section; `rlpr score` reads `model` and `reward` (and",
+        "`rollout.temperature`); `rlpr eval`, `rlpr serve` and `rlpr reward-quality` read `model`,",
+        "`rollout` and `reward` and check only those sections.",
+    ]
+    for section in SECTIONS:
+        obj = getattr(defaults, section)
+        docs = field_docs(type(obj))
+        lines += ["", f"## {section}", "", " ".join(inspect.getdoc(type(obj)).split()), "",
+                  "| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            key = f"{section}.{f.name}"
+            tp = getattr(hints[f.name], "__name__", str(hints[f.name]))
+            if typing.get_origin(hints[f.name]) is list:
+                tp = f"list[{typing.get_args(hints[f.name])[0].__name__}]"
+            doc = docs.get(f.name, "")
+            if key in shorthands:
+                doc += f" Shorthand: {'; '.join(shorthands[key])}."
+            lines.append(f"| `{key}` | {tp} | `{cell(_literal(getattr(obj, f.name)))}` | "
+                         f"{cell(allowed.get(key, ''))} | {cell(doc)} |")
+    return "\n".join(lines) + "\n"
