@@ -661,8 +661,9 @@ def config_reference(shorthands: dict[str, list[str]] | None = None) -> str:
         "src/rlpr/configs/NAME.yaml, `--config FILE.yaml`; `rlpr train` and `rlpr config` start from",
         "`demo`, the other commands from no preset); then the dotted overrides (`reward.alpha=0`) and",
         "the commands' shorthand flags (`--max-new-tokens 8`), in the order they stand on the command",
-        "line. An unknown key or a value out of range stops the command with one line that names the",
-        "key. `rlpr config [--preset NAME] [overrides]` prints the resulting tree.",
+        "line (type the overrides as one group, e.g. at the end). An unknown key or a value out of",
+        "range stops the command with one line that names the key. `rlpr config [--preset NAME]",
+        "[overrides]` prints the resulting tree.",
         "",
         "`rlpr train` reads every section; `rlpr score` reads `model` and `reward` (and",
         "`rollout.temperature`); `rlpr eval`, `rlpr serve` and `rlpr reward-quality` read `model`,",
@@ -683,5 +684,5 @@ def config_reference(shorthands: dict[str, list[str]] | None = None) -> str:
             if key in shorthands:
                 doc += f" Shorthand: {'; '.join(shorthands[key])}."
             lines.append(f"| `{key}` | {tp} | `{cell(_literal(getattr(obj, f.name)))}` | "
-                         f"{cell(allowed.get(key, ''))} | {cell(doc)} |")
+                         f"{cell(allowed.get(key, ''))} | {cell(doc).replace('<', '&lt;')} |")
     return "\n".join(lines) + "\n"

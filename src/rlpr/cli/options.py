@@ -6,7 +6,8 @@ Precedence, lowest first: the dataclass defaults; the command's own defaults (`r
 new tokens); the preset or config file; then the shorthand flags and the dotted overrides in the
 order they stand on the command line, so that of two settings of one key the later wins
 (`--max-new-tokens 8 rollout.max_new_tokens=16` gives 16, the other order 8). An argument of the
-form `section.key=value` is an override wherever it stands, also among `--data` files.
+form `section.key=value` is an override wherever it stands, also among `--data` files; the
+positional overrides form one group (argparse refuses a second group after more flags).
 """
 
 from __future__ import annotations
