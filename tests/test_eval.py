@@ -7,8 +7,8 @@ import json
 import pytest
 
 from helpers import ScriptedEngine, write_eval_data as _write_data
+from rlpr.config import RolloutConfig
 from rlpr.evaluation.benchmark import (
-    EvalSettings,
     Sample,
     apply_judge,
     avg_at_k,
@@ -96,7 +96,7 @@ def test_evaluate_files_with_scripted_responses(tmp_path, tokenizer):
     math_file, mc_file = _write_data(tmp_path)
     engine = ScriptedEngine(tokenizer, ["<think>easy</think> <answer>0</answer>", "I think it is 7"])
     results = evaluate_files(engine, tokenizer, [math_file, mc_file], tmp_path / "out",
-                             EvalSettings(max_new_tokens=8, batch_sequences=4, progress=False))
+                             RolloutConfig(max_new_tokens=8, batch_sequences=4), progress=False)
     # math500: 3 questions x 1 sample; only "0" for 0 + 0 is right -> 1/3
     assert results["math500"]["samples_per_question"] == 1
     assert results["math500"]["accuracy"] == pytest.approx(1 / 3)

@@ -7,7 +7,8 @@ import json
 
 from helpers import ScriptedEngine, write_eval_data as _write_data
 
-from rlpr.evaluation.benchmark import EvalSettings, evaluate_files
+from rlpr.config import RolloutConfig
+from rlpr.evaluation.benchmark import evaluate_files
 import pytest
 
 pytestmark = pytest.mark.unit
@@ -17,7 +18,7 @@ def test_samples_carry_reference_extracted_answer_and_rule(tmp_path, tokenizer):
     math_file, mc_file = _write_data(tmp_path)
     engine = ScriptedEngine(tokenizer, ["<think>easy</think> <answer>0</answer>", "The answer is b."])
     evaluate_files(engine, tokenizer, [math_file, mc_file], tmp_path / "out",
-                   EvalSettings(max_new_tokens=8, batch_sequences=4, progress=False))
+                   RolloutConfig(max_new_tokens=8, batch_sequences=4), progress=False)
     rows = [json.loads(line) for line in (tmp_path / "out" / "samples.jsonl").read_text().splitlines()]
     math = [r for r in rows if r["benchmark"] == "math500"]
     assert [r["reference"] for r in math] == ["0", "2", "4"]

@@ -2,7 +2,8 @@
 
 Presets (YAML files in `configs/`) and dotted command-line overrides (`trainer.max_steps=3`)
 only change values of this tree; everything is validated once, at load time, with one-line
-errors that name the key.
+errors that name the key. Every field carries its docstring; docs/config.md, the key reference,
+is generated from them (`rlpr config --reference`, `config_reference` below).
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import importlib.util
+import json
 import math
 import typing
 from dataclasses import dataclass, field
@@ -27,137 +29,249 @@ SEED_MIX = 1_000_003
 
 @dataclass
 class ModelConfig:
-    path: str = "default"  # "default" (embedded SmolLM2-135M-Instruct), a HF model dir or a .gguf
-    lora: bool = True  # train a LoRA adapter (peft) instead of all weights
+    """The policy: which weights, how they train, where they run (read by every model command)."""
+
+    path: str = "default"
+    """"default" (the embedded SmolLM2-135M-Instruct), a Hugging Face model directory or a .gguf file."""
+    lora: bool = True
+    """Train a LoRA adapter (peft) instead of all weights."""
     lora_rank: int = 16
+    """LoRA rank r."""
     lora_alpha: int = 32
+    """LoRA scaling alpha (the update is scaled by alpha / r)."""
     lora_dropout: float = 0.0
+    """Dropout on the LoRA branch."""
     lora_target_modules: list[str] = field(default_factory=lambda: [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
+    """Module names that get a LoRA adapter."""
     gradient_checkpointing: bool = False
-    rollout_dtype: str = "auto"  # dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16:
-    #                              GPUs, CPUs with AVX512-BF16/AMX; else float32) | bfloat16 | float32
-    threads: int = 0  # torch threads per process (0: torch's default)
-    device: str = "auto"  # auto (cuda:LOCAL_RANK when CUDA is available, else cpu) | cpu | cuda
+    """Recompute activations in the backward pass (less memory, more time); not with fsdp or deepspeed."""
+    rollout_dtype: str = "auto"
+    """dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16: GPUs, CPUs with
+    AVX512-BF16/AMX; else float32), bfloat16 or float32."""
+    threads: int = 0
+    """torch threads per process (0: torch's default)."""
+    device: str = "auto"
+    """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda."""
 
 
 @dataclass
 class DataConfig:
-    train: str = "demo"  # "demo" (built-in tasks) or a .parquet/.jsonl/.json/.csv file
-    val: str = "demo"  # held-out data for evaluation: "demo", a file, or "" for none
-    template: str = "r1"  # r1 | r1_nothink | r1_user | plain (flat files and demo tasks only)
-    prefill: str = ""  # text the assistant turn starts with, e.g. "<think>" (part of the response)
+    """Training and held-out data (read by `rlpr train` only)."""
+
+    train: str = "demo"
+    """"demo" (the built-in tasks) or a .parquet/.jsonl/.json/.csv file."""
+    val: str = "demo"
+    """Held-out data for evaluation during training: "demo", a file, or "" for none."""
+    template: str = "r1"
+    """Prompt template for flat files and demo tasks (verl-layout rows carry their own messages)."""
+    prefill: str = ""
+    """Text the assistant turn starts with, e.g. "<think>" (part of the prompt for the policy, of the
+    response for the reward)."""
     question_column: str = "question"
+    """Question column of a flat file."""
     answer_column: str = "answer"
+    """Reference-answer column of a flat file."""
     choices_column: str = "choices"
+    """Multiple-choice options column of a flat file (optional in the file)."""
     demo_train_size: int = 1000
+    """Training questions drawn from the demo tasks."""
     demo_val_size: int = 50
-    demo_seed: int = 0  # which draw of the demo tasks (fixed, so that training seeds share the data)
-    demo_val_every: int = 8  # one demo question in this many is held out (by a hash of its text)
-    demo_families: list[str] = field(default_factory=list)  # demo task families to use (empty: all of them;
-    #                                                          see rlpr/data/demo_tasks.py FAMILIES)
-    val_limit: int = 0  # evaluate on at most this many held-out examples (0: all)
-    max_prompt_tokens: int = 1024  # longer prompts are skipped (counted), never crash the run
+    """Held-out questions drawn from the demo tasks."""
+    demo_seed: int = 0
+    """Which draw of the demo tasks (fixed, so that training seeds share the data)."""
+    demo_val_every: int = 8
+    """One demo question in this many is held out (by a hash of its text)."""
+    demo_families: list[str] = field(default_factory=list)
+    """Demo task families to use (empty: all of them; see rlpr/data/demo_tasks.py FAMILIES)."""
+    val_limit: int = 0
+    """Evaluate on at most this many held-out examples (0: all)."""
+    max_prompt_tokens: int = 1024
+    """Longer prompts are skipped (and counted), never crash the run."""
     shuffle: bool = True
+    """Shuffle the training prompts (by trainer.seed)."""
 
 
 @dataclass
 class RolloutConfig:
-    engine: str = "hf"  # rollout engine (Hugging Face generate)
-    responses_per_prompt: int = 8  # the group size n
+    """Sampling responses: read by train, eval and reward-quality (`--build-from`); serve caps
+    requests at max_new_tokens."""
+
+    engine: str = "hf"
+    """Rollout engine: hf (Hugging Face models, rlpr's decode loop or generate); vllm is planned (issue 18)."""
+    responses_per_prompt: int = 8
+    """The group size n (training; eval and reward-quality take --samples)."""
     max_new_tokens: int = 256
+    """Longest response in tokens (rlpr eval's default: 1024; rlpr serve: the cap on a request's
+    max_tokens)."""
     temperature: float = 1.0
+    """Sampling temperature (logits / T); eval and reward-quality also take 0 (greedy decoding)."""
     top_p: float = 1.0
-    batch_sequences: int = 32  # sequences per generate call
-    share_prefill: bool = True  # prefill each prompt once and repeat its KV cache for its n rows
-    decode_loop: str = "rlpr"  # rlpr (preallocated KV cache, finished rows leave the batch) | generate (HF's)
+    """Nucleus sampling: keep the smallest set of tokens with this much probability."""
+    batch_sequences: int = 32
+    """Sequences decoded together (per generate call)."""
+    share_prefill: bool = True
+    """Prefill each prompt once and repeat its KV cache for its n rows (fp32: identical samples)."""
+    decode_loop: str = "rlpr"
+    """rlpr (preallocated KV cache, finished rows leave the batch) or generate (HF's); the same samples."""
 
 
 @dataclass
 class RewardConfig:
-    kind: str = "probability"  # probability (RLPR) | verifier (RLVR: 1 if the eval grader accepts) | hybrid
-    #                            (vr_weight * verifier + pr_weight * probability, the official code's prob_mix)
-    pr_weight: float = 0.5  # hybrid only
-    vr_weight: float = 1.0  # hybrid only
-    format_mode: str = "r1"  # r1 | r1_nothink | boxed
-    aggregation: str = "mean_prob"  # mean_prob | mean_logprob | seq_likelihood | geo_mean_prob
-    shaping: str = "threshold_0"  # identity | threshold_T | leaky_T | sigmoid_K | bin_N
-    alpha: float = 0.1  # weight of the format reward
-    debias: bool = True  # subtract score A (False: the "without debiasing" ablation)
-    score_a: str = "initial"  # initial (cached, from the initial policy) | current (every step)
+    """The reward: score B - score A (RLPR), the verifier (RLVR) or their mix; read by train,
+    score and reward-quality (`--input`)."""
+
+    kind: str = "probability"
+    """probability (RLPR), verifier (RLVR: 1 if the eval grader accepts) or hybrid (vr_weight * verifier
+    + pr_weight * probability, the official code's prob_mix)."""
+    pr_weight: float = 0.5
+    """Weight of the probability reward (hybrid only)."""
+    vr_weight: float = 1.0
+    """Weight of the verifier reward (hybrid only)."""
+    format_mode: str = "r1"
+    """Which response format earns the format reward and where the answer is read."""
+    aggregation: str = "mean_prob"
+    """How the reference's per-token probabilities become one score."""
+    shaping: str = "threshold_0"
+    """Debiased-score shaping: identity, threshold_T, leaky_T, sigmoid_K or bin_N (e.g. threshold_0)."""
+    alpha: float = 0.1
+    """Weight of the format reward."""
+    debias: bool = True
+    """Subtract score A (false: the "without debiasing" ablation)."""
+    score_a: str = "initial"
+    """initial (cached, from the initial policy) or current (recomputed every step)."""
     repetition_penalty: bool = True
+    """-1 for a response in which one run of repetition_window words occurs repetition_count or more times."""
     repetition_window: int = 10
+    """Length, in words, of the runs the repetition penalty counts."""
     repetition_count: int = 10
-    repetition_only_nonzero: bool = True  # as the reference implementation: only if reward != 0
-    invalid_fallback: str = "none"  # none | free (spec 1b: score a tagless response as reasoning)
+    """Occurrences of one run that trigger the repetition penalty."""
+    repetition_only_nonzero: bool = True
+    """Apply the repetition penalty only where the reward is not 0 (as the reference implementation)."""
+    invalid_fallback: str = "none"
+    """none (a tagless response scores 0) or free (spec 1b: score it as reasoning followed by the
+    cue)."""
     answer_cue: str = "\n<answer> "
-    answer_turn: str = ""  # if set, the fallback's cue is instead a follow-up user turn asking this, written
-    #                        by the model's chat template (the response becomes a finished assistant turn)
-    score_a_form: str = "cue"  # A for fallback responses: cue (Q + answer_cue + y*, like their B) | prompt
-    #                            (the paper's Q + " " + y*, as for valid responses); spec 1b
-    max_batch_tokens: int = 8192  # padded tokens per scoring forward
+    """Text between a fallback response and the reference."""
+    answer_turn: str = ""
+    """If set, the fallback's cue is instead a follow-up user turn asking this, written by the
+    model's chat template (the response becomes a finished assistant turn)."""
+    score_a_form: str = "cue"
+    """Score A for fallback responses: cue (Q + answer_cue + y*, like their B) or prompt (the paper's
+    Q + " " + y*, as for valid responses); spec 1b."""
+    max_batch_tokens: int = 8192
+    """Padded tokens per scoring forward."""
 
 
 @dataclass
 class AlgorithmConfig:
-    advantage: str = "grpo"  # grpo | rloo | dr_grpo | reinforce_pp
+    """Advantages, the std filter with dynamic sampling, and the policy loss (training only)."""
+
+    advantage: str = "grpo"
+    """Advantage estimator."""
     std_filter: bool = True
-    filter_beta: float = 0.5  # keep a group iff std >= beta * ema
-    filter_warmup_steps: int = 10  # no filtering for steps 1..warmup
-    filter_init_steps: int = 5  # the EMA starts as the mean of the last this-many warm-up steps
+    """Drop groups whose reward std is low against its running mean (the paper's filter)."""
+    filter_beta: float = 0.5
+    """Keep a group iff its std >= beta * EMA of the std."""
+    filter_warmup_steps: int = 10
+    """No filtering for steps 1..warmup."""
+    filter_init_steps: int = 5
+    """The EMA starts as the mean of the last this-many warm-up steps."""
     filter_ema_decay: float = 0.99
-    max_sampling_tries: int = 3  # rollout rounds per step for dynamic sampling
-    on_insufficient: str = "train"  # train (on what was kept) | error
+    """Decay of the std's EMA."""
+    max_sampling_tries: int = 3
+    """Rollout rounds per step for dynamic sampling (until prompts_per_step groups are kept)."""
+    on_insufficient: str = "train"
+    """When the tries keep too few groups: train (on what was kept) or error."""
     clip_low: float = 0.2
+    """PPO clip below: ratio >= 1 - clip_low."""
     clip_high: float = 0.27
-    loss_agg: str = "token_mean"  # token_mean | seq_mean_token_mean | seq_mean_token_sum
+    """PPO clip above (clip-higher): ratio <= 1 + clip_high."""
+    loss_agg: str = "token_mean"
+    """How per-token losses are averaged."""
     entropy_coef: float = 1e-3
-    kl_coef: float = 0.0  # 0 disables the KL term
-    kl_estimator: str = "k3"  # k1 | k2 | k3
+    """Weight of the entropy bonus."""
+    kl_coef: float = 0.0
+    """Weight of the KL term to the initial policy (0 disables it)."""
+    kl_estimator: str = "k3"
+    """KL estimator."""
 
 
 @dataclass
 class TrainerConfig:
-    prompts_per_step: int = 8  # groups kept per step (after filtering)
-    mini_batch_prompts: int = 2  # prompts (whole groups) per optimizer update
-    micro_batch_sequences: int = 8  # sequences per forward/backward (gradient accumulation)
+    """The training loop: batch sizes, optimizer, precision, parallelism, evaluation, outputs."""
+
+    prompts_per_step: int = 8
+    """Groups trained on per step (after filtering)."""
+    mini_batch_prompts: int = 2
+    """Prompts (whole groups) per optimizer update."""
+    micro_batch_sequences: int = 8
+    """Sequences per forward/backward (gradient accumulation)."""
     epochs_per_step: int = 1
+    """Passes over a step's batch."""
     lr: float = 1e-6
+    """AdamW learning rate."""
     weight_decay: float = 0.01
+    """AdamW weight decay."""
     adam_beta1: float = 0.9
+    """AdamW beta1."""
     adam_beta2: float = 0.999
+    """AdamW beta2."""
     grad_clip: float = 1.0
-    warmup_steps: int = 0  # linear learning-rate warm-up, then constant
-    mixed_precision: str = "none"  # none | bf16: autocast the update's passes (fp32 master weights) | auto
-    #                                (bf16 where the hardware has fast bf16, else none)
-    fp32_attention: bool = True  # with bf16 on CPU: attention in fp32 (faster there, and more precise)
-    bf16_frozen_weights: bool = True  # with bf16: frozen weights (LoRA's base) cast once per update, not per
-    #                                   forward (exact; 2 bytes per frozen weight during the update; ddp only)
-    strategy: str = "ddp"  # ddp (a full replica per process) | fsdp (weights, gradients, optimizer states
-    #                        sharded over processes) | deepspeed (DeepSpeed ZeRO; see rlpr/parallel/sharding.py).
-    #                        One process: all the same
-    zero_stage: int = 2  # with strategy=deepspeed: 1 (optimizer states sharded) | 2 (and gradients)
-    share_prompt_prefix: bool = True  # run each prompt once for its responses, whatever the micro-batch
-    #                                   (exact; not combined with model.gradient_checkpointing)
+    """Gradient-norm clipping (inf: none)."""
+    warmup_steps: int = 0
+    """Linear learning-rate warm-up, then constant."""
+    mixed_precision: str = "none"
+    """none, bf16 (autocast the update's passes, fp32 master weights) or auto (bf16 where the hardware
+    has fast bf16, else none)."""
+    fp32_attention: bool = True
+    """With bf16 on CPU: attention in fp32 (faster there, and more precise)."""
+    bf16_frozen_weights: bool = True
+    """With bf16: frozen weights (LoRA's base) cast once per update, not per forward (exact; 2 bytes
+    per frozen weight during the update; ddp only)."""
+    strategy: str = "ddp"
+    """ddp (a full replica per process), fsdp (weights, gradients, optimizer states sharded over
+    processes) or deepspeed (DeepSpeed ZeRO; see rlpr/parallel/sharding.py). One process: all the same."""
+    zero_stage: int = 2
+    """With strategy=deepspeed: 1 (optimizer states sharded) or 2 (and gradients)."""
+    share_prompt_prefix: bool = True
+    """Run each prompt once for its responses, whatever the micro-batch (exact; not combined with
+    model.gradient_checkpointing)."""
     max_steps: int = 100
+    """Training steps."""
     seed: int = 0
-    eval_every: int = 0  # 0: only before the first and after the last step
-    eval_before: bool = True  # evaluate the initial policy before the first step
-    eval_max_new_tokens: int = 0  # 0: same as rollout.max_new_tokens
-    eval_samples: int = 0  # k > 0: also k samples per held-out question at the rollout temperature
-    #                        (Avg@k accuracy, pass@k); 0: greedy only
-    sample_every: int = 1  # write sampled generations every N steps
-    save_every: int = 10  # checkpoint every N steps and at the end (0: only at the end)
+    """Seed of the prompt order, sampling and initialization."""
+    eval_every: int = 0
+    """Held-out evaluation every N steps (0: only before the first and after the last step)."""
+    eval_before: bool = True
+    """Evaluate the initial policy before the first step."""
+    eval_max_new_tokens: int = 0
+    """Response length of the held-out evaluation (0: rollout.max_new_tokens)."""
+    eval_samples: int = 0
+    """k > 0: also k samples per held-out question at the rollout temperature (Avg@k accuracy,
+    pass@k); 0: greedy only."""
+    sample_every: int = 1
+    """Write sampled generations every N steps (0: never)."""
+    save_every: int = 10
+    """Checkpoint every N steps and at the end (0: only at the end)."""
     keep_last: int = 2
+    """Checkpoints kept."""
     output_dir: str = "runs"
-    name: str = ""  # run name (default: preset + timestamp)
+    """Where run directories are created."""
+    name: str = ""
+    """Run name (default: preset + timestamp)."""
     tensorboard: bool = True
+    """Write TensorBoard event files next to metrics.jsonl."""
     progress: bool = True
+    """Show progress bars."""
 
 
 @dataclass
 class Config:
+    """The whole configuration: defaults <- preset <- overrides."""
+
     preset: str = "demo"
+    """The preset (or config file stem) the run started from; set by the loader."""
     model: ModelConfig = field(default_factory=ModelConfig)
     data: DataConfig = field(default_factory=DataConfig)
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
@@ -276,10 +390,16 @@ def parse_override(text: str) -> tuple[str, object]:
     return key.strip(), value
 
 
-def load_config(preset: str = "demo", overrides: list[str] | None = None,
-                base: dict | None = None) -> Config:
-    """Defaults <- preset YAML <- `base` dict (e.g. a resumed run's config) <- overrides; validated."""
+def build_config(preset: str = "demo", overrides: list | None = None, base: dict | None = None, *,
+                 defaults: dict | None = None) -> Config:
+    """Defaults <- `defaults` (a command's own, e.g. eval's longer responses) <- preset YAML <- `base`
+    (e.g. a resumed run's config) <- overrides, in order; not validated (`load_config` is).
+
+    An override is `key=value` text (`parse_override`) or a `(key, value)` pair: what a command's
+    shorthand flag sets (`--max-new-tokens 8` is `("rollout.max_new_tokens", 8)`)."""
     cfg = Config()
+    if defaults:
+        apply(cfg, defaults)
     if preset:
         data = read_yaml(preset_path(preset))
         data.pop("preset", None)
@@ -287,10 +407,17 @@ def load_config(preset: str = "demo", overrides: list[str] | None = None,
         cfg.preset = Path(preset).stem
     if base:
         apply(cfg, base)
-    for text in overrides or []:
-        key, value = parse_override(text)
+    for item in overrides or []:
+        key, value = parse_override(item) if isinstance(item, str) else item
         _set(cfg, key, value)
-    validate(cfg)
+    return cfg
+
+
+def load_config(preset: str = "demo", overrides: list | None = None, base: dict | None = None, *,
+                defaults: dict | None = None, sections: tuple[str, ...] | None = None) -> Config:
+    """`build_config`, then `validate(cfg, sections)`."""
+    cfg = build_config(preset, overrides, base, defaults=defaults)
+    validate(cfg, sections)
     return cfg
 
 
@@ -331,68 +458,109 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
 }
 
 
-def check_ranges(cfg: Config) -> None:
+def check_ranges(cfg: Config, ranges: dict = RANGES, sections: tuple[str, ...] | None = None) -> None:
     """Every numeric key finite (but where its range reaches infinity) and inside its range."""
-    for key, (low, high, low_in, high_in) in RANGES.items():
-        section, name = key.split(".")
-        value = getattr(getattr(cfg, section), name)
+    for key, (low, high, low_in, high_in) in ranges.items():
+        if sections is not None and key.split(".")[0] not in sections:
+            continue
+        value = _get(cfg, key)
         below = value < low if low_in else value <= low
         above = value > high if high_in else value >= high
         if math.isnan(value) or below or above:
-            interval = f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
-            raise ConfigError(f"{key}: must be in {interval}, got {value!r}")
+            raise ConfigError(f"{key}: must be in {interval(ranges[key])}, got {value!r}")
 
 
-def validate(cfg: Config) -> None:
-    """Cross-field checks; every message names the key."""
+def interval(bounds: tuple[float, float, bool, bool]) -> str:
+    low, high, low_in, high_in = bounds
+    return f"{'[' if low_in else '('}{low:g}, {high:g}{']' if high_in else ')'}"
+
+
+ZERO_STAGES = (1, 2)  # trainer.zero_stage (3: use trainer.strategy=fsdp)
+
+
+def choices() -> dict[str, tuple]:
+    """Every key with a fixed set of values, read from the registries that own them (in the order
+    `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import LOSS_AGGREGATIONS, KL_ESTIMATORS
+    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
     from rlpr.data.templates import TEMPLATES
+    from rlpr.parallel.distributed import DEVICES
+    from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import AGGREGATIONS
     from rlpr.reward.sequence import FALLBACKS
+
+    return {
+        "model.rollout_dtype": ("auto", "bfloat16", "float32"),
+        "model.device": tuple(DEVICES),
+        "data.template": tuple(TEMPLATES),
+        "rollout.engine": ("hf",),
+        "rollout.decode_loop": ("rlpr", "generate"),
+        "reward.kind": tuple(REWARD_KINDS),
+        "reward.format_mode": tuple(FORMAT_MODES),
+        "reward.aggregation": tuple(AGGREGATIONS),
+        "reward.score_a": ("initial", "current"),
+        "reward.invalid_fallback": tuple(FALLBACKS),
+        "reward.score_a_form": ("cue", "prompt"),
+        "algorithm.advantage": tuple(ADVANTAGES),
+        "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
+        "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
+        "algorithm.on_insufficient": ("train", "error"),
+        "trainer.mixed_precision": ("none", "bf16", "auto"),
+        "trainer.strategy": tuple(STRATEGIES),
+    }
+
+
+def _get(cfg: Config, key: str):
+    section, name = key.split(".")
+    return getattr(getattr(cfg, section), name)
+
+
+# The sections that `rlpr eval`, `serve` and `reward-quality` read and check (the rest is
+# training's); there rollout.temperature may be 0, which means greedy decoding.
+SAMPLING_SECTIONS = ("model", "rollout", "reward")
+SAMPLING_RANGES = {**RANGES, "rollout.temperature": (0, INF, True, False)}
+
+
+def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
+    """Choices, ranges and cross-field checks; every message names the key. `sections`: check only
+    those (the commands that do not train pass SAMPLING_SECTIONS, with SAMPLING_RANGES)."""
+    from rlpr.parallel.distributed import resolve_device
     from rlpr.reward.shaping import get_shaping
 
+    def wanted(key: str) -> bool:
+        return sections is None or key.split(".")[0] in sections
+
+    for key, allowed in choices().items():
+        if not wanted(key):
+            continue
+        if key == "model.device":
+            resolve_device(cfg.model.device)  # its choices, and a one-line ConfigError for cuda without CUDA
+        else:
+            _choice(key, _get(cfg, key), allowed)
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
-    _choice("model.rollout_dtype", cfg.model.rollout_dtype, ("auto", "bfloat16", "float32"))
-    from rlpr.parallel.distributed import resolve_device
-
-    resolve_device(cfg.model.device)  # a one-line ConfigError for cuda without CUDA, at load time
-    _choice("data.template", cfg.data.template, TEMPLATES)
-    _choice("rollout.engine", ro.engine, ("hf",))
-    _choice("rollout.decode_loop", ro.decode_loop, ("rlpr", "generate"))
-    _choice("reward.kind", r.kind, tuple(REWARD_KINDS))
-    _choice("reward.format_mode", r.format_mode, FORMAT_MODES)
-    _choice("reward.aggregation", r.aggregation, tuple(AGGREGATIONS))
-    _choice("reward.score_a", r.score_a, ("initial", "current"))
-    _choice("reward.invalid_fallback", r.invalid_fallback, FALLBACKS)
-    _choice("reward.score_a_form", r.score_a_form, ("cue", "prompt"))
-    _choice("algorithm.advantage", a.advantage, tuple(ADVANTAGES))
-    _choice("algorithm.loss_agg", a.loss_agg, tuple(LOSS_AGGREGATIONS))
-    _choice("algorithm.kl_estimator", a.kl_estimator, tuple(KL_ESTIMATORS))
-    _choice("algorithm.on_insufficient", a.on_insufficient, ("train", "error"))
-    _choice("trainer.mixed_precision", t.mixed_precision, ("none", "bf16", "auto"))
-    from rlpr.parallel.sharding import STRATEGIES
-
-    _choice("trainer.strategy", t.strategy, tuple(STRATEGIES))
-    if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
-        raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
-    if t.zero_stage == 3:
-        raise ConfigError("trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp (rlpr's ZeRO-3-like "
-                          "sharding); ZeRO-3 gathers weights in hooks that every process must run in step, and "
-                          "rlpr's processes run unequal numbers of no-grad forwards (scoring, log-probs)")
-    if t.zero_stage not in (1, 2):
-        raise ConfigError(f"trainer.zero_stage: {t.zero_stage!r} is not one of 1, 2")
-    if t.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
-        raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)")
-    try:
-        get_shaping(r.shaping)
-    except ValueError as e:
-        raise ConfigError(f"reward.shaping: {e}") from None
-    check_ranges(cfg)
-    if ro.responses_per_prompt < 2:
+    if sections is None:
+        if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
+            raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
+        if t.zero_stage == 3:
+            raise ConfigError("trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp (rlpr's ZeRO-3-like "
+                              "sharding); ZeRO-3 gathers weights in hooks that every process must run in step, "
+                              "and rlpr's processes run unequal numbers of no-grad forwards (scoring, log-probs)")
+        if t.zero_stage not in ZERO_STAGES:
+            raise ConfigError(f"trainer.zero_stage: {t.zero_stage!r} is not one of 1, 2")
+        if t.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
+            raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)")
+    if wanted("reward"):
+        try:
+            get_shaping(r.shaping)
+        except ValueError as e:
+            raise ConfigError(f"reward.shaping: {e}") from None
+    check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
+    if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")
+    if sections is not None:
+        return
     if t.prompts_per_step % t.mini_batch_prompts:
         raise ConfigError(f"trainer.prompts_per_step ({t.prompts_per_step}) must be a multiple of "
                           f"trainer.mini_batch_prompts ({t.mini_batch_prompts})")
@@ -424,3 +592,97 @@ def validate_world(cfg: Config, world_size: int) -> None:
         if value % world_size:
             raise ConfigError(f"{key} ({value}) must be divisible by the number of processes ({world_size}): "
                               f"every process owns whole groups")
+
+
+# -- the key reference (docs/config.md) ---------------------------------------------------------
+
+SECTIONS = ("model", "data", "rollout", "reward", "algorithm", "trainer")
+
+
+def field_docs(cls) -> dict[str, str]:
+    """The docstring under each field of a config dataclass, read from the source, on one line."""
+    import ast
+    import inspect
+    import textwrap
+
+    body = ast.parse(textwrap.dedent(inspect.getsource(cls))).body[0].body
+    docs = {}
+    for node, doc in zip(body, body[1:]):
+        if (isinstance(node, ast.AnnAssign) and isinstance(doc, ast.Expr)
+                and isinstance(doc.value, ast.Constant) and isinstance(doc.value.value, str)):
+            docs[node.target.id] = " ".join(inspect.cleandoc(doc.value.value).split())
+    return docs
+
+
+def _literal(value) -> str:
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, str) and (not value or value != value.strip() or "\n" in value):
+        return json.dumps(value)
+    if isinstance(value, list):
+        return json.dumps(value) if value else "[]"
+    return str(value)
+
+
+def allowed_values() -> dict[str, str]:
+    """What each key accepts beyond its type: the registries' names and the numeric ranges."""
+    from rlpr.data.demo_tasks import FAMILIES
+    from rlpr.reward.shaping import SHAPINGS
+
+    out = {key: ", ".join(map(str, values)) for key, values in choices().items()}
+    out["reward.shaping"] = ", ".join(SHAPINGS) + " (T, K: numbers; N: an integer)"
+    out["trainer.zero_stage"] = ", ".join(map(str, ZERO_STAGES))
+    out["data.demo_families"] = "any of " + ", ".join(FAMILIES)
+    for key, bounds in RANGES.items():
+        out[key] = interval(bounds)
+        if SAMPLING_RANGES[key] != bounds:
+            out[key] += f"; eval, reward-quality: {interval(SAMPLING_RANGES[key])}"
+    return out
+
+
+def config_reference(shorthands: dict[str, list[str]] | None = None) -> str:
+    """docs/config.md: every key with its type, default, allowed values and meaning, from the
+    dataclasses' field docstrings, RANGES and the registries. `shorthands`: key -> the command
+    flags that set it, as text such as "`--max-new-tokens` (eval, serve)" (`rlpr config
+    --reference` passes them from the parser)."""
+    import inspect
+
+    cell = lambda text: text.replace("|", "\\|")  # noqa: E731
+    allowed, defaults, shorthands = allowed_values(), Config(), shorthands or {}
+    lines = [
+        "# Configuration keys",
+        "",
+        "<!-- Generated by `rlpr config --reference > docs/config.md` from the field docstrings in",
+        "     src/rlpr/config.py, its RANGES and the registries: edit those, not this file. -->",
+        "",
+        "Every command reads one configuration tree (src/rlpr/config.py). Its value is built in this",
+        "order, later wins: the defaults below; a command's own defaults (`rlpr eval`:",
+        "`rollout.max_new_tokens=1024`); the preset or config file (`--preset NAME` for",
+        "src/rlpr/configs/NAME.yaml, `--config FILE.yaml`; `rlpr train` and `rlpr config` start from",
+        "`demo`, the other commands from no preset); then the dotted overrides (`reward.alpha=0`) and",
+        "the commands' shorthand flags (`--max-new-tokens 8`), in the order they stand on the command",
+        "line (type the overrides as one group, e.g. at the end). An unknown key or a value out of",
+        "range stops the command with one line that names the key. `rlpr config [--preset NAME]",
+        "[overrides]` prints the resulting tree.",
+        "",
+        "`rlpr train` reads every section; `rlpr score` reads `model` and `reward` (and",
+        "`rollout.temperature`); `rlpr eval`, `rlpr serve` and `rlpr reward-quality` read `model`,",
+        "`rollout` and `reward` and check only those sections.",
+    ]
+    for section in SECTIONS:
+        obj = getattr(defaults, section)
+        docs = field_docs(type(obj))
+        lines += ["", f"## {section}", "", " ".join(inspect.getdoc(type(obj)).split()), "",
+                  "| key | type | default | allowed | meaning |", "|---|---|---|---|---|"]
+        hints = typing.get_type_hints(type(obj))
+        for f in dataclasses.fields(obj):
+            key = f"{section}.{f.name}"
+            tp = getattr(hints[f.name], "__name__", str(hints[f.name]))
+            if typing.get_origin(hints[f.name]) is list:
+                tp = f"list[{typing.get_args(hints[f.name])[0].__name__}]"
+            doc = docs.get(f.name, "")
+            if key in shorthands:
+                doc += f" Shorthand: {'; '.join(shorthands[key])}."
+            lines.append(f"| `{key}` | {tp} | `{cell(_literal(getattr(obj, f.name)))}` | "
+                         f"{cell(allowed.get(key, ''))} | {cell(doc).replace('<', '&lt;')} |")
+    return "\n".join(lines) + "\n"

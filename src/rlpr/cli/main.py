@@ -1,4 +1,4 @@
-"""The `rlpr` command line: train, score, eval, data convert, serve, reward-quality.
+"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, config.
 
 Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
 mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
@@ -11,16 +11,22 @@ import logging
 import os
 import sys
 
+from rlpr.cli.evaluation import register as register_evaluation
+from rlpr.cli.options import Shorthand, add_config_options, command_config, shorthand
+
+
 def _user_errors():
     from rlpr.errors import ConfigError, DataError, ModelError
 
     return (ConfigError, DataError, ModelError)
 
 
-def _config(args, preset_default: str | None = "demo"):
-    from rlpr.config import load_config
+def _validated(args):
+    from rlpr.config import validate
 
-    return load_config(args.preset or preset_default, args.overrides)
+    cfg = command_config(args)
+    validate(cfg)
+    return cfg
 
 
 def cmd_train(args) -> int:
@@ -29,9 +35,9 @@ def cmd_train(args) -> int:
     if args.resume:
         from rlpr.train.checkpoint import resume_config
 
-        cfg = resume_config(args.resume, args.overrides)
+        cfg = resume_config(args.resume, args.overrides or [])
     else:
-        cfg = _config(args)
+        cfg = _validated(args)
     train(cfg, resume=args.resume)
     return 0
 
@@ -39,15 +45,33 @@ def cmd_train(args) -> int:
 def cmd_score(args) -> int:
     from rlpr.evaluation.score_file import score_file
 
-    cfg = _config(args, preset_default=None)  # the spec's defaults unless a preset is named
-    if args.model:
-        cfg.model.path = args.model
-    if args.temperature is not None:
-        cfg.rollout.temperature = args.temperature
-    from rlpr.config import validate
-
-    validate(cfg)
+    cfg = _validated(args)  # the spec's defaults unless a preset is named
     score_file(cfg, args.input, args.output, template=args.template, batch_rows=args.batch_rows)
+    return 0
+
+
+def shorthands(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
+    """Config key -> the flags that set it, e.g. "`--max-new-tokens` (eval, reward-quality, serve)"."""
+    flags: dict[str, dict[str, list[str]]] = {}
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            for command, sub in action.choices.items():
+                for a in sub._actions:
+                    if isinstance(a, Shorthand):
+                        flags.setdefault(a.key, {}).setdefault(a.option_strings[0], []).append(command)
+    return {key: [f"`{flag}` ({', '.join(sorted(commands))})" for flag, commands in by_flag.items()]
+            for key, by_flag in flags.items()}
+
+
+def cmd_config(args) -> int:
+    import yaml
+
+    from rlpr.config import config_reference
+
+    if args.reference:
+        print(config_reference(shorthands(build_parser())), end="")
+    else:
+        print(yaml.safe_dump(_validated(args).to_dict(), sort_keys=False, allow_unicode=True), end="")
     return 0
 
 
@@ -70,23 +94,19 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
-    def with_config(p):
-        p.add_argument("--preset", default=None, help="preset name in configs/ or a .yaml path (default: demo)")
-        p.add_argument("overrides", nargs="*", help="dotted overrides, e.g. trainer.max_steps=3")
-
     p = sub.add_parser("train", help="train with RLPR")
-    with_config(p)
+    add_config_options(p, default_preset="demo")
     p.add_argument("--resume", default=None, help="a run directory (runs/NAME) to continue exactly")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("score", help="probability rewards for a JSONL of prompt/response/reference")
-    with_config(p)
+    add_config_options(p, default_preset=None)
     p.add_argument("--input", required=True)
     p.add_argument("--output", required=True)
-    p.add_argument("--model", default=None, help="'default' (embedded), a HF model dir or a .gguf")
+    shorthand(p, "--model", "model.path", "'default' (embedded), a HF model dir or a .gguf")
     p.add_argument("--template", default="plain",
                    help="template for string prompts: plain (user turn only), r1, r1_nothink, r1_user")
-    p.add_argument("--temperature", type=float, default=None, help="rollout temperature (logits / T)")
+    shorthand(p, "--temperature", "rollout.temperature", "rollout temperature (logits / T)", type=float)
     p.add_argument("--batch-rows", type=int, default=32)
     p.set_defaults(fn=cmd_score)
 
@@ -108,9 +128,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "default: the format name")
     c.set_defaults(fn=cmd_data_convert)
 
-    from rlpr.evaluation.commands import register as register_evaluation
+    register_evaluation(sub)  # eval, grade, serve, reward-quality
 
-    register_evaluation(sub)  # eval, serve, reward-quality
+    p = sub.add_parser("config", help="print the effective configuration (YAML), or every key (--reference)")
+    add_config_options(p, default_preset="demo")
+    p.add_argument("--reference", action="store_true",
+                   help="print the key reference in Markdown (docs/config.md: rlpr config --reference > docs/config.md)")
+    p.set_defaults(fn=cmd_config)
     return parser
 
 

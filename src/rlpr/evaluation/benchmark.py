@@ -13,7 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlpr.config import SEED_MIX
+from rlpr.config import SEED_MIX, RolloutConfig
 from rlpr.data.records import Example
 from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
@@ -186,31 +186,18 @@ def benchmark_result(groups: list[list[Sample]]) -> dict:
 
 # --------------------------------------------------------------------------- the command
 
-@dataclass
-class EvalSettings:
-    samples: int | None = None  # None: from the file name's _AvgK suffix, else 1
-    max_new_tokens: int = 1024
-    temperature: float = 1.0
-    top_p: float = 1.0
-    limit: int = 0
-    batch_sequences: int = 32
-    seed: int = 0
-    progress: bool | None = None
-
-
-def validate_settings(s: EvalSettings) -> None:
-    if s.samples is not None and s.samples < 1:
-        raise ValueError(f"--samples must be at least 1, got {s.samples}")
-    if s.max_new_tokens < 1:
-        raise ValueError(f"--max-new-tokens must be at least 1, got {s.max_new_tokens}")
-    if s.temperature < 0:
-        raise ValueError("--temperature must be >= 0 (0: greedy decoding)")
-    if not 0 < s.top_p <= 1:
-        raise ValueError("--top-p must be in (0, 1]")
-    if s.batch_sequences < 1:
-        raise ValueError("--batch-sequences must be at least 1")
-    if s.limit < 0:
-        raise ValueError("--limit must be >= 0")
+def check_rollout(rollout: RolloutConfig) -> None:
+    """The sampling settings eval reads, with the flags' own messages (before the config's ranges,
+    which add NaN; temperature 0 is greedy decoding here)."""
+    if rollout.max_new_tokens < 1:
+        raise ValueError(f"--max-new-tokens must be at least 1, got {rollout.max_new_tokens} "
+                         "(rollout.max_new_tokens)")
+    if rollout.temperature < 0:
+        raise ValueError("--temperature must be >= 0 (0: greedy decoding; rollout.temperature)")
+    if not 0 < rollout.top_p <= 1:
+        raise ValueError("--top-p must be in (0, 1] (rollout.top_p)")
+    if rollout.batch_sequences < 1:
+        raise ValueError("--batch-sequences must be at least 1 (rollout.batch_sequences)")
 
 
 @dataclass
@@ -220,17 +207,22 @@ class Benchmark:
     k: int  # samples per question
 
 
-def load_benchmarks(files: list[str | Path], settings: EvalSettings) -> list[Benchmark]:
-    """Read and validate every file (before any model work, so a bad file fails at once)."""
+def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: int = 0) -> list[Benchmark]:
+    """Read and validate every file (before any model work, so a bad file fails at once).
+    `samples` per question (None: K of an _AvgK file-name suffix, else 1); `limit`: at most this
+    many questions per file (0: all)."""
     from rlpr.data.loading import load_examples
 
-    validate_settings(settings)
+    if samples is not None and samples < 1:
+        raise ValueError(f"--samples must be at least 1, got {samples}")
+    if limit < 0:
+        raise ValueError("--limit must be >= 0")
     out = []
     for path in files:
         examples = load_examples(path)
-        if settings.limit:
-            examples = examples[:settings.limit]
-        k = settings.samples or samples_from_name(path) or 1
+        if limit:
+            examples = examples[:limit]
+        k = samples or samples_from_name(path) or 1
         out.append(Benchmark(Path(path).stem, examples, k))
     names = [b.name for b in out]
     if len(set(names)) != len(names):
@@ -239,26 +231,30 @@ def load_benchmarks(files: list[str | Path], settings: EvalSettings) -> list[Ben
 
 
 def evaluate_files(engine, tokenizer, files: list[str | Path], output_dir: str | Path,
-                   settings: EvalSettings, judge=None) -> dict:
-    """Evaluate every file; see `evaluate`."""
-    return evaluate(engine, tokenizer, load_benchmarks(files, settings), output_dir, settings, judge)
+                   rollout: RolloutConfig, judge=None, *, samples: int | None = None, limit: int = 0,
+                   seed: int = 0, progress: bool | None = None) -> dict:
+    """Evaluate every file; see `load_benchmarks` and `evaluate`."""
+    check_rollout(rollout)
+    return evaluate(engine, tokenizer, load_benchmarks(files, samples, limit), output_dir, rollout, judge,
+                    seed=seed, progress=progress)
 
 
 def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | Path,
-             settings: EvalSettings, judge=None) -> dict:
-    """Sample, grade (and judge); write results.json, results.md and samples.jsonl into `output_dir`."""
+             rollout: RolloutConfig, judge=None, *, seed: int = 0, progress: bool | None = None) -> dict:
+    """Sample with the rollout settings (max_new_tokens, temperature, top_p, batch_sequences),
+    grade (and judge); write results.json, results.md and samples.jsonl into `output_dir`."""
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
     total = sum(len(b.examples) for b in benchmarks)
     with open(out / "samples.jsonl", "w", encoding="utf-8") as f, \
-            progress_bar(total, "evaluating", settings.progress) as advance:
+            progress_bar(total, "evaluating", progress) as advance:
         for b in benchmarks:
             name, examples, k = b.name, b.examples, b.k
             groups = sample_and_grade(
-                engine, tokenizer, examples, k, max_new_tokens=settings.max_new_tokens,
-                temperature=settings.temperature, top_p=settings.top_p, seed=settings.seed,
-                questions_per_call=max(1, settings.batch_sequences // k), advance=advance)
+                engine, tokenizer, examples, k, max_new_tokens=rollout.max_new_tokens,
+                temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
+                questions_per_call=max(1, rollout.batch_sequences // k), advance=advance)
             if judge is not None:
                 apply_judge(judge, examples, groups)
             results[name] = benchmark_result(groups)

@@ -17,6 +17,7 @@ import random
 from collections import defaultdict
 from pathlib import Path
 
+from rlpr.config import RewardConfig, RolloutConfig
 from rlpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -172,15 +173,15 @@ def read_labeled(path: str | Path, template: str = "plain") -> list[dict]:
     return rows
 
 
-def score_rows(model, tokenizer, rows: list[dict], fallback: str = "none", batch_rows: int = 32,
+def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | None = None, batch_rows: int = 32,
                advance=lambda n=1: None) -> dict[str, list[float]]:
-    """Every score column (and the extras) for every row, in row order."""
-    from rlpr.config import RewardConfig
+    """Every score column (and the extras) for every row, in row order, with the reward settings
+    `reward_cfg` (default: the documented defaults)."""
     from rlpr.evaluation.graders import grade, grader_for
     from rlpr.reward.probability_reward import ProbabilityReward
     from rlpr.reward.scoring import score_texts
 
-    reward = ProbabilityReward(RewardConfig(invalid_fallback=fallback), tokenizer,
+    reward = ProbabilityReward(reward_cfg or RewardConfig(), tokenizer,
                                max_length=getattr(model.config, "max_position_embeddings", None))
     columns: dict[str, list[float]] = {name: [] for name in (*SCORES, *ROW_EXTRAS)}
     for start in range(0, len(rows), batch_rows):
@@ -210,15 +211,16 @@ def score_rows(model, tokenizer, rows: list[dict], fallback: str = "none", batch
 
 
 def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *,
-                   fallback: str = "none", n_boot: int = 1000, seed: int = 0, source: str = "",
+                   reward_cfg: RewardConfig | None = None, n_boot: int = 1000, seed: int = 0, source: str = "",
                    progress: bool | None = None) -> dict:
-    """Score `read_labeled` rows; write reward_quality.json, reward_quality.md and scores.jsonl."""
+    """Score `read_labeled` rows with the reward settings `reward_cfg` (the config's `reward.*`;
+    default: the documented defaults); write reward_quality.json, reward_quality.md and scores.jsonl."""
     from rlpr.train.progress import progress_bar
 
-    if fallback not in ("none", "free"):
-        raise ValueError(f"--fallback must be none or free, got {fallback!r}")
+    reward_cfg = reward_cfg or RewardConfig()
+    fallback = reward_cfg.invalid_fallback
     with progress_bar(len(rows), "scoring", progress) as advance:
-        columns = score_rows(model, tokenizer, rows, fallback, advance=advance)
+        columns = score_rows(model, tokenizer, rows, reward_cfg, advance=advance)
     labels = [r["correct"] for r in rows]
     report = auc_report({name: columns[name] for name in SCORES}, labels, [r["group_id"] for r in rows],
                         n_boot=n_boot, seed=seed)
@@ -240,9 +242,11 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
 # --------------------------------------------------------------------------- building a labeled file
 
 def build_labeled(engine, tokenizer, data_file: str | Path, output: str | Path, *, samples: int,
-                  limit: int = 0, max_new_tokens: int = 256, temperature: float = 1.0, seed: int = 0,
-                  batch_sequences: int = 32, progress: bool | None = None) -> int:
-    """Sample `samples` responses per question and label them with the rule graders; returns rows.
+                  rollout: RolloutConfig | None = None, limit: int = 0, seed: int = 0,
+                  progress: bool | None = None) -> int:
+    """Sample `samples` responses per question with the rollout settings (max_new_tokens,
+    temperature, top_p, batch_sequences; default: the documented defaults) and label them with
+    the rule graders; returns rows.
 
     The labels are the rule verdicts, so the rule verifier's AUC on such a file is 1 by
     construction; relabel (by hand or a judge) to measure the verifier itself.
@@ -253,13 +257,15 @@ def build_labeled(engine, tokenizer, data_file: str | Path, output: str | Path, 
 
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")
+    rollout = rollout or RolloutConfig()
     examples = load_examples(data_file)
     if limit:
         examples = examples[:limit]
     with progress_bar(len(examples), "sampling", progress) as advance:
-        groups = sample_and_grade(engine, tokenizer, examples, samples, max_new_tokens=max_new_tokens,
-                                  temperature=temperature, top_p=1.0, seed=seed,
-                                  questions_per_call=max(1, batch_sequences // samples), advance=advance)
+        groups = sample_and_grade(engine, tokenizer, examples, samples, max_new_tokens=rollout.max_new_tokens,
+                                  temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,
+                                  questions_per_call=max(1, rollout.batch_sequences // samples),
+                                  advance=advance)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
     n = 0

@@ -27,6 +27,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
+from rlpr.config import Config
+
 log = logging.getLogger(__name__)
 
 FAULT_MODES = ("none", "slow", "error", "flaky")
@@ -281,14 +283,17 @@ def make_server(generator: ChatGenerator, model_name: str, host: str = "127.0.0.
     return server
 
 
-def serve(model_path: str, checkpoint: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
-          max_new_tokens: int = 256, fault_mode: str = "none", fault_delay: float = 2.0,
-          threads: int = 0, name: str | None = None, device: str = "auto", max_prompt_tokens: int = 0,
+def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
+          fault_mode: str = "none", fault_delay: float = 2.0, name: str | None = None, max_prompt_tokens: int = 0,
           api_key_env: str | None = None, read_timeout: float = READ_TIMEOUT_S) -> None:
-    """Load the policy and serve it until interrupted; prints one line once it accepts requests."""
-    from rlpr.parallel.distributed import resolve_device
+    """Load the policy (`model.path`, `model.device`, `model.threads` of `cfg`) and serve it until
+    interrupted, capping a request's max_tokens at `rollout.max_new_tokens`; prints one line once
+    it accepts requests."""
     from rlpr.model.loading import load_policy
+    from rlpr.parallel.distributed import resolve_device
 
+    model_path, device, threads = cfg.model.path, cfg.model.device, cfg.model.threads
+    max_new_tokens = cfg.rollout.max_new_tokens
     if threads > 0:
         torch.set_num_threads(threads)
     if max_new_tokens < 1:

@@ -1,53 +1,56 @@
-"""Command-line registration of the evaluation commands (eval, grade, serve, reward-quality).
+"""`rlpr eval`, `grade`, `serve` and `reward-quality` on the command line.
 
-Handlers import torch/transformers lazily so that `rlpr --help` stays instant.
+The model commands read `model.*`, `rollout.*` and `reward.*` from the one Config tree: with no
+preset they start from the documented defaults (docs/config.md); `--preset`/`--config` and dotted
+overrides work as for `rlpr train`, and their flags are shorthands for config keys (rlpr/cli/
+options.py says which setting wins). Handlers import torch/transformers lazily so that
+`rlpr --help` stays instant.
 """
 
 from __future__ import annotations
 
 import sys
 
-
-def _add_model(p) -> None:
-    p.add_argument("--model", default="default", help="'default' (embedded), a HF model dir or a .gguf")
-    p.add_argument("--checkpoint", default=None,
-                   help="a run directory (its latest checkpoint) or a checkpoints/step_N directory")
-    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                   help="where the model runs (auto: the GPU when CUDA is available, else the CPU)")
+from rlpr.cli.options import FilesAndOverrides, add_config_options, command_config, shorthand
 
 
-def _load(args):
-    from rlpr.parallel.distributed import resolve_device
+def _sampling_config(args):
+    """The command's config, validated for the sections a command that does not train reads."""
+    from rlpr.config import SAMPLING_SECTIONS, validate
+
+    cfg = command_config(args)
+    validate(cfg, SAMPLING_SECTIONS)
+    return cfg
+
+
+def _load(cfg, checkpoint):
+    import torch
+
     from rlpr.model.loading import load_policy
+    from rlpr.parallel.distributed import resolve_device
 
-    return load_policy(args.model, args.checkpoint, device=resolve_device(args.device))
-
-
-def _add_sampling(p, max_new_tokens: int) -> None:
-    p.add_argument("--max-new-tokens", type=int, default=max_new_tokens)
-    p.add_argument("--temperature", type=float, default=1.0, help="sampling temperature (0: greedy)")
-    p.add_argument("--batch-sequences", type=int, default=32, help="sequences per generate call")
-    p.add_argument("--dtype", choices=("auto", "bfloat16", "float32"), default="auto",
-                   help="dtype of the sampling copy of the model (auto: bfloat16 where the hardware has fast bf16)")
-    p.add_argument("--seed", type=int, default=0)
+    if cfg.model.threads > 0:
+        torch.set_num_threads(cfg.model.threads)
+    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
 
 
-def _engine(args):
-
+def _engine(cfg, checkpoint):
     from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.hf import HFRollout
 
-    model, tokenizer = _load(args)
-    dtype = resolve_rollout_dtype(args.dtype, next(model.parameters()).device)
-    return HFRollout(model, tokenizer, dtype=dtype, batch_sequences=args.batch_sequences), tokenizer
+    model, tokenizer = _load(cfg, checkpoint)
+    dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device)
+    ro = cfg.rollout
+    return HFRollout(model, tokenizer, dtype, ro.batch_sequences, ro.share_prefill, ro.decode_loop), tokenizer
 
 
 def cmd_eval(args) -> int:
-    from rlpr.evaluation.benchmark import EvalSettings, evaluate, load_benchmarks
+    from rlpr.config import SAMPLING_SECTIONS, validate
+    from rlpr.evaluation.benchmark import check_rollout, evaluate, load_benchmarks
 
-    settings = EvalSettings(samples=args.samples, max_new_tokens=args.max_new_tokens,
-                            temperature=args.temperature, top_p=args.top_p, limit=args.limit or 0,
-                            batch_sequences=args.batch_sequences, seed=args.seed)
+    cfg = command_config(args)
+    check_rollout(cfg.rollout)  # the flags' own messages first
+    validate(cfg, SAMPLING_SECTIONS)
     judge = None
     if args.judge_url:
         from rlpr.evaluation.judge import JudgeClient, JudgeConfig
@@ -55,9 +58,9 @@ def cmd_eval(args) -> int:
         judge = JudgeClient(JudgeConfig(args.judge_url, args.judge_model or "", args.judge_key_env,
                                         args.judge_concurrency, args.judge_timeout, args.judge_retries,
                                         backoff=args.judge_backoff))
-    benchmarks = load_benchmarks(args.data, settings)  # bad files and flags fail before the model loads
-    engine, tokenizer = _engine(args)
-    results = evaluate(engine, tokenizer, benchmarks, args.output, settings, judge)
+    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0)  # bad files fail before the model loads
+    engine, tokenizer = _engine(cfg, args.checkpoint)
+    results = evaluate(engine, tokenizer, benchmarks, args.output, cfg.rollout, judge, seed=args.seed)
     for name, r in results.items():
         if name not in ("general", "all"):
             failed = f", judge failed {r['judge_failed']}/{r['judge_calls']}" if judge else ""
@@ -85,9 +88,8 @@ def cmd_grade(args) -> int:
 def cmd_serve(args) -> int:
     from rlpr.evaluation.serve import serve
 
-    serve(args.model, args.checkpoint, host=args.host, port=args.port, max_new_tokens=args.max_new_tokens,
-          fault_mode=args.fault_mode, fault_delay=args.fault_delay, threads=args.threads,
-          name=args.served_name, device=args.device, max_prompt_tokens=args.max_prompt_tokens,
+    serve(_sampling_config(args), args.checkpoint, host=args.host, port=args.port, fault_mode=args.fault_mode,
+          fault_delay=args.fault_delay, name=args.served_name, max_prompt_tokens=args.max_prompt_tokens,
           api_key_env=args.api_key_env, read_timeout=args.read_timeout)
     return 0
 
@@ -95,15 +97,15 @@ def cmd_serve(args) -> int:
 def cmd_reward_quality(args) -> int:
     if bool(args.input) == bool(args.build_from):
         raise ValueError("give exactly one of --input LABELED.jsonl or --build-from DATA_FILE")
+    cfg = _sampling_config(args)
     if args.build_from:
         from rlpr.evaluation.reward_quality import build_labeled
 
         if args.samples is None:
             raise ValueError("--build-from needs --samples N (responses per question)")
-        engine, tokenizer = _engine(args)
+        engine, tokenizer = _engine(cfg, args.checkpoint)
         n = build_labeled(engine, tokenizer, args.build_from, args.output, samples=args.samples,
-                          limit=args.limit or 0, max_new_tokens=args.max_new_tokens,
-                          temperature=args.temperature, seed=args.seed, batch_sequences=args.batch_sequences)
+                          rollout=cfg.rollout, limit=args.limit or 0, seed=args.seed)
         print(f"wrote {n} labeled rows to {args.output}")
         return 0
     from rlpr.evaluation.reward_quality import SCORE_LABELS, read_labeled, reward_quality
@@ -111,8 +113,8 @@ def cmd_reward_quality(args) -> int:
     if args.bootstrap < 0:
         raise ValueError("--bootstrap must be >= 0")
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
-    model, tokenizer = _load(args)
-    report = reward_quality(model, tokenizer, rows, args.output, fallback=args.fallback,
+    model, tokenizer = _load(cfg, args.checkpoint)
+    report = reward_quality(model, tokenizer, rows, args.output, reward_cfg=cfg.reward,
                             n_boot=args.bootstrap, seed=args.seed, source=args.input)
     print(f"{report['n_mixed_groups']} mixed-correctness groups ({report['n_mixed_rows']} rows)",
           file=sys.stderr)
@@ -123,15 +125,40 @@ def cmd_reward_quality(args) -> int:
     return 0
 
 
+# --------------------------------------------------------------------------- the parsers
+
+def _add_model(p) -> None:
+    shorthand(p, "--model", "model.path", "'default' (embedded), a HF model dir or a .gguf")
+    p.add_argument("--checkpoint", default=None,
+                   help="a run directory (its latest checkpoint) or a checkpoints/step_N directory")
+    shorthand(p, "--device", "model.device", "where the model runs (auto: the GPU when CUDA is available, "
+              "else the CPU)", choices=("auto", "cpu", "cuda"))
+
+
+def _add_sampling(p) -> None:
+    shorthand(p, "--max-new-tokens", "rollout.max_new_tokens", "longest response in tokens", type=int)
+    shorthand(p, "--temperature", "rollout.temperature", "sampling temperature (0: greedy)", type=float)
+    shorthand(p, "--batch-sequences", "rollout.batch_sequences", "sequences per generate call", type=int)
+    shorthand(p, "--dtype", "model.rollout_dtype", "dtype of the sampling copy of the model (auto: bfloat16 "
+              "where the hardware has fast bf16)", choices=("auto", "bfloat16", "float32"))
+    p.add_argument("--seed", type=int, default=0)
+
+
+# A command's own defaults, under the preset (eval's answers are longer than training's).
+EVAL_DEFAULTS = {"rollout.max_new_tokens": 1024}
+
+
 def register(sub) -> None:
     """Add the evaluation subcommands to the `rlpr` argparse subparsers."""
     p = sub.add_parser("eval", help="Avg@k accuracy on benchmark files (optionally with an LLM judge)")
+    add_config_options(p, default_preset=None, defaults=EVAL_DEFAULTS)
     _add_model(p)
-    p.add_argument("--data", nargs="+", required=True, help="benchmark files (parquet/jsonl/json/csv)")
+    p.add_argument("--data", nargs="+", required=True, action=FilesAndOverrides,
+                   help="benchmark files (parquet/jsonl/json/csv)")
     p.add_argument("--samples", type=int, default=None,
                    help="samples per question (default: K of an _AvgK file-name suffix, else 1)")
-    _add_sampling(p, max_new_tokens=1024)
-    p.add_argument("--top-p", type=float, default=1.0)
+    _add_sampling(p)
+    shorthand(p, "--top-p", "rollout.top_p", "nucleus sampling", type=float)
     p.add_argument("--limit", type=int, default=None, help="at most this many questions per file")
     p.add_argument("--output", required=True, help="directory for results.json/.md and samples.jsonl")
     p.add_argument("--judge-url", default=None,
@@ -154,14 +181,15 @@ def register(sub) -> None:
     p.set_defaults(fn=cmd_grade)
 
     p = sub.add_parser("serve", help="an OpenAI-compatible chat-completions server for a model")
+    add_config_options(p, default_preset=None)
     _add_model(p)
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True, help="0 picks a free port (printed when ready)")
-    p.add_argument("--max-new-tokens", type=int, default=256, help="cap on a request's max_tokens")
+    shorthand(p, "--max-new-tokens", "rollout.max_new_tokens", "cap on a request's max_tokens", type=int)
     p.add_argument("--fault-mode", choices=("none", "slow", "error", "flaky"), default="none",
                    help="inject failures for testing clients")
     p.add_argument("--fault-delay", type=float, default=2.0, help="seconds to sleep in slow mode")
-    p.add_argument("--threads", type=int, default=0, help="torch threads (0: torch's default)")
+    shorthand(p, "--threads", "model.threads", "torch threads (0: torch's default)", type=int)
     p.add_argument("--served-name", default=None, help="model id reported by the API (default: --model)")
     p.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="longest prompt accepted (0: the model's context minus --max-new-tokens)")
@@ -171,17 +199,18 @@ def register(sub) -> None:
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("reward-quality", help="ROC-AUC of the rewards against correctness labels")
+    add_config_options(p, default_preset=None)
     _add_model(p)
     p.add_argument("--input", default=None,
                    help="labeled JSONL: prompt, response, reference, correct, [group]")
     p.add_argument("--output", required=True,
                    help="output directory (with --build-from: the labeled JSONL to write)")
-    p.add_argument("--fallback", choices=("none", "free"), default="none",
-                   help="score tagless responses as reasoning (spec 1b) instead of 0")
+    shorthand(p, "--fallback", "reward.invalid_fallback", "score tagless responses as reasoning (spec 1b) "
+              "instead of 0", choices=("none", "free"))
     p.add_argument("--template", default="plain", help="template for string prompts (as in `rlpr score`)")
     p.add_argument("--bootstrap", type=int, default=1000, help="bootstrap resamples of groups (0: no CI)")
     p.add_argument("--build-from", default=None, help="a data file: sample and rule-label a labeled JSONL")
     p.add_argument("--samples", type=int, default=None, help="responses per question (--build-from)")
     p.add_argument("--limit", type=int, default=None, help="at most this many questions (--build-from)")
-    _add_sampling(p, max_new_tokens=256)
+    _add_sampling(p)
     p.set_defaults(fn=cmd_reward_quality)
