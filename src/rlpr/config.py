@@ -489,25 +489,28 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import AGGREGATIONS
+    from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
+    from rlpr.reward.score_a import SCORE_A_MODELS
     from rlpr.reward.sequence import FALLBACKS
+    from rlpr.rollout.hf import DECODE_LOOPS
 
     return {
-        "model.rollout_dtype": ("auto", "bfloat16", "float32"),
+        "model.rollout_dtype": (AUTO, *ROLLOUT_DTYPES),
         "model.device": tuple(DEVICES),
         "data.template": tuple(TEMPLATES),
         "rollout.engine": ("hf",),
-        "rollout.decode_loop": ("rlpr", "generate"),
+        "rollout.decode_loop": tuple(DECODE_LOOPS),
         "reward.kind": tuple(REWARD_KINDS),
         "reward.format_mode": tuple(FORMAT_MODES),
         "reward.aggregation": tuple(AGGREGATIONS),
-        "reward.score_a": ("initial", "current"),
+        "reward.score_a": SCORE_A_MODELS,
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
-        "trainer.mixed_precision": ("none", "bf16", "auto"),
+        "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
     }
 
