@@ -29,7 +29,7 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
             threads: int = 0, seed: int = 0) -> dict:
     import torch
 
-    from rlpr.config import SEED_MIX
+    from rlpr.seeding import SEED_MIX
     from rlpr.data.demo_tasks import FAMILIES, demo_examples, pool_size
     from rlpr.data.prompts import prepare_prompts
     from rlpr.evaluation.graders import grade, grader_for

@@ -22,9 +22,6 @@ import yaml
 from rlpr.errors import ConfigError
 
 PRESET_DIR = Path(__file__).parent / "configs"
-# How a seed and an index (prompt, sample, step, epoch) become one seed: `seed * SEED_MIX + index`.
-# A prime above any index used, so distinct (seed, index) pairs give distinct seeds.
-SEED_MIX = 1_000_003
 
 
 @dataclass

@@ -10,7 +10,7 @@ from __future__ import annotations
 import random
 from dataclasses import dataclass
 
-from rlpr.config import SEED_MIX
+from rlpr.seeding import SEED_MIX
 from rlpr.data.records import Example
 
 

@@ -13,7 +13,8 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlpr.config import SEED_MIX, RolloutConfig
+from rlpr.config import RolloutConfig
+from rlpr.seeding import SEED_MIX
 from rlpr.data.records import Example
 from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward

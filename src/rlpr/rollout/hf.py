@@ -15,7 +15,7 @@ from typing import Callable, Protocol
 
 import torch
 
-from rlpr.config import SEED_MIX
+from rlpr.seeding import SEED_MIX
 from rlpr.model.forward import causal_lm, position_ids_from_mask
 from rlpr.rollout.decode import preallocated_cache, sample
 

@@ -20,7 +20,8 @@ import torch
 
 from rlpr.algorithms.advantages import centred_moments, compute_advantages, get_advantage
 from rlpr.algorithms.std_filter import EMAStdFilter
-from rlpr.config import SEED_MIX, Config, validate_world
+from rlpr.config import Config, validate_world
+from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
 from rlpr.errors import ConfigError, TrainingError
 from rlpr.model.attention import use_fp32_attention_under_autocast
