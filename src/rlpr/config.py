@@ -161,6 +161,10 @@ class RewardConfig:
     Q + " " + y*, as for valid responses); spec 1b."""
     max_batch_tokens: int = 8192
     """Padded tokens per scoring forward."""
+    splice: str = "text"
+    """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
+    answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and
+    the ids concatenated, so no token spans the boundary; VeriFree)."""
 
 
 @dataclass
@@ -491,7 +495,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.scoring import AGGREGATIONS
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS
-    from rlpr.reward.sequence import FALLBACKS
+    from rlpr.reward.sequence import FALLBACKS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
 
     return {
@@ -506,6 +510,7 @@ def choices() -> dict[str, tuple]:
         "reward.score_a": SCORE_A_MODELS,
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
+        "reward.splice": SPLICES,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
