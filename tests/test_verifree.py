@@ -113,3 +113,146 @@ def test_splice_ids_score_b_is_the_hand_computed_probability(tiny_model, tokeniz
     assert out.score_b == pytest.approx(want, rel=1e-4)
     text = ProbabilityReward(RewardConfig(**cfg), tokenizer)(tiny_model, [q], ["The answer:"], ["-3"])[0]
     assert text.score_b != pytest.approx(want, rel=1e-2)  # text mode scores ':-' instead
+
+
+# -- RLOO (VeriFree's advantage) -----------------------------------------------------------------
+
+def test_rloo_is_leave_one_out_without_std_division():
+    from rlpr.algorithms.advantages import compute_advantages
+
+    r = [0.2, 0.5, 0.1, 0.0]
+    want = [r[i] - sum(r[j] for j in range(4) if j != i) / 3 for i in range(4)]  # 0.1, 0.5, -0.0333, -0.1667
+    got = compute_advantages(torch.tensor([r]), "rloo")[0].tolist()
+    assert got == pytest.approx(want, abs=1e-6)
+    # scaling the rewards scales the advantages (no std division)
+    assert compute_advantages(torch.tensor([r]) * 10, "rloo")[0].tolist() == pytest.approx([10 * w for w in want],
+                                                                                            abs=1e-5)
+
+
+# -- algorithm.pg_tokens=reasoning ---------------------------------------------------------------
+
+@pytest.mark.parametrize("response,reasoning", [
+    ("<think> it is Paris </think>\n<answer> Paris </answer>", "<think> it is Paris </think>\n"),
+    # '><' spans the boundary: it ends after the start of <answer>, so it is left out
+    ("<think> it is Paris </think><answer> Paris </answer>", "<think> it is Paris </think"),
+])
+def test_reasoning_tokens_end_before_the_answer_block(tokenizer, response, reasoning):
+    from rlpr.train.update import reasoning_tokens
+
+    ids = tokenizer(response, add_special_tokens=False)["input_ids"]
+    k = reasoning_tokens(tokenizer, ids, response, 0, "r1")
+    assert tokenizer.decode(ids[:k]) == reasoning
+    # a prefill ("<think>" in the prompt) shifts the boundary by its length
+    generated = response[len("<think>"):]
+    gen_ids = tokenizer(generated, add_special_tokens=False)["input_ids"]
+    k2 = reasoning_tokens(tokenizer, gen_ids, "<think>" + generated, len("<think>"), "r1")
+    assert tokenizer.decode(gen_ids[:k2]) == reasoning[len("<think>"):]
+
+
+def test_reasoning_tokens_without_an_answer_block_are_all(tokenizer):
+    from rlpr.train.update import reasoning_tokens
+
+    ids = tokenizer("Paris, I think.", add_special_tokens=False)["input_ids"]
+    assert reasoning_tokens(tokenizer, ids, "Paris, I think.", 0, "r1") is None
+
+
+def flat_grads(model):
+    return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
+
+
+def test_reasoning_only_loss_and_gradient_by_hand(tokenizer):
+    """One update (old = current log-probs, ratio 1): loss = -sum_s A_s k_s / sum_s k_s over the k_s
+    reasoning tokens; its gradient that of -sum_s A_s sum_{t < k_s} log p_t / sum_s k_s."""
+    from rlpr.config import AlgorithmConfig
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.update import Sample, accumulate_gradients
+
+    model = tiny_llama(tokenizer, seed=5).train()
+    prompt = tokenizer("Q: capital of France?\n", add_special_tokens=False)["input_ids"]
+    responses = ["<think> it is Paris </think>\n<answer> Paris </answer>", "<think> no </think>\n<answer> Rome"]
+    advantages, ks = [0.7, -0.4], [3, 2]
+    samples = [Sample(prompt + tokenizer(r, add_special_tokens=False)["input_ids"], len(prompt), a, loss_tokens=k)
+               for r, a, k in zip(responses, advantages, ks)]
+    cfg = AlgorithmConfig(entropy_coef=0.0)
+    for micro in (2, 1):
+        model.zero_grad(set_to_none=True)
+        stats = accumulate_gradients(model, samples, cfg, micro, tokenizer.pad_token_id, 1.0, share_prefix=micro == 1)
+        assert stats["tokens"] == sum(ks)
+        assert stats["pg_loss"] / stats["tokens"] == pytest.approx(-sum(a * k for a, k in zip(advantages, ks)) / sum(ks))
+        got = flat_grads(model)
+        model.zero_grad(set_to_none=True)
+        hand = 0.0
+        for s, a, k in zip(samples, advantages, ks):
+            logits = model(torch.tensor([s.input_ids])).logits[0, :-1].float()
+            logp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(s.input_ids[1:])[:, None])[:, 0]
+            hand = hand - a * logp[s.prompt_len - 1:s.prompt_len - 1 + k].sum()
+        (hand / sum(ks)).backward()
+        assert torch.allclose(got, flat_grads(model), atol=1e-6, rtol=1e-4)
+
+
+# -- algorithm.ref_sft_coef ----------------------------------------------------------------------
+
+def sft_samples(tokenizer, weights):
+    from rlpr.train.update import Sample
+
+    reward = ProbabilityReward(RewardConfig(splice="ids"), tokenizer)
+    q = chat(tokenizer, "Capital of France?")
+    out = []
+    for i, w in enumerate(weights):
+        response = f"<think> step {i} </think>\n<answer> Lyon </answer>"
+        o = reward.scored_sequence(q, response, "Paris")
+        ids = tokenizer(q, add_special_tokens=False)["input_ids"]
+        # advantage 0: the policy-gradient term adds nothing, the gradient is the SFT term's
+        out.append(Sample(ids + tokenizer(response, add_special_tokens=False)["input_ids"], len(ids), 0.0,
+                          sft=o, sft_weight=w))
+    return out
+
+
+def test_ref_sft_term_value_by_hand(tokenizer):
+    from rlpr.config import AlgorithmConfig
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.update import accumulate_gradients
+
+    model = tiny_llama(tokenizer, seed=6).train()
+    weights, coef = [0.9, 0.3, 0.0], 0.5
+    samples = sft_samples(tokenizer, weights)
+    ids, mask = samples[0].sft
+    assert tokenizer.decode([t for t, m in zip(ids, mask) if m]) == " Paris"
+    means = [hand_reference_logp(model, *s.sft).mean().item() for s in samples]
+    want = -coef * sum(w * m for w, m in zip(weights, means)) / len(samples)
+    cfg = AlgorithmConfig(entropy_coef=0.0, ref_sft_coef=coef, ref_sft_weight="reward")
+    stats = accumulate_gradients(model, samples, cfg, 2, tokenizer.pad_token_id, 1.0)
+    assert stats["sft_seqs"] == 3 and stats["sft_logp"] == pytest.approx(sum(means), rel=1e-4)
+    from rlpr.algorithms.losses import Normaliser, ref_sft_loss
+    logp = torch.cat([hand_reference_logp(model, *s.sft) for s in samples]).float()
+    seq = torch.repeat_interleave(torch.arange(3), torch.tensor([int(sum(s.sft[1])) for s in samples]))
+    loss, _ = ref_sft_loss(logp, seq, 3, torch.tensor(weights), coef, Normaliser(tokens=1, sequences=3))
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+
+
+@pytest.mark.parametrize("weight,direction", [(1.0, 1), (-1.0, -1)])
+def test_ref_sft_gradient_moves_the_reference_probability(tokenizer, weight, direction):
+    """A step against the gradient raises log p(y* | Q, z) for a positive weight (reward, a positive
+    advantage) and lowers it for a negative one (a negative advantage)."""
+    from rlpr.config import AlgorithmConfig
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.update import accumulate_gradients
+
+    model = tiny_llama(tokenizer, seed=7).train()
+    samples = sft_samples(tokenizer, [weight, weight])
+    before = sum(hand_reference_logp(model, *s.sft).mean().item() for s in samples)
+    cfg = AlgorithmConfig(entropy_coef=0.0, ref_sft_coef=1.0)
+    model.zero_grad(set_to_none=True)
+    accumulate_gradients(model, samples, cfg, 2, tokenizer.pad_token_id, 1.0)
+    with torch.no_grad():
+        for p in model.parameters():
+            if p.grad is not None:
+                p.add_(-1e-2 * p.grad)
+    after = sum(hand_reference_logp(model, *s.sft).mean().item() for s in samples)
+    assert (after - before) * direction > 0
+
+
+def test_sft_weights_registry():
+    from rlpr.algorithms.losses import SFT_WEIGHTS
+
+    assert {k: f(0.25, -0.5) for k, f in SFT_WEIGHTS.items()} == {"reward": 0.25, "advantage": -0.5, "one": 1.0}
