@@ -60,7 +60,7 @@ def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_s
         exp_logp = torch.log(torch.tensor(expected, dtype=torch.float64))
         for name in AGGREGATIONS:
             want = {"mean_prob": exp_logp.exp().mean(), "mean_logprob": exp_logp.mean(),
-                    "seq_likelihood": exp_logp.sum().exp(), "geo_mean_prob": exp_logp.mean().exp()}[name]
+                    "sum_logprob": exp_logp.sum(), "seq_likelihood": exp_logp.sum().exp(), "geo_mean_prob": exp_logp.mean().exp()}[name]
             assert aggregate(logp, name) == pytest.approx(want.item(), abs=1e-5)
 
 

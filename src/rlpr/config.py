@@ -158,6 +158,10 @@ class RewardConfig:
     Q + " " + y*, as for valid responses); spec 1b."""
     max_batch_tokens: int = 8192
     """Padded tokens per scoring forward."""
+    splice: str = "text"
+    """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
+    answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and
+    the ids concatenated, so no token spans the boundary; VeriFree)."""
 
 
 @dataclass
@@ -192,6 +196,18 @@ class AlgorithmConfig:
     """Weight of the KL term to the initial policy (0 disables it)."""
     kl_estimator: str = "k3"
     """KL estimator."""
+    pg_tokens: str = "all"
+    """Response tokens the policy loss (PPO-clip, entropy, KL) covers: all, or reasoning (VeriFree):
+    the tokens that end at or before the start of the answer block (`<answer>` for r1 and r1_nothink,
+    `\\boxed{` for boxed; a token that spans it is left out); a response without an answer block
+    (invalid, or scored through the fallback) is all reasoning."""
+    ref_sft_coef: float = 0.0
+    """Weight of the reference-SFT term (VeriFree; 0 disables it): the loss adds -coef * w * (mean
+    log-prob of the reference tokens of o' = Q + reasoning + y*, the sequence score B scores), averaged
+    over the mini-batch's responses; w is detached."""
+    ref_sft_weight: str = "reward"
+    """The per-response weight w of the reference-SFT term: reward (the response's reward; VeriFree),
+    advantage, or one."""
 
 
 @dataclass
@@ -442,7 +458,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "algorithm.filter_init_steps": (0, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
     "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
     "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
-    "algorithm.kl_coef": (0, INF, True, False),
+    "algorithm.kl_coef": (0, INF, True, False), "algorithm.ref_sft_coef": (0, INF, True, False),
     "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
     "trainer.micro_batch_sequences": (1, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
     "trainer.lr": (0, INF, False, False), "trainer.weight_decay": (0, INF, True, False),
@@ -479,7 +495,7 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS
+    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, SFT_WEIGHTS
     from rlpr.data.templates import TEMPLATES
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
@@ -488,7 +504,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.scoring import AGGREGATIONS
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS
-    from rlpr.reward.sequence import FALLBACKS
+    from rlpr.reward.sequence import FALLBACKS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
 
     return {
@@ -503,10 +519,13 @@ def choices() -> dict[str, tuple]:
         "reward.score_a": SCORE_A_MODELS,
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
+        "reward.splice": SPLICES,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
+        "algorithm.pg_tokens": PG_TOKENS,
+        "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
     }

@@ -86,3 +86,30 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 
 
 KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
+
+
+# algorithm.pg_tokens: which response tokens the policy loss covers (all of them, or the reasoning
+# before the answer block: VeriFree trains the sampled answer through the reference-SFT term instead)
+PG_TOKENS = ("all", "reasoning")
+
+# algorithm.ref_sft_weight: the weight w of one response in the reference-SFT term, from its
+# (reward, advantage); a plain number, so it carries no gradient.
+SFT_WEIGHTS: dict[str, Callable[[float, float], float]] = {
+    "reward": lambda reward, advantage: reward,  # VeriFree: R(z) = p(y* | Q, z) weights grad log p(y* | Q, z)
+    "advantage": lambda reward, advantage: advantage,
+    "one": lambda reward, advantage: 1.0,
+}
+
+
+def ref_sft_loss(logp: torch.Tensor, seq: torch.Tensor, num_seqs: int, weights: torch.Tensor,
+                 coef: float, norm: Normaliser) -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference-SFT term of a micro-batch: -coef * sum_s w_s * mean_{t in ref(s)} logp_t / S.
+
+    `logp [N]`: log-probs of the reference tokens of o' (each given Q, the reasoning and the reference
+    tokens before it), `seq [N]` their sequence index in 0..num_seqs-1, `weights [num_seqs]`
+    (detached), S = `norm.sequences` (the whole mini-batch's responses, so the sum over micro-batches
+    is the mini-batch's value). Returns (loss, per-sequence mean log-probs [num_seqs], detached)."""
+    means = torch.zeros(num_seqs, dtype=logp.dtype, device=logp.device).index_add(0, seq, logp) \
+        / _seq_lengths(seq, num_seqs).to(logp.device)
+    loss = -coef * (weights.to(means.device).detach() * means).sum() / norm.sequences
+    return loss, means.detach()

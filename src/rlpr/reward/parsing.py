@@ -21,12 +21,15 @@ class ParsedResponse:
 
     `head` is the response text kept in o' (up to and including `<answer>`, or `\\boxed{`),
     `gap` the whitespace to put between it and the reference, `tail` what closes the answer.
+    `block` is where the answer block starts in the response (and in `head`): the index of
+    `<answer>` (or `\\boxed{`); the reasoning is `response[:block]`.
     """
 
     valid: bool
     head: str = ""
     gap: str = ""
     tail: str = ""
+    block: int = 0
 
 
 INVALID = ParsedResponse(valid=False)
@@ -46,15 +49,16 @@ def parse_r1(response: str) -> ParsedResponse:
     if not t0 < t1 < a0:
         return INVALID
     end = a0 + len(ANSWER_OPEN)
-    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE)
+    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE, a0)
 
 
 def parse_r1_nothink(response: str) -> ParsedResponse:
     """Valid iff `<answer>` occurs exactly once."""
     if response.count(ANSWER_OPEN) != 1:
         return INVALID
-    end = response.index(ANSWER_OPEN) + len(ANSWER_OPEN)
-    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE)
+    a0 = response.index(ANSWER_OPEN)
+    end = a0 + len(ANSWER_OPEN)
+    return ParsedResponse(True, response[:end], _answer_gap(response, end), " " + ANSWER_CLOSE, a0)
 
 
 def parse_boxed(response: str) -> ParsedResponse:
@@ -62,7 +66,7 @@ def parse_boxed(response: str) -> ParsedResponse:
     start = response.rfind(BOXED)
     if start < 0:
         return INVALID
-    return ParsedResponse(True, response[:start + len(BOXED)], "", "}")
+    return ParsedResponse(True, response[:start + len(BOXED)], "", "}", start)
 
 
 _R1_SHAPE = re.compile(r"^<think>.*?</think>.*?<answer>.*?</answer>.*$", re.DOTALL)
@@ -109,6 +113,13 @@ def format_mode(mode: str) -> FormatMode:
 
 def parse_response(response: str, mode: str = "r1") -> ParsedResponse:
     return format_mode(mode).parse(response)
+
+
+def answer_block_start(response: str, mode: str = "r1") -> int | None:
+    """Where the answer block starts in a format-valid response (the index of `<answer>`, or of the
+    last `\\boxed{`): the reasoning is `response[:start]`; None when the response is not valid."""
+    parsed = parse_response(response, mode)
+    return parsed.block if parsed.valid else None
 
 
 def format_reward(response: str, mode: str = "r1") -> float:

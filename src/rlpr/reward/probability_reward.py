@@ -82,16 +82,30 @@ class ProbabilityReward:
 
     def score_texts(self, model, items: list[ScoredText | None]) -> list[float]:
         logps = reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
-                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens)
+                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
+                                   splice=self.cfg.splice)
         return [0.0 if lp is None else aggregate(lp, self.cfg.aggregation) for lp in logps]
 
     def reference_tokens(self, item: ScoredText | None) -> str:
         """The decoded span of the tokens that were scored ('' when none)."""
         if item is None:
             return ""
-        enc = tokenize_scored(self.tokenizer, [item])
+        enc = tokenize_scored(self.tokenizer, [item], self.cfg.splice)
         ids = [t for t, m in zip(enc.input_ids[0], enc.ref_mask[0]) if m]
         return self.tokenizer.decode(ids)
+
+    def scored_sequence(self, prompt_text: str, response: str, reference: str) -> tuple[list[int], list[bool]] | None:
+        """o' as score B tokenizes it (`reward.splice`): (token ids, reference mask), or None when the
+        response has no o' (invalid, no fallback), no reference token, or is longer than the model's
+        budget (the texts that score B = 0). The reference-SFT term of the update trains on these."""
+        item = self.score_b_text(prompt_text, response, reference)
+        if item is None:
+            return None
+        enc = tokenize_scored(self.tokenizer, [item], self.cfg.splice)
+        ids, mask = enc.input_ids[0], enc.ref_mask[0]
+        if not any(mask) or mask[0] or (self.max_length is not None and len(ids) > self.max_length):
+            return None
+        return ids, mask
 
     def fill_score_a(self, model, pairs: list[tuple[str, str, bool]]) -> None:
         """Compute and cache A with `model` for (prompt text, reference, fallback-cue?) pairs not yet cached."""

@@ -23,6 +23,10 @@ def _mean_logprob(logp: torch.Tensor) -> float:
     return logp.mean().item()
 
 
+def _sum_logprob(logp: torch.Tensor) -> float:
+    return logp.sum().item()
+
+
 def _seq_likelihood(logp: torch.Tensor) -> float:
     return logp.sum().exp().item()
 
@@ -31,10 +35,21 @@ def _geo_mean_prob(logp: torch.Tensor) -> float:
     return logp.mean().exp().item()
 
 
+# The registry of aggregations (`reward.aggregation`): logp_i, i = 1..n, are the fp32 log-probs of
+# the n reference tokens of one scored text; each maps them to one score.
+#   mean_prob       (1/n) sum_i exp(logp_i)    in [0, 1]   the RLPR paper's probability reward
+#   mean_logprob    (1/n) sum_i logp_i         in (-inf, 0] the mean log-probability (JEPO-style)
+#   sum_logprob     sum_i logp_i               in (-inf, 0] log p(y* | Q, z): the log-likelihood
+#   seq_likelihood  exp(sum_i logp_i)          in [0, 1]   p(y* | Q, z): VeriFree's reward
+#   geo_mean_prob   exp((1/n) sum_i logp_i)    in [0, 1]   the geometric-mean probability
+# Log-domain scores (mean_logprob, sum_logprob) are <= 0, while an unscored response (invalid
+# format, no fallback) scores 0: use them with a fallback or a format every response meets
+# (docs/verifier-free.md).
 AGGREGATIONS: dict[str, Callable[[torch.Tensor], float]] = {
-    "mean_prob": _mean_prob,          # the paper's PR
+    "mean_prob": _mean_prob,
     "mean_logprob": _mean_logprob,
-    "seq_likelihood": _seq_likelihood,  # VeriFree-style likelihood (ablation)
+    "sum_logprob": _sum_logprob,
+    "seq_likelihood": _seq_likelihood,
     "geo_mean_prob": _geo_mean_prob,
 }
 
@@ -88,19 +103,21 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
-                       padding_side: str = "right", share_prefix: bool = True) -> list[torch.Tensor | None]:
+                       padding_side: str = "right", share_prefix: bool = True,
+                       splice: str = "text") -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
     reference token, or is longer than `max_length` tokens (these score 0).
 
     With `share_prefix`, texts that start with the same prompt run it once (exact; see
     `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
+    `splice`: how the texts become ids (`sequence.tokenize_scored`).
     """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
     if not todo:
         return out
     scored = [items[i] for i in todo]
-    enc = tokenize_scored(tokenizer, scored)
+    enc = tokenize_scored(tokenizer, scored, splice)
     keep = [k for k in range(len(todo))
             if any(enc.ref_mask[k]) and (max_length is None or len(enc.input_ids[k]) <= max_length)]
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)

@@ -12,6 +12,10 @@ from rlpr.reward.parsing import ANSWER_CLOSE, parse_response
 
 DEFAULT_ANSWER_CUE = "\n<answer> "
 FALLBACKS = ("none", "free")
+# How o' becomes token ids (`reward.splice`): `text` tokenizes the whole text at once; `ids`
+# tokenizes the reasoning (Q + z) and the answer block (`<answer>` + gap + y* + " </answer>" + EOS)
+# separately and concatenates the ids, so no token spans the boundary (VeriFree's splicing).
+SPLICES = ("text", "ids")
 
 
 TURN_MARKER = "\x00rlpr-response\x00"
@@ -42,12 +46,13 @@ class ScoredText:
     ref_end: int
     fallback: bool = False  # scored through the section-1b fallback (response not format-valid)
     prefix_chars: int = 0  # length of the prompt text Q at the start (shared by a group's texts)
+    block_start: int | None = None  # where the answer block starts (splice=ids cuts here; None: never)
 
 
 def _with_reference(head: str, reference: str, tail: str, eos: str, fallback: bool = False,
-                    prefix_chars: int = 0) -> ScoredText:
+                    prefix_chars: int = 0, block_start: int | None = None) -> ScoredText:
     return ScoredText(head + reference + tail + eos, len(head), len(head) + len(reference), fallback,
-                      prefix_chars)
+                      prefix_chars, block_start)
 
 
 def strip_response(response: str, eos: str) -> str:
@@ -66,11 +71,11 @@ def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str
     parsed = parse_response(response, mode)
     if parsed.valid:
         return _with_reference(prompt_text + parsed.head + parsed.gap, reference, parsed.tail, eos,
-                               prefix_chars=len(prompt_text))
+                               prefix_chars=len(prompt_text), block_start=len(prompt_text) + parsed.block)
     if fallback == "free":
-        head = prompt_text + strip_response(response, eos) + cue
-        return _with_reference(head, reference, " " + ANSWER_CLOSE, eos, fallback=True,
-                               prefix_chars=len(prompt_text))
+        reasoning = prompt_text + strip_response(response, eos)
+        return _with_reference(reasoning + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True,
+                               prefix_chars=len(prompt_text), block_start=len(reasoning))
     if fallback != "none":
         raise ValueError(f"unknown invalid_fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
     return None
@@ -79,9 +84,10 @@ def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str
 def build_score_a_text(prompt_text: str, reference: str, eos: str, *, cue: str | None = None) -> ScoredText:
     """Q + " " + y* + " " + EOS (no reasoning, no tags); with the fallback cue: Q + cue + y* + " </answer>" + EOS."""
     if cue is None:
-        return _with_reference(prompt_text + " ", reference, " ", eos, prefix_chars=len(prompt_text))
+        return _with_reference(prompt_text + " ", reference, " ", eos, prefix_chars=len(prompt_text),
+                               block_start=len(prompt_text))
     return _with_reference(prompt_text + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True,
-                           prefix_chars=len(prompt_text))
+                           prefix_chars=len(prompt_text), block_start=len(prompt_text))
 
 
 @dataclass
@@ -97,11 +103,49 @@ def reference_mask(offsets: list[tuple[int, int]], start: int, end: int) -> list
     return [s < end and e > start and e > s for s, e in offsets]
 
 
-def tokenize_scored(tokenizer, items: list[ScoredText]) -> TokenizedBatch:
-    """Tokenize o' texts (special-token text such as <|im_end|> becomes the special token)."""
-    enc = tokenizer([it.text for it in items], add_special_tokens=False, return_offsets_mapping=True)
-    masks = [reference_mask(off, it.ref_start, it.ref_end) for off, it in zip(enc["offset_mapping"], items)]
-    return TokenizedBatch(list(enc["input_ids"]), masks)
+def tokenize_scored(tokenizer, items: list[ScoredText], splice: str = "text") -> TokenizedBatch:
+    """Tokenize o' texts (special-token text such as <|im_end|> becomes the special token).
+
+    splice="text": the whole text at once; a token may span the end of the reasoning and the start
+    of the answer block. splice="ids": the text before `block_start` (Q + reasoning) and the answer
+    block are tokenized separately and their ids concatenated, so every token lies on one side and
+    the reference tokens are those of the answer block alone (items without `block_start`: as text).
+    """
+    if splice not in SPLICES:
+        raise ValueError(f"unknown splice {splice!r}; choose one of {', '.join(SPLICES)}")
+    cut = [it.block_start if splice == "ids" and it.block_start is not None else None for it in items]
+    texts = [it.text if c is None else it.text[:c] for it, c in zip(items, cut)]
+    enc = tokenizer(texts, add_special_tokens=False, return_offsets_mapping=True)
+    ids = [list(x) for x in enc["input_ids"]]
+    offsets = [list(x) for x in enc["offset_mapping"]]
+    split = [k for k, c in enumerate(cut) if c is not None]
+    if split:
+        blocks = tokenizer([items[k].text[cut[k]:] for k in split], add_special_tokens=False,
+                           return_offsets_mapping=True)
+        for k, more, off in zip(split, blocks["input_ids"], blocks["offset_mapping"]):
+            ids[k] += list(more)
+            offsets[k] += [(s + cut[k], e + cut[k]) for s, e in off]
+    masks = [reference_mask(off, it.ref_start, it.ref_end) for off, it in zip(offsets, items)]
+    return TokenizedBatch(ids, masks)
+
+
+def reasoning_token_count(tokenizer, token_ids: list[int], chars: int) -> int:
+    """How many leading tokens of `token_ids` decode (as the rollout decodes them, special tokens
+    skipped) to at most `chars` characters: the tokens that end at or before character `chars`,
+    a token that spans it excluded. Binary search over prefix lengths."""
+    def length(k: int) -> int:
+        return len(tokenizer.decode(token_ids[:k], skip_special_tokens=True))
+
+    low, high = 0, len(token_ids)  # length(low) <= chars holds; find the largest such k
+    if length(high) <= chars:
+        return high
+    while high - low > 1:
+        mid = (low + high) // 2
+        if length(mid) <= chars:
+            low = mid
+        else:
+            high = mid
+    return low
 
 
 def pad_batch(sequences: list[list[int]], masks: list[list[bool]], pad_id: int,

@@ -45,7 +45,7 @@ from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
                               seed_everything, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample
 
 log = logging.getLogger("rlpr.train")
 
@@ -235,9 +235,11 @@ class Trainer:
         if not groups:
             return []
         adv = compute_advantages(rewards, name, moments)
-        return [[Sample(g.prompt.token_ids + r.token_ids, len(g.prompt.token_ids), float(a))
-                 for r, a in zip(g.rollouts, adv_row.tolist()) if r.token_ids]
+        return [[training_sample(g.prompt, r, out, a, self.cfg, self.reward)
+                 for r, out, a in zip(g.rollouts, g.rewards, adv_row.tolist()) if r.token_ids]
                 for g, adv_row in zip(groups, adv)]
+
+
 
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
@@ -290,10 +292,13 @@ class Trainer:
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()
         timings["perf/update_s"] = time.perf_counter() - tick
-        keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap"]
+        keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs"]
         sums = dict(zip(keys, dist.sum_values([totals.get(k, 0.0) for k in keys])))
         tokens = max(sums["tokens"], 1.0)
-        return {"policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
+        extra = {}  # the reference-SFT term's mean log p(y* | Q, z) per o'
+        if cfg.algorithm.ref_sft_coef:
+            extra["policy/ref_sft_logp"] = sums["sft_logp"] / max(sums["sft_seqs"], 1.0)
+        return {**extra, "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
                 "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
                 "policy/ratio_gap": sums["ratio_gap"] / tokens,
                 "policy/grad_norm": mean(grad_norms), "policy/updates": len(grad_norms),

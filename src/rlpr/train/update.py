@@ -12,25 +12,46 @@ from dataclasses import dataclass, field
 import torch
 
 from rlpr.parallel import distributed as dist
-from rlpr.algorithms.losses import KL_ESTIMATORS, Normaliser, aggregate_loss, ppo_clip_token_loss
+from rlpr.algorithms.losses import (KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss, ppo_clip_token_loss,
+                                   ref_sft_loss)
 from rlpr.config import AlgorithmConfig
 from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
 from rlpr.model.memory import release_memory
+from rlpr.reward.parsing import answer_block_start
+from rlpr.reward.sequence import pad_batch, reasoning_token_count
 
 
 @dataclass
 class Sample:
-    """One response to train on: prompt + response token ids and its advantage."""
+    """One response to train on: prompt + response token ids and its advantage.
+
+    `loss_tokens` (algorithm.pg_tokens=reasoning): only the first this-many response tokens enter
+    the policy loss (None: all). `sft` (algorithm.ref_sft_coef > 0): o' as (token ids, reference
+    mask), trained with weight `sft_weight` by the reference-SFT term (None: no o')."""
 
     input_ids: list[int]
     prompt_len: int
     advantage: float
     old_logp: torch.Tensor | None = None  # [response tokens], fp32 on the CPU (moved per micro-batch)
     ref_logp: torch.Tensor | None = None
+    loss_tokens: int | None = None
+    sft: tuple[list[int], list[bool]] | None = None
+    sft_weight: float = 0.0
 
     @property
     def response_len(self) -> int:
         return len(self.input_ids) - self.prompt_len
+
+    @property
+    def loss_len(self) -> int:
+        """Response tokens the policy loss covers."""
+        n = self.response_len
+        return n if self.loss_tokens is None else max(0, min(self.loss_tokens, n))
+
+    @property
+    def loss_mask(self) -> torch.Tensor:
+        """[response tokens] bool: True where the policy loss applies."""
+        return torch.arange(self.response_len) < self.loss_len
 
 
 @dataclass
@@ -43,12 +64,15 @@ class MicroBatch:
     prefix: list[int] | None = None
     seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token (CPU)
     advantages: torch.Tensor = field(init=False)  # [N] (CPU; `micro_batch_loss` moves them to the model)
+    mask: torch.Tensor | None = field(init=False)  # [N] bool, the tokens the loss covers (None: all)
 
     def __post_init__(self):
         lengths = torch.tensor([s.response_len for s in self.samples])
         self.seq = torch.repeat_interleave(torch.arange(len(self.samples)), lengths)
         self.advantages = torch.repeat_interleave(
             torch.tensor([s.advantage for s in self.samples], dtype=torch.float32), lengths)
+        partial = any(s.loss_len < s.response_len for s in self.samples)
+        self.mask = torch.cat([s.loss_mask for s in self.samples]) if partial else None
 
     def cat(self, attr: str, device: torch.device | None = None) -> torch.Tensor | None:
         parts = [getattr(s, attr) for s in self.samples]
@@ -73,6 +97,32 @@ class MicroBatch:
             target[i, s.prompt_len:len(s.input_ids)] = True
         device = next(model.parameters()).device
         return token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature, with_entropy)
+
+
+def reasoning_tokens(tokenizer, token_ids: list[int], response: str, prefill_chars: int, mode: str) -> int | None:
+    """algorithm.pg_tokens=reasoning: how many of the generated `token_ids` lie before the answer
+    block of `response` (= prefill + their text; `prefill_chars` long), i.e. end at or before the
+    start of `<answer>` (or `\\boxed{`); None (all of them) when the response has no answer block."""
+    start = answer_block_start(response, mode)
+    if start is None:
+        return None
+    return reasoning_token_count(tokenizer, token_ids, max(0, start - prefill_chars))
+
+
+def training_sample(prompt, rollout, out, advantage: float, cfg, reward) -> Sample:
+    """One response (`rollout`, rewarded `out`) to `prompt` as a training sample: with
+    algorithm.pg_tokens=reasoning its loss covers its reasoning only; with algorithm.ref_sft_coef
+    it carries o' (as `reward`, the ProbabilityReward, tokenizes it) for the reference-SFT term."""
+    a = cfg.algorithm
+    sample = Sample(prompt.token_ids + rollout.token_ids, len(prompt.token_ids), advantage)
+    response = prompt.response_text(rollout.text)
+    if a.pg_tokens == "reasoning":
+        sample.loss_tokens = reasoning_tokens(reward.tokenizer, rollout.token_ids, response, len(prompt.prefill),
+                                              cfg.reward.format_mode)
+    if a.ref_sft_coef:
+        sample.sft = reward.scored_sequence(prompt.text, response, prompt.example.reference)
+        sample.sft_weight = SFT_WEIGHTS[a.ref_sft_weight](out.reward, advantage)
+    return sample
 
 
 def prefix_runs(batches: list[MicroBatch]) -> list[list[MicroBatch]]:
@@ -122,7 +172,8 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
 
 
 def normaliser(samples: list[Sample]) -> Normaliser:
-    tokens, seqs = dist.sum_values([sum(s.response_len for s in samples), len(samples)])
+    """Tokens the policy loss covers and sequences, over the whole mini-batch (all ranks)."""
+    tokens, seqs = dist.sum_values([sum(s.loss_len for s in samples), len(samples)])
     return Normaliser(tokens=max(int(tokens), 1), sequences=max(int(seqs), 1))
 
 
@@ -133,8 +184,14 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     device = logp.device
     old = mb.cat("old_logp", device)
     old = logp.detach() if old is None else old
-    pg, clipped = ppo_clip_token_loss(logp, old, mb.advantages.to(device), cfg.clip_low, cfg.clip_high)
-    n_seq, seq = len(mb.samples), mb.seq.to(device)
+    ref = mb.cat("ref_logp", device) if cfg.kl_coef else None
+    advantages, seq = mb.advantages.to(device), mb.seq.to(device)
+    if mb.mask is not None:  # algorithm.pg_tokens=reasoning: the answer's tokens leave the loss
+        keep = mb.mask.to(device)
+        logp, entropy, old, advantages, seq = logp[keep], entropy[keep], old[keep], advantages[keep], seq[keep]
+        ref = ref[keep] if ref is not None else None
+    pg, clipped = ppo_clip_token_loss(logp, old, advantages, cfg.clip_low, cfg.clip_high)
+    n_seq = len(mb.samples)
 
     def agg(values):
         return aggregate_loss(values, seq, n_seq, norm, cfg.loss_agg)
@@ -142,7 +199,6 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     loss = agg(pg) - cfg.entropy_coef * agg(entropy)
     kl_sum = 0.0
     if cfg.kl_coef:
-        ref = mb.cat("ref_logp", device)
         kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref)
         loss = loss + cfg.kl_coef * agg(kl)
         kl_sum = kl.detach().sum().item()
@@ -150,6 +206,25 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
              "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
              "ratio_gap": (logp.detach() - old).abs().sum().item()}
     return loss, stats
+
+
+def sft_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
+    """The samples that carry an o' (reference-SFT term), longest first, `size` per forward."""
+    todo = sorted((s for s in samples if s.sft is not None), key=lambda s: -len(s.sft[0]))
+    return [todo[i:i + size] for i in range(0, len(todo), size)]
+
+
+def sft_micro_batch_loss(model, batch: list[Sample], norm: Normaliser, cfg: AlgorithmConfig, temperature: float,
+                         pad_id: int) -> tuple[torch.Tensor, dict]:
+    """The reference-SFT term (`losses.ref_sft_loss`) of some o' sequences: one forward over them
+    (padded), log-probs of their reference tokens at the rollout temperature, as score B takes them."""
+    ids, attn, target = pad_batch([s.sft[0] for s in batch], [s.sft[1] for s in batch], pad_id)
+    device = next(model.parameters()).device
+    logp, _ = token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature)
+    seq = torch.repeat_interleave(torch.arange(len(batch)), target[:, 1:].sum(-1)).to(device)
+    weights = torch.tensor([s.sft_weight for s in batch], dtype=torch.float32)
+    loss, means = ref_sft_loss(logp.float(), seq, len(batch), weights, cfg.ref_sft_coef, norm)
+    return loss, {"sft_logp": means.sum().item(), "sft_seqs": float(len(batch))}
 
 
 def padding_micro_batch(pad_id: int, share_prefix: bool) -> MicroBatch:
@@ -170,13 +245,16 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     gradient as running the prompt per micro-batch, up to float summation order, for a prompt's
     activations more in memory. With `lockstep` (FSDP, DeepSpeed), every rank runs as many
     single-micro-batch forward/backward passes as the busiest one instead. Every loss goes
-    through `backward`: the strategy's (DeepSpeed's engine must run each backward itself)."""
+    through `backward`: the strategy's (DeepSpeed's engine must run each backward itself).
+    With `cfg.ref_sft_coef`, the reference-SFT term follows, over the samples' o' sequences."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
     batches = micro_batches(samples, micro_size, pad_id, share_prefix)
+    sft = sft_batches(samples, micro_size) if cfg.ref_sft_coef else []
     runs = [[mb] for mb in batches] if lockstep else prefix_runs(batches)
     # agreed before any forward: a collective after them would meet other ranks' FSDP gathers
-    padding = int(dist.max_value(len(batches))) - len(batches) if lockstep else 0
+    passes = len(batches) + len(sft)
+    padding = int(dist.max_value(passes)) - passes if lockstep else 0
     for run in runs:
         shared = len(run) > 1
         state = PrefixState(model, run[0].prefix) if shared else None
@@ -190,6 +268,12 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
         if shared:
             state.backward_from(leaf)
             del state, leaf
+    for batch in sft:
+        loss, stats = sft_micro_batch_loss(model, batch, norm, cfg, temperature, pad_id)
+        backward(loss)
+        del loss
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
     for _ in range(padding):
         mb = padding_micro_batch(pad_id, share_prefix)
         logp, _ = mb.logprobs(model, temperature)
