@@ -256,9 +256,10 @@ def figures(runs: list[RunData]) -> dict[str, list[tuple[str, bytes]]]:
     evals = []
     for key in eval_keys:
         label = key[5:].replace("_mean", "").replace("_", " ")
-        png = line_panel(runs, f"Held-out: {label}", [(key, label)], "", se={key: key + "_se"})
+        title = f"Held-out: {label}"
+        png = line_panel(runs, title, [(key, label)], "", se={key: key + "_se"})
         if png:
-            evals.append((key, png))
+            evals.append((title, png))
     return {"train": train, "perf": perf, "eval": evals}
 
 
