@@ -137,7 +137,9 @@ def phase_panel(run: RunData, multi: bool) -> bytes | None:
     other = [max(total.get(s, b) - b, 0.0) for s, b in zip(steps, bottom)]
     if any(other):
         ax.bar(steps, other, bottom=bottom, label="other", color="#bbbbbb", width=0.8)
-    _style(ax, "Step time by phase" + (f" ({run.name})" if multi else ""), "seconds", legend=True, steps=steps)
+    ax.set_ylim(0, 1.3 * max(b + o for b, o in zip(bottom, other)) or 1.0)  # room for the legend above the bars
+    _style(ax, "Step time by phase" + (f" ({run.name})" if multi else ""), "seconds", legend=False, steps=steps)
+    ax.legend(fontsize=7, ncol=4, loc="upper center")
     return _png(fig)
 
 
