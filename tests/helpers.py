@@ -115,3 +115,87 @@ class ScriptedEngine:
                 self.i += 1
                 out.append(Rollout(p, self.tokenizer(text)["input_ids"], text, True))
         return out
+
+
+# -- run directories and trackers ------------------------------------------------------------------
+
+def fake_run(path, steps=3, *, lr=1e-6, eval_samples=2, with_samples=True, config=None):
+    """A run directory as `rlpr train` leaves it (metrics.jsonl, config.yaml, summary.yaml, samples/),
+    written without training: for the report's tests."""
+    import yaml
+
+    from rlpr.config import Config
+
+    path.mkdir(parents=True, exist_ok=True)
+    cfg = Config().to_dict()
+    cfg["trainer"]["lr"] = lr
+    for key, value in (config or {}).items():
+        section, name = key.split(".")
+        cfg[section][name] = value
+    (path / "config.yaml").write_text(yaml.safe_dump(cfg, sort_keys=False))
+
+    def evaluation(acc):
+        return {"eval/reward_mean": 0.05 + acc / 10, "eval/score_b_mean": 0.2, "eval/greedy_accuracy": acc,
+                "eval/greedy_accuracy_se": 0.1, "eval/format_rate": 0.5, "eval/response_len_mean": 12.0,
+                "eval/questions": 8, "eval/accuracy": acc, "eval/accuracy_se": 0.1,
+                f"eval/pass@{eval_samples}": acc + 0.1, "eval/samples": eval_samples}
+
+    records = [{"step": 0, **evaluation(0.25)}]
+    for s in range(1, steps + 1):
+        records.append({"step": s, "reward/mean": 0.1 * s, "reward/score_b_mean": 0.3, "reward/score_a_mean": 0.2,
+                        "filter/kept_frac": 1.0, "filter/ema_std": None, "policy/entropy": 2.0 - 0.1 * s,
+                        "policy/grad_norm": 0.4, "rollout/response_len_mean": 20.0 + s,
+                        "perf/rollout_s": 2.0, "perf/reward_s": 1.0, "perf/update_s": 3.0, "perf/step_s": 6.5,
+                        "perf/peak_rss_gb": 2.4})
+    records.append({"step": steps, **evaluation(0.5)})
+    (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    (path / "summary.yaml").write_text(yaml.safe_dump({"before": records[0], "after": records[-1], "step": steps}))
+    if with_samples:
+        (path / "samples").mkdir(exist_ok=True)
+        rows = [{"prompt": f"Q{q}?", "reference": f"A{q}", "response": f"<answer>{q}-{i} & <b>x</b></answer>",
+                 "reward": 0.1 * i, "score_b": 0.5, "score_a": 0.4, "format": 1.0, "correct": float(i == 3)}
+                for q in range(5) for i in range(4)]
+        (path / "samples" / f"step_{steps:06d}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    return path
+
+
+def wandb_history(run_dir):
+    """The history rows (step -> {key: value}) of the offline wandb run in `run_dir/wandb`, read
+    from its transaction log (LevelDB-log framing: 32 KiB blocks of records with a 7-byte header
+    checksum/length/type; 1 full, 2 first, 3 middle, 4 last) with wandb's own protobuf classes."""
+    import struct
+
+    from wandb.proto import wandb_internal_pb2
+
+    (path,) = Path(run_dir).glob("wandb/offline-run-*/run-*.wandb")
+    data = path.read_bytes()
+    ident, magic, _ = struct.unpack("<4sHB", data[:7])
+    assert ident == b":W&B" and magic == 0xBEE1, "not a wandb transaction log"
+    pos, chunk, rows = 7, b"", {}
+    while pos + 7 <= len(data):
+        room = 32768 - pos % 32768
+        _, length, kind = struct.unpack("<IHB", data[pos:pos + 7]) if room >= 7 else (0, 0, 0)
+        if room < 7 or (kind == 0 and length == 0):
+            pos += room  # block trailer / padding
+            continue
+        chunk += data[pos + 7:pos + 7 + length]
+        pos += 7 + length
+        if kind in (1, 4):
+            record = wandb_internal_pb2.Record()
+            record.ParseFromString(chunk)
+            chunk = b""
+            if record.WhichOneof("record_type") == "history":
+                row = {(i.key or "/".join(i.nested_key)): json.loads(i.value_json) for i in record.history.item}
+                rows.setdefault(row["_step"], {}).update(row)
+    return rows
+
+
+def logged_numbers(run_dir):
+    """metrics.jsonl as step -> {key: value}, finite numbers only (what the other trackers get)."""
+    from rlpr.train.tracking import numbers, read_metrics
+
+    out = {}
+    for record in read_metrics(run_dir):
+        step = record.pop("step")
+        out.setdefault(step, {}).update(numbers(record))
+    return out

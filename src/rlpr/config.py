@@ -273,8 +273,15 @@ class TrainerConfig:
     """Where run directories are created."""
     name: str = ""
     """Run name (default: preset + timestamp)."""
+    trackers: list[str] = field(default_factory=lambda: ["jsonl", "tensorboard"])
+    """Where metrics go: jsonl (metrics.jsonl in the run directory, always on), tensorboard (event
+    files in tensorboard/), wandb (Weights & Biases; WANDB_PROJECT, WANDB_MODE=offline) and mlflow
+    (MLFLOW_TRACKING_URI, MLFLOW_EXPERIMENT_NAME); wandb and mlflow are extras: pip install
+    'rlpr[wandb]', 'rlpr[mlflow]'."""
     tensorboard: bool = True
-    """Write TensorBoard event files next to metrics.jsonl."""
+    """false removes tensorboard from trainer.trackers (the older switch, kept for existing configs)."""
+    report: bool = True
+    """Write report.html (plots, config, sample responses; `rlpr report`) in the run directory at the end."""
     progress: bool = True
     """Show progress bars."""
 
@@ -434,7 +441,11 @@ def load_config(preset: str = "demo", overrides: list | None = None, base: dict 
     return cfg
 
 
-def _choice(key: str, value: str, allowed) -> None:
+def _choice(key: str, value, allowed) -> None:
+    if isinstance(value, list):  # a list key (trainer.trackers): each item
+        for item in value:
+            _choice(key, item, allowed)
+        return
     if value not in allowed:
         raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
 
@@ -506,6 +517,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.score_a import SCORE_A_MODELS
     from rlpr.reward.sequence import FALLBACKS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
+    from rlpr.train.tracking import TRACKERS
 
     return {
         "model.rollout_dtype": (AUTO, *ROLLOUT_DTYPES),
@@ -528,6 +540,7 @@ def choices() -> dict[str, tuple]:
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
+        "trainer.trackers": tuple(TRACKERS),
     }
 
 
@@ -570,6 +583,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             raise ConfigError(f"trainer.zero_stage: {t.zero_stage!r} is not one of 1, 2")
         if t.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
             raise ConfigError("trainer.strategy=deepspeed: DeepSpeed is not installed (pip install deepspeed)")
+        from rlpr.train.tracking import active_trackers, missing_package
+
+        for name in active_trackers(t.trackers, t.tensorboard):
+            if missing_package(name):
+                raise ConfigError(f"trainer.trackers: {missing_package(name)}")
     if wanted("reward"):
         try:
             get_shaping(r.shaping)

@@ -1,4 +1,4 @@
-"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, config.
+"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, report, config.
 
 Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
 mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
@@ -13,6 +13,7 @@ import sys
 
 from rlpr.cli.evaluation import register as register_evaluation
 from rlpr.cli.options import Shorthand, add_config_options, command_config, shorthand
+from rlpr.cli.report import register as register_report
 
 
 def _user_errors():
@@ -129,6 +130,7 @@ def build_parser() -> argparse.ArgumentParser:
     c.set_defaults(fn=cmd_data_convert)
 
     register_evaluation(sub)  # eval, grade, serve, reward-quality
+    register_report(sub)
 
     p = sub.add_parser("config", help="print the effective configuration (YAML), or every key (--reference)")
     add_config_options(p, default_preset="demo")

@@ -179,7 +179,7 @@ def load_state(ckpt: Path) -> dict:
 RESUMABLE_KEYS = frozenset({
     "trainer.max_steps", "trainer.eval_every", "trainer.eval_before", "trainer.eval_samples",
     "trainer.eval_max_new_tokens", "trainer.sample_every", "trainer.save_every", "trainer.keep_last",
-    "trainer.progress", "trainer.tensorboard", "model.threads",
+    "trainer.progress", "trainer.tensorboard", "trainer.trackers", "trainer.report", "model.threads",
 })
 
 

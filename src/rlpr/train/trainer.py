@@ -23,7 +23,7 @@ from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
-from rlpr.errors import ConfigError, TrainingError
+from rlpr.errors import ConfigError, TrainingError, error_reason
 from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
@@ -380,9 +380,10 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
         t = self.cfg.trainer
-        self.tracker = Tracker(self.run_dir, t.tensorboard and dist.is_main(),
-                               resume_step=self.step if self.resume else None) if dist.is_main() else None
-        if not dist.is_main():
+        if dist.is_main():
+            self.tracker = Tracker(self.run_dir, t.tensorboard, resume_step=self.step if self.resume else None,
+                                   trackers=t.trackers, config=self.cfg.to_dict())
+        else:
             self.tracker = NullTracker()
         summary: dict = {}
         if not self.resume and t.eval_before:
@@ -421,6 +422,17 @@ class Trainer:
         return summary
 
 
+def write_run_report(run_dir: Path) -> Path | None:
+    """report.html in the run directory; a failure is a warning, never a failed run."""
+    try:
+        from rlpr.report import write_report
+
+        return write_report([run_dir], run_dir / "report.html")
+    except Exception as e:  # noqa: BLE001 - the run has finished; its report is a convenience
+        log.warning("could not write the run report: %s", error_reason(e))
+        return None
+
+
 def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
@@ -443,4 +455,8 @@ def train(cfg: Config, resume: str | None = None) -> dict:
         write_summary(run_dir, summary)
         print(held_out_report(summary), file=sys.stderr)
         print(f"run directory: {run_dir}", file=sys.stderr)
+        if cfg.trainer.report:
+            report = write_run_report(run_dir)
+            if report:
+                print(f"report: {report}", file=sys.stderr)
     return summary
