@@ -83,7 +83,7 @@ def test_a_crashed_line_and_missing_files_still_report(tmp_path):
 
 def test_a_failed_report_is_a_warning_not_a_failed_run(tmp_path, caplog, monkeypatch):
     import rlpr.report as report
-    from rlpr.train.trainer import write_run_report
+    from rlpr.train.run_dir import write_run_report
 
     monkeypatch.setattr(report, "write_report", lambda *a, **k: (_ for _ in ()).throw(OSError("disk full")))
     assert write_run_report(tmp_path) is None

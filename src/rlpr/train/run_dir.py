@@ -1,4 +1,4 @@
-"""The run directory's own files: its default name, config.yaml, resume_N.yaml, summary.yaml.
+"""The run directory's own files: its default name, config.yaml, resume_N.yaml, summary.yaml, report.html.
 
 (metrics.jsonl and samples/ are the Tracker's, rlpr/train/tracking.py; checkpoints/ is
 rlpr/train/checkpoint.py's.)
@@ -6,6 +6,7 @@ rlpr/train/checkpoint.py's.)
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from pathlib import Path
@@ -13,7 +14,9 @@ from pathlib import Path
 import yaml
 
 from rlpr.config import Config
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, error_reason
+
+log = logging.getLogger("rlpr.train")
 
 
 def default_run_dir(cfg: Config) -> Path:
@@ -58,3 +61,14 @@ def _plain(obj):
     if isinstance(obj, float) and not math.isfinite(obj):
         return None
     return obj
+
+
+def write_run_report(run_dir: Path) -> Path | None:
+    """report.html in the run directory; a failure is a warning, never a failed run."""
+    try:
+        from rlpr.report import write_report
+
+        return write_report([run_dir], run_dir / "report.html")
+    except Exception as e:  # noqa: BLE001 - the run has finished; its report is a convenience
+        log.warning("could not write the run report: %s", error_reason(e))
+        return None

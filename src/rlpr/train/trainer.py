@@ -23,7 +23,7 @@ from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
-from rlpr.errors import ConfigError, TrainingError, error_reason
+from rlpr.errors import ConfigError, TrainingError
 from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
@@ -40,7 +40,8 @@ from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, 
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import Group, mean, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
-from rlpr.train.run_dir import check_fresh, default_run_dir, record_resume, write_config, write_summary
+from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, write_config, write_run_report,
+                                write_summary)
 from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
                               seed_everything, training_prompts)
@@ -239,8 +240,6 @@ class Trainer:
                  for r, out, a in zip(g.rollouts, g.rewards, adv_row.tolist()) if r.token_ids]
                 for g, adv_row in zip(groups, adv)]
 
-
-
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
         return update_autocast(self.mixed_precision, self.device, self.strategy.autocast_cache)
@@ -295,9 +294,7 @@ class Trainer:
         keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs"]
         sums = dict(zip(keys, dist.sum_values([totals.get(k, 0.0) for k in keys])))
         tokens = max(sums["tokens"], 1.0)
-        extra = {}  # the reference-SFT term's mean log p(y* | Q, z) per o'
-        if cfg.algorithm.ref_sft_coef:
-            extra["policy/ref_sft_logp"] = sums["sft_logp"] / max(sums["sft_seqs"], 1.0)
+        extra = {"policy/ref_sft_logp": sums["sft_logp"] / max(sums["sft_seqs"], 1.0)} if cfg.algorithm.ref_sft_coef else {}
         return {**extra, "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
                 "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
                 "policy/ratio_gap": sums["ratio_gap"] / tokens,
@@ -420,17 +417,6 @@ class Trainer:
                        peak_rss_gb=peak_rss_gb())
         self.tracker.close()
         return summary
-
-
-def write_run_report(run_dir: Path) -> Path | None:
-    """report.html in the run directory; a failure is a warning, never a failed run."""
-    try:
-        from rlpr.report import write_report
-
-        return write_report([run_dir], run_dir / "report.html")
-    except Exception as e:  # noqa: BLE001 - the run has finished; its report is a convenience
-        log.warning("could not write the run report: %s", error_reason(e))
-        return None
 
 
 def train(cfg: Config, resume: str | None = None) -> dict:
