@@ -256,3 +256,17 @@ def test_sft_weights_registry():
     from rlpr.algorithms.losses import SFT_WEIGHTS
 
     assert {k: f(0.25, -0.5) for k, f in SFT_WEIGHTS.items()} == {"reward": 0.25, "advantage": -0.5, "one": 1.0}
+
+
+def test_log_domain_aggregation_needs_the_fallback():
+    """An unscored response scores 0, above every log-probability: the config refuses that combination."""
+    from rlpr.config import Config, validate
+    from rlpr.errors import ConfigError
+
+    for name in ("mean_logprob", "sum_logprob"):
+        cfg = Config()
+        cfg.reward.aggregation = name
+        with pytest.raises(ConfigError, match=f"reward.aggregation={name} needs reward.invalid_fallback=free"):
+            validate(cfg, sections=("reward",))
+        cfg.reward.invalid_fallback = "free"
+        validate(cfg, sections=("reward",))

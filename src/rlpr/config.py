@@ -593,6 +593,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             get_shaping(r.shaping)
         except ValueError as e:
             raise ConfigError(f"reward.shaping: {e}") from None
+        from rlpr.reward.scoring import LOG_DOMAIN
+
+        if r.aggregation in LOG_DOMAIN and r.invalid_fallback == "none" and r.kind != "verifier":
+            raise ConfigError(f"reward.aggregation={r.aggregation} needs reward.invalid_fallback=free: its scores "
+                              "are <= 0, and a response with an invalid format would score 0, above every scored one")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")

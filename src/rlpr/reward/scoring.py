@@ -45,6 +45,7 @@ def _geo_mean_prob(logp: torch.Tensor) -> float:
 # Log-domain scores (mean_logprob, sum_logprob) are <= 0, while an unscored response (invalid
 # format, no fallback) scores 0: use them with a fallback or a format every response meets
 # (docs/verifier-free.md).
+LOG_DOMAIN = ("mean_logprob", "sum_logprob")  # scores <= 0: an unscored response's 0 would beat them all
 AGGREGATIONS: dict[str, Callable[[torch.Tensor], float]] = {
     "mean_prob": _mean_prob,
     "mean_logprob": _mean_logprob,
