@@ -97,6 +97,7 @@ def test_train_writes_the_report_and_prints_its_path(tiny_dir, tmp_path, capsys)
     run = tmp_path / "rep"
     err = capsys.readouterr().err
     assert f"run directory: {run}" in err and f"report: {run / 'report.html'}" in err
+    assert f"last checkpoint: {run / 'checkpoints'}" in err  # the end of a run names its last checkpoint
     page = (run / "report.html").read_text()
     assert "Reward (mean)" in page and "Held-out evaluation" in page and "Sample responses" in page
     assert "Step time" in page and len(images(page)) >= 10

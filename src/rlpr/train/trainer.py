@@ -35,8 +35,8 @@ from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.rollout.hf import HFRollout, Rollout
 from rlpr.train import held_out
-from rlpr.train.checkpoint import (latest_checkpoint, load_state, load_weights, resume_changes, rng_state,
-                                   save_checkpoint, set_rng_state)
+from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
+                                   rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import Group, mean, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
@@ -440,7 +440,8 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     if dist.is_main():
         write_summary(run_dir, summary)
         print(held_out_report(summary), file=sys.stderr)
-        print(f"run directory: {run_dir}", file=sys.stderr)
+        found = list_checkpoints(run_dir)
+        print(f"run directory: {run_dir}" + (f"\nlast checkpoint: {found[-1]}" if found else ""), file=sys.stderr)
         if cfg.trainer.report:
             report = write_run_report(run_dir)
             if report:
