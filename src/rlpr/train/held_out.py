@@ -32,6 +32,7 @@ def evaluate(trainer) -> dict:
     sqrt(p (1 - p) / n)."""
     from rlpr.evaluation.graders import grade_example
 
+    trainer.display.phase("eval")  # on the live step display; left out of its ETA
     total = int(dist.sum_values([len(trainer.val_prompts)])[0])  # global: a rank may hold none
     if not total:
         return {}

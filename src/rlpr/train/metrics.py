@@ -6,6 +6,7 @@ before dividing, so the metrics do not depend on how groups are sharded.
 
 from __future__ import annotations
 
+import logging
 import resource
 from dataclasses import dataclass
 
@@ -15,6 +16,8 @@ from rlpr.data.prompts import Prompt
 from rlpr.parallel import distributed as dist
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
+
+log = logging.getLogger("rlpr.train")
 
 
 @dataclass
@@ -79,3 +82,11 @@ def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:
             rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
                          "response": g.prompt.response_text(r.text), **o.to_dict()})
     return rows
+
+
+def flag_collapse(step: int, m: dict, n: int) -> None:
+    """Warn when the groups' responses are nearly all the same text (the policy collapsed onto
+    one answer or template, so the advantages are mostly zero); the metric stays in the log."""
+    if dist.is_main() and m["rollout/distinct_frac"] <= 2.0 / n:
+        log.warning("step %d: collapse? on average only %.1f distinct responses of %d per group "
+                    "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n, m["rollout/distinct_frac"])

@@ -4,6 +4,7 @@ silent in logs and CI, and the training loop's live step display."""
 from __future__ import annotations
 
 import sys
+import time
 from contextlib import contextmanager
 
 
@@ -24,36 +25,93 @@ def progress_bar(total: int, description: str, enabled: bool | None = None):
         yield lambda n=1: bar.advance(task, n)
 
 
-class StepDisplay:
-    """A live bar with step, reward, kept fraction and seconds per step (a log line per step when
-    stderr is not a terminal)."""
+def format_eta(seconds: float) -> str:
+    """m:ss, or h:mm:ss from an hour up."""
+    s = max(int(round(seconds)), 0)
+    h, m = divmod(s // 60, 60)
+    return f"{h}:{m:02d}:{s % 60:02d}" if h else f"{m}:{s % 60:02d}"
 
-    def __init__(self, total: int, start: int, enabled: bool = True):
+
+class StepDisplay:
+    """A live bar with the step, its phase (rollout / reward / update / eval), reward, kept fraction,
+    seconds per step and an ETA; a plain log line per step (with the ETA) when stderr is not a
+    terminal, and nothing when disabled.
+
+    The ETA is the mean step time so far, evaluation excluded, times the steps left: the wall time
+    since the display started, less the time in the "eval" phase, over the steps done since `start`.
+    """
+
+    TRAIN_PHASES = ("rollout", "reward", "update")
+
+    def __init__(self, total: int, start: int, enabled: bool = True, console=None, clock=time.monotonic):
         self.total, self.start, self.enabled = total, start, enabled
-        self.tty = sys.stderr.isatty()
+        self.console, self.clock = console, clock
+        self.tty = enabled and (console.is_terminal if console is not None else sys.stderr.isatty())
         self._progress = None
+        self.done = start  # the last finished step
+        self.phase_name = ""
+        self._in_step = False  # a step's phases have begun (an eval in it is labelled with it)
+        self._t0 = clock() if enabled else 0.0
+        self._eval_s, self._eval_since = 0.0, None
 
     def __enter__(self):
         if self.enabled and self.tty:
             from rich.console import Console
-            from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
+            from rich.progress import BarColumn, Progress, TextColumn
 
-            self._progress = Progress(TextColumn("step"), MofNCompleteColumn(), BarColumn(),
-                                      TextColumn("{task.fields[info]}"), TimeRemainingColumn(),
-                                      console=Console(stderr=True))
+            self._progress = Progress(TextColumn("{task.description}"), BarColumn(), TextColumn("{task.fields[info]}"),
+                                      console=self.console or Console(stderr=True))
             self._progress.__enter__()
-            self._task = self._progress.add_task("train", total=self.total, completed=self.start, info="")
+            self._task = self._progress.add_task(self.label(), total=self.total, completed=self.start, info="")
         return self
 
-    def update(self, step: int, m: dict) -> None:
+    def _end_eval(self) -> None:
+        if self._eval_since is not None:
+            self._eval_s += self.clock() - self._eval_since
+            self._eval_since = None
+
+    def eta(self) -> float | None:
+        """Seconds left: mean step time (evaluation excluded) x steps left; None before a step is done."""
+        steps = self.done - self.start
+        if steps <= 0:
+            return None
+        eval_s = self._eval_s + (self.clock() - self._eval_since if self._eval_since is not None else 0.0)
+        return (self.clock() - self._t0 - eval_s) / steps * max(self.total - self.done, 0)
+
+    def label(self) -> str:
+        """"step 3/16 · reward · ETA 4:10" (the ETA once a step is done)."""
+        step = min(self.done + 1, self.total) if self._in_step else self.done
+        eta = self.eta()
+        return " · ".join([f"step {step}/{self.total}", *([self.phase_name] if self.phase_name else []),
+                           *([f"ETA {format_eta(eta)}"] if eta is not None else [])])
+
+    def phase(self, name: str) -> None:
+        """The current phase: "rollout", "reward" and "update" belong to the next step, "eval" is
+        timed apart (left out of the ETA). Shown on the live bar only; a no-op when disabled."""
         if not self.enabled:
             return
+        self._end_eval()
+        if name == "eval":
+            self._eval_since = self.clock()
+        self._in_step = self._in_step or name in self.TRAIN_PHASES
+        self.phase_name = name
+        if self._progress is not None:
+            self._progress.update(self._task, description=self.label())
+
+    def update(self, step: int, m: dict) -> None:
+        """Step `step` is done, with metrics `m`."""
+        if not self.enabled:
+            return
+        self._end_eval()
+        self.done, self.phase_name, self._in_step = step, "", False
         info = (f"reward {m.get('reward/mean', float('nan')):.3f}  B {m.get('reward/score_b_mean', float('nan')):.3f}"
                 f"  kept {m.get('filter/kept_frac', float('nan')):.2f}  {m.get('perf/step_s', 0):.1f}s/step")
         if self._progress is not None:
-            self._progress.update(self._task, completed=step, info=info)
+            self._progress.update(self._task, completed=step, info=info, description=self.label())
         else:
-            print(f"step {step}/{self.total}  {info}", file=sys.stderr, flush=True)
+            eta = self.eta()
+            print(f"step {step}/{self.total}  {info}" + (f"  ETA {format_eta(eta)}" if eta is not None else ""),
+                  file=sys.stderr, flush=True)
 
     def __exit__(self, *exc):
         if self._progress is not None:

@@ -38,7 +38,7 @@ from rlpr.train import held_out
 from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
                                    rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
-from rlpr.train.metrics import Group, mean, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.metrics import Group, flag_collapse, mean, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, write_config, write_run_report,
                                 write_summary)
@@ -58,6 +58,7 @@ class Trainer:
         self.run_dir = Path(run_dir)
         self.resume = resume
         self.stop_requested = False
+        self.display = StepDisplay(0, 0, enabled=False)  # run() sets the live one; phase() is a no-op until then
         self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
         self._setup()
 
@@ -136,6 +137,7 @@ class Trainer:
         the responses do not depend on how prompts are batched or sharded over ranks."""
         cfg = self.cfg
         prompts = [self.train_prompts[i] for i in indices]
+        self.display.phase("rollout")
         tick = time.perf_counter()
         rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
                                         max_new_tokens=cfg.rollout.max_new_tokens,
@@ -143,6 +145,7 @@ class Trainer:
                                         seeds=[seed * SEED_MIX + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
         release_memory()
+        self.display.phase("reward")
         tick = time.perf_counter()
         rewards = self.score(prompts, rollouts)
         self.timings["perf/reward_s"] += time.perf_counter() - tick
@@ -254,6 +257,7 @@ class Trainer:
         return nullcontext()
 
     def update(self, groups: list[Group]) -> dict:
+        self.display.phase("update")
         with self._frozen_weights():
             return self._update(groups)
 
@@ -322,17 +326,12 @@ class Trainer:
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
-        """Warn when the groups' responses are nearly all the same text (the policy collapsed onto
-        one answer or template, so the advantages are mostly zero); the metric stays in the log."""
-        n = self.cfg.rollout.responses_per_prompt
-        if dist.is_main() and m["rollout/distinct_frac"] <= 2.0 / n:
-            log.warning("step %d: collapse? on average only %.1f distinct responses of %d per group "
-                        "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n,
-                        m["rollout/distinct_frac"])
+        """Warn when the responses are nearly all the same text (`rlpr.train.metrics.flag_collapse`)."""
+        flag_collapse(step, m, self.cfg.rollout.responses_per_prompt)
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self) -> dict:
-        """Held-out evaluation (rlpr/train/held_out.py); every rank calls it: it holds collectives."""
+        """Held-out evaluation (rlpr/train/held_out.py, shown as the "eval" phase); every rank calls it."""
         return held_out.evaluate(self)
 
     # -- checkpoints --------------------------------------------------------------------------
@@ -383,36 +382,37 @@ class Trainer:
         else:
             self.tracker = NullTracker()
         summary: dict = {}
-        if not self.resume and t.eval_before:
-            before = self.evaluate()  # every rank calls it: it holds collectives
-            if before:
-                summary["before"] = before
-                self.tracker.log(0, before)
-        display = StepDisplay(t.max_steps, self.step, enabled=t.progress and dist.is_main())
-        metrics: dict = {}
-        with finish_step_on_signal(self), display:
-            while self.step < t.max_steps and not self.stop_requested:
-                step = self.step + 1
-                metrics = self.train_step(step)
-                self.step = step
-                if t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
-                    metrics.update(self.evaluate())
-                self.tracker.log(step, metrics)
-                display.update(step, metrics)
-                if t.save_every and step % t.save_every == 0 and step < t.max_steps:
-                    self.save()
-        if self.stop_requested and self.step < t.max_steps:
-            self.save()
-            if dist.is_main():
-                print(f"\nstopped at step {self.step}; checkpoint saved. Resume with:\n"
-                      f"  rlpr train --resume {self.run_dir}", file=sys.stderr)
-            summary["interrupted"] = True
-        else:
-            after = self.evaluate()
-            if after:
-                summary["after"] = after
-                self.tracker.log(self.step, after)
-            self.save()
+        self.display = StepDisplay(t.max_steps, self.step, enabled=t.progress and dist.is_main())
+        with self.display:  # the eval before the first step and after the last show on it too
+            if not self.resume and t.eval_before:
+                before = self.evaluate()  # every rank calls it: it holds collectives
+                if before:
+                    summary["before"] = before
+                    self.tracker.log(0, before)
+            metrics: dict = {}
+            with finish_step_on_signal(self):
+                while self.step < t.max_steps and not self.stop_requested:
+                    step = self.step + 1
+                    metrics = self.train_step(step)
+                    self.step = step
+                    if t.eval_every and step % t.eval_every == 0 and step < t.max_steps:
+                        metrics.update(self.evaluate())
+                    self.tracker.log(step, metrics)
+                    self.display.update(step, metrics)
+                    if t.save_every and step % t.save_every == 0 and step < t.max_steps:
+                        self.save()
+            if self.stop_requested and self.step < t.max_steps:
+                self.save()
+                if dist.is_main():
+                    print(f"\nstopped at step {self.step}; checkpoint saved. Resume with:\n"
+                          f"  rlpr train --resume {self.run_dir}", file=sys.stderr)
+                summary["interrupted"] = True
+            else:
+                after = self.evaluate()
+                if after:
+                    summary["after"] = after
+                    self.tracker.log(self.step, after)
+                self.save()
         summary.update(last=metrics, step=self.step, skipped_prompts=self.skipped_prompts,
                        peak_rss_gb=peak_rss_gb())
         self.tracker.close()
