@@ -119,8 +119,10 @@ class RewardConfig:
     score and reward-quality (`--input`)."""
 
     kind: str = "probability"
-    """probability (RLPR), verifier (RLVR: 1 if the eval grader accepts) or hybrid (vr_weight * verifier
-    + pr_weight * probability, the official code's prob_mix)."""
+    """probability (RLPR), verifier (RLVR: 1 if the eval grader accepts), hybrid (vr_weight * verifier
+    + pr_weight * probability, the official code's prob_mix) or nover (NOVER: the rank, within the
+    group, of the reasoning perplexity exp(-mean log p(y*) / max(1, 1 + log10 |think|)), 0 for a
+    response that fails the format; needs debias=false; shaping is not used)."""
     pr_weight: float = 0.5
     """Weight of the probability reward (hybrid only)."""
     vr_weight: float = 1.0
@@ -137,6 +139,10 @@ class RewardConfig:
     """Subtract score A (false: the "without debiasing" ablation)."""
     score_a: str = "initial"
     """initial (cached, from the initial policy) or current (recomputed every step)."""
+    scorer: str = "current"
+    """The model that scores the reference after the reasoning (score B; nover's perplexity): current
+    (the policy, RLPR) or initial (the initial policy: the adapter-off base under LoRA, else a frozen
+    copy; NOVER's frozen scorer)."""
     repetition_penalty: bool = True
     """-1 for a response in which one run of repetition_window words occurs repetition_count or more times."""
     repetition_window: int = 10
@@ -514,7 +520,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import AGGREGATIONS
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
-    from rlpr.reward.score_a import SCORE_A_MODELS
+    from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
     from rlpr.reward.sequence import FALLBACKS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
     from rlpr.train.tracking import TRACKERS
@@ -529,6 +535,7 @@ def choices() -> dict[str, tuple]:
         "reward.format_mode": tuple(FORMAT_MODES),
         "reward.aggregation": tuple(AGGREGATIONS),
         "reward.score_a": SCORE_A_MODELS,
+        "reward.scorer": SCORERS,
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
         "reward.splice": SPLICES,
@@ -598,6 +605,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.aggregation in LOG_DOMAIN and r.invalid_fallback == "none" and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} needs reward.invalid_fallback=free: its scores "
                               "are <= 0, and a response with an invalid format would score 0, above every scored one")
+        if r.kind == "nover" and r.debias:
+            raise ConfigError("reward.kind=nover has no score A (its reward is a rank within the group): "
+                              "set reward.debias=false")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")

@@ -9,12 +9,18 @@ Pure arithmetic on one response's scores, in a registry (`reward.kind`):
   vr_weight * verifier + pr_weight * probability, each with its own format term, so the format
   counts twice (0.1 * 1.0 + 0.1 * 0.5 with the defaults), and debiasing applies to the
   probability part only; the std filter and the advantages see the sum.
+- `nover` (NOVER, arXiv 2505.16022): (1 - alpha) * rank + alpha * format, where `rank` (in
+  `delta`) is the response's rank by reasoning perplexity within its group, 0 for a response that
+  fails the strict format gate (rlpr/reward/nover.py); its `group_transform` turns the group's
+  perplexities into the ranks.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Callable
+from typing import Callable, Hashable, Sequence
+
+from rlpr.reward.nover import group_rank_rewards
 
 
 @dataclass(frozen=True)
@@ -43,10 +49,13 @@ class RewardKind:
     combine: Callable[[Scores, float, float, float], float]
     needs_score_b: bool  # runs the policy over o' (the probability reward)
     needs_grader: bool  # the reward depends on the grader's verdict
+    # group-level step: (per-response pre-scores, None = gated out; group ids) -> per-response delta
+    group_transform: Callable[[Sequence[float | None], Sequence[Hashable]], list[float]] | None = None
 
 
 REWARD_KINDS: dict[str, RewardKind] = {
     "probability": RewardKind(probability, needs_score_b=True, needs_grader=False),
     "verifier": RewardKind(verifier, needs_score_b=False, needs_grader=True),
     "hybrid": RewardKind(hybrid, needs_score_b=True, needs_grader=True),
+    "nover": RewardKind(probability, needs_score_b=True, needs_grader=False, group_transform=group_rank_rewards),
 }

@@ -4,18 +4,22 @@ reward = (1 - alpha) * shaping(B - A) + alpha * format  (+ repetition penalty), 
 B comes from the model passed in (the current policy); A from the reward's `ScoreA`
 (rlpr/reward/score_a.py: the initial or current policy, its cache, a precomputed dataset column).
 `reward.kind` (rlpr/reward/kinds.py) may instead reward a grader's verdict (`verifier`) or both
-(`hybrid`); the verifier kind skips B and A.
+(`hybrid`); the verifier kind skips B and A. `nover` ranks the group's responses by reasoning
+perplexity (rlpr/reward/nover.py) from the same reference log-probs. `reward.scorer` picks the
+model that scores y* after the reasoning: the policy (`current`) or the initial one (`initial`).
 """
 
 from __future__ import annotations
 
 import time
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass
 from typing import Callable
 
 from rlpr.config import RewardConfig
 from rlpr.errors import ConfigError
 from rlpr.reward.kinds import REWARD_KINDS, Scores
+from rlpr.reward.nover import consecutive_groups, reasoning_perplexity, reasoning_text
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.score_a import ScoreA
 from rlpr.reward.scoring import reference_logprobs, aggregate
@@ -36,6 +40,7 @@ class RewardOutput:
     penalty: float
     reward: float
     correct: float | None = None  # the grader's verdict (1/0) when a grader applies, else None
+    perplexity: float | None = None  # NOVER's reasoning perplexity (reward.kind=nover; None: gated out)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -107,6 +112,17 @@ class ProbabilityReward:
             return None
         return ids, mask
 
+    @contextmanager
+    def scorer(self, model):
+        """The model that scores y* after the reasoning (B; NOVER's P): `model` (reward.scorer=current,
+        or a reward not bound to a training policy), else the bound policy's initial model (the
+        adapter-off base under LoRA, or the frozen reference copy), as for score A."""
+        if self.cfg.scorer == "current" or self.score_a.policy is None:
+            yield model
+        else:
+            with self.score_a.initial_policy() as initial:
+                yield initial
+
     def fill_score_a(self, model, pairs: list[tuple[str, str, bool]]) -> None:
         """Compute and cache A with `model` for (prompt text, reference, fallback-cue?) pairs not yet cached."""
         self.score_a.fill(pairs, model)
@@ -115,13 +131,15 @@ class ProbabilityReward:
     def __call__(self, model, prompt_texts: list[str], responses: list[str], references: list[str], *,
                  score_a_model=None, fill_a: Callable[[list], None] | None = None,
                  precomputed_a: list[float | None] | None = None,
-                 correct: list[bool | None] | None = None) -> list[RewardOutput]:
+                 correct: list[bool | None] | None = None,
+                 groups: list | None = None) -> list[RewardOutput]:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from `self.score_a`'s cache; missing entries are filled by `fill_a(pairs)`, by default
         computed by the policy `self.score_a` is bound to, else with `score_a_model` (default:
         `model`). `correct` holds the grader's verdicts (None where no grader applies); the
-        verifier and hybrid kinds need it."""
+        verifier and hybrid kinds need it. `groups`: a group id per response (a kind that ranks
+        within groups, nover, needs them; default: runs of consecutive equal prompt and reference)."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n
@@ -131,8 +149,12 @@ class ProbabilityReward:
         if not self.kind.needs_score_b:  # verifier: no forward pass; B and A reported as 0
             return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c)
                     for r, it, c in zip(responses, items, correct)]
+        if self.kind.group_transform is not None:
+            groups = groups if groups is not None else consecutive_groups(list(zip(prompt_texts, references)))
+            return self.ranked(model, responses, items, groups, correct)
         tick = time.perf_counter()
-        scores_b = self.score_texts(model, items)
+        with self.scorer(model) as scorer:
+            scores_b = self.score_texts(scorer, items)
         self.seconds["score_b"] += time.perf_counter() - tick
         fallbacks = [it is not None and it.fallback for it in items]
         a_values = [0.0] * n
@@ -144,13 +166,39 @@ class ProbabilityReward:
                                 a_values[i], correct[i]) for i in range(n)]
         return outputs
 
+    def ranked(self, model, responses: list[str], items: list[ScoredText | None], groups: list,
+               correct: list[bool | None]) -> list[RewardOutput]:
+        """NOVER (reward.kind=nover): P per response from the scorer's reference log-probs and its
+        reasoning length in tokens, gated by the strict format; the reward is the rank within the
+        group (`kind.group_transform`). B is reported as the mean log-prob per reference token."""
+        tick = time.perf_counter()
+        with self.scorer(model) as scorer:
+            logps = reference_logprobs(scorer, self.tokenizer, items, temperature=self.temperature,
+                                       max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
+                                       splice=self.cfg.splice)
+        self.seconds["score_b"] += time.perf_counter() - tick
+        mode = self.cfg.format_mode
+        means = [0.0 if lp is None else lp.float().mean().item() for lp in logps]
+        perplexities = []
+        for response, item, lp, mean in zip(responses, items, logps, means):
+            gated = lp is None or item is None or item.fallback or format_reward(response, mode) != 1.0
+            think = reasoning_text(response, mode)
+            length = len(self.tokenizer(think, add_special_tokens=False)["input_ids"]) if think else 0
+            perplexities.append(None if gated else reasoning_perplexity(mean, length))
+        ranks = self.kind.group_transform(perplexities, groups)
+        return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, b, 0.0, c,
+                             delta=d, perplexity=p)
+                for r, it, b, c, d, p in zip(responses, items, means, correct, ranks, perplexities)]
+
     def combine(self, response: str, valid: bool, fallback: bool, b: float, a: float,
-                correct: bool | None = None) -> RewardOutput:
+                correct: bool | None = None, *, delta: float | None = None,
+                perplexity: float | None = None) -> RewardOutput:
         """Final reward of one response from its scores (pure arithmetic, spec section 3; the
         reward kind decides what counts, rlpr/reward/kinds.py)."""
         cfg = self.cfg
         fmt = format_reward(response, cfg.format_mode)
-        delta = self.shaping(b - a) if self.kind.needs_score_b else 0.0  # an invalid response has b = 0
+        if delta is None:  # given: a group-level kind's value (nover's rank)
+            delta = self.shaping(b - a) if self.kind.needs_score_b else 0.0  # an invalid response has b = 0
         verdict = None if correct is None else float(bool(correct))
         reward = self.kind.combine(Scores(delta, verdict or 0.0, fmt), cfg.alpha, cfg.pr_weight, cfg.vr_weight)
         penalty = 0.0
@@ -158,4 +206,5 @@ class ProbabilityReward:
             if has_repetition(response, cfg.repetition_window, cfg.repetition_count):
                 penalty = -1.0
         return RewardOutput(valid=valid, format=fmt, fallback=fallback, score_b=b, score_a=a,
-                            delta=delta, penalty=penalty, reward=reward + penalty, correct=verdict)
+                            delta=delta, penalty=penalty, reward=reward + penalty, correct=verdict,
+                            perplexity=perplexity)

@@ -27,6 +27,9 @@ log = logging.getLogger("rlpr.train")
 
 # reward.score_a: which policy computes A
 SCORE_A_MODELS = ("initial", "current")
+# reward.scorer: which policy scores y* after the reasoning (B; NOVER's P), through the same
+# initial-model path as A (an EMA-lagged adapter, NOVER's third choice, is not offered yet)
+SCORERS = ("current", "initial")
 
 
 class ScoreACache:

@@ -83,9 +83,10 @@ def build_policy(cfg: Config, model):
 
 
 def reference_copy(cfg: Config, policy):
-    """A frozen copy of the initial policy for the KL term under full fine-tuning (None otherwise:
-    with LoRA the reference is the adapter-off base, and without KL none is needed)."""
-    if cfg.algorithm.kl_coef and not cfg.model.lora:
+    """A frozen copy of the initial policy for the KL term or the initial scorer (reward.scorer=initial)
+    under full fine-tuning (None otherwise: with LoRA the reference is the adapter-off base, and
+    without either none is needed)."""
+    if (cfg.algorithm.kl_coef or cfg.reward.scorer == "initial") and not cfg.model.lora:
         return copy.deepcopy(causal_lm(policy)).eval().requires_grad_(False)
     return None
 

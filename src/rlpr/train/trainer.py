@@ -163,9 +163,9 @@ class Trainer:
         responses = [p.response_text(r.text) for p, r in zip(by_index, rollouts)]
         correct = [grade_example(p.example, text).correct for p, text in zip(by_index, responses)]
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
-            return reward(self.policy, [p.text for p in by_index], responses,
-                          [p.example.reference for p in by_index],
-                          precomputed_a=[p.example.score_a for p in by_index], correct=correct)
+            return reward(self.policy, [p.text for p in by_index], responses, [p.example.reference for p in by_index],
+                          precomputed_a=[p.example.score_a for p in by_index], correct=correct,
+                          groups=[r.prompt_index for r in rollouts])  # nover ranks within a group
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:

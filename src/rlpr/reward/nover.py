@@ -1,0 +1,93 @@
+"""NOVER's reasoning reward (arXiv 2505.16022; reference code thinkwee/NOVER): pure arithmetic.
+
+For a response o = (t, y) with reasoning t (the text inside `<think> ... </think>` under the r1
+format) the reference y* is scored after the prompt and the reasoning, as score B scores it
+(o' = x + t + y*, rlpr's reference mask). With logp_i the log-probabilities of the n reference
+tokens and |t| the reasoning's length in tokens, the "reasoning perplexity" is
+
+    P = exp( -(1/n) sum_i logp_i / N(|t|) ),   N(|t|) = max(1, 1 + log10 |t|)   (N = 1 when |t| = 0)
+
+(lower is better: the reasoning made the reference likely; N discounts long reasoning). Within a
+group, the responses that pass the strict format gate are ranked by P and the rank is the reward:
+
+    r = (m - rank) / (m - 1)
+
+where m is the number of gated-in responses of the group, rank in 1..m counts from the lowest P
+(ties share the mean of their ranks), so the lowest P gets 1, the highest 0, and m = 1 gives 1.
+A response that fails the gate (or has no scored reference token) gets 0, the lowest.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Hashable, Sequence
+
+from rlpr.reward.parsing import THINK_CLOSE, THINK_OPEN, parse_response
+
+
+def length_norm(reasoning_tokens: int) -> float:
+    """N(|t|) = max(1, 1 + log10 |t|); 1 for an empty reasoning."""
+    return max(1.0, 1.0 + math.log10(reasoning_tokens)) if reasoning_tokens > 0 else 1.0
+
+
+def reasoning_perplexity(mean_logprob: float, reasoning_tokens: int) -> float:
+    """P = exp(-mean_logprob / N(|t|)), mean_logprob the mean log-prob per reference token."""
+    return math.exp(-mean_logprob / length_norm(reasoning_tokens))
+
+
+def reasoning_text(response: str, mode: str = "r1") -> str:
+    """The reasoning t of a format-valid response: inside `<think> ... </think>` when it has them
+    (r1), else everything before the answer block; '' for an invalid response."""
+    parsed = parse_response(response, mode)
+    if not parsed.valid:
+        return ""
+    head = response[:parsed.block]
+    if THINK_OPEN in head and THINK_CLOSE in head:
+        return head.split(THINK_OPEN, 1)[1].split(THINK_CLOSE, 1)[0]
+    return head
+
+
+def rank_rewards(perplexities: Sequence[float | None]) -> list[float]:
+    """One group's rewards from its perplexities (None: gated out, reward 0). Ranked ascending
+    among the m gated-in ones, ties share the mean rank, r = (m - rank) / (m - 1); m = 1: 1.0."""
+    kept = [(p, i) for i, p in enumerate(perplexities) if p is not None]
+    out = [0.0] * len(perplexities)
+    m = len(kept)
+    if m == 1:
+        out[kept[0][1]] = 1.0
+    kept.sort()
+    k = 0
+    while k < m and m > 1:
+        j = k
+        while j + 1 < m and kept[j + 1][0] == kept[k][0]:
+            j += 1
+        rank = (k + 1 + j + 1) / 2  # the mean of the 1-based ranks k+1 .. j+1
+        for _, i in kept[k:j + 1]:
+            out[i] = (m - rank) / (m - 1)
+        k = j + 1
+    return out
+
+
+def consecutive_groups(keys: Sequence[Hashable]) -> list[int]:
+    """Group ids for runs of equal consecutive keys (how a caller that passes no groups is read:
+    a group's responses are next to each other and share a prompt and reference)."""
+    ids, last = [], object()
+    for key in keys:
+        if not ids or key != last:
+            ids.append((ids[-1] + 1) if ids else 0)
+        else:
+            ids.append(ids[-1])
+        last = key
+    return ids
+
+
+def group_rank_rewards(perplexities: Sequence[float | None], groups: Sequence[Hashable]) -> list[float]:
+    """`rank_rewards` within each group (responses with equal group ids), in the input's order."""
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    out = [0.0] * len(perplexities)
+    for idx in members.values():
+        for i, r in zip(idx, rank_rewards([perplexities[i] for i in idx])):
+            out[i] = r
+    return out
