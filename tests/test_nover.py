@@ -54,18 +54,19 @@ def test_reasoning_text():
 
 
 def test_ranks_with_ties_and_the_gate():
-    assert rank_rewards([3.0, 1.0, 2.0]) == [0.0, 1.0, 0.5]
-    # ranks ascending: 1.0 -> 1; the two 2.0 share (2 + 3) / 2 = 2.5; 5.0 -> 4; r = (4 - rank) / 3
-    assert rank_rewards([2.0, 1.0, 5.0, 2.0]) == pytest.approx([0.5, 1.0, 0.0, 0.5])
-    assert rank_rewards([1.0, 1.0, 1.0]) == [0.5, 0.5, 0.5]
-    assert rank_rewards([None, 4.0, None, 2.0]) == [0.0, 0.0, 0.0, 1.0]  # gated out: 0
+    # r = (m - rank + 1) / m, rank 1..m from the lowest P: the reference code's (m - rank0) / m
+    assert rank_rewards([3.0, 1.0, 2.0]) == pytest.approx([1 / 3, 1.0, 2 / 3])
+    # ranks ascending: 1.0 -> 1; the two 2.0 share (2 + 3) / 2 = 2.5; 5.0 -> 4; r = (5 - rank) / 4
+    assert rank_rewards([2.0, 1.0, 5.0, 2.0]) == pytest.approx([0.625, 1.0, 0.25, 0.625])
+    assert rank_rewards([1.0, 1.0, 1.0]) == pytest.approx([2 / 3, 2 / 3, 2 / 3])
+    assert rank_rewards([None, 4.0, None, 2.0]) == [0.0, 0.5, 0.0, 1.0]  # gated out: 0
     assert rank_rewards([None, 7.0]) == [0.0, 1.0]  # one gated-in response: 1
     assert rank_rewards([None, None]) == [0.0, 0.0] and rank_rewards([]) == []
 
 
 def test_ranks_are_per_group():
     assert consecutive_groups(["a", "a", "b", "b", "a"]) == [0, 0, 1, 1, 2]
-    assert group_rank_rewards([1.0, 2.0, 9.0, 3.0, 5.0], [7, 7, 8, 8, 7]) == [1.0, 0.5, 0.0, 1.0, 0.0]
+    assert group_rank_rewards([1.0, 2.0, 9.0, 3.0, 5.0], [7, 7, 8, 8, 7]) == pytest.approx([1.0, 2 / 3, 0.5, 1.0, 1 / 3])
 
 
 R1 = ["<think> The capital of France is Paris. </think>\n<answer> Paris </answer>",
@@ -84,7 +85,7 @@ def test_reward_against_hand_computation(tiny_model, tokenizer):
     assert [o.delta for o in out] == pytest.approx(ranks)
     assert [o.reward for o in out] == pytest.approx([0.9 * r + (0.1 if p is not None else 0.0)
                                                      for r, p in zip(ranks, ps)])
-    assert sorted(o.delta for o in out) == pytest.approx([0.0, 0.0, 0.5, 1.0])
+    assert sorted(o.delta for o in out) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
 
 
 def test_groups_are_ranked_apart(tiny_model, tokenizer):
@@ -93,7 +94,7 @@ def test_groups_are_ranked_apart(tiny_model, tokenizer):
     both = pr(tiny_model, [q] * 4, R1[:2] * 2, ["Paris"] * 4, groups=[0, 0, 1, 1])
     alone = pr(tiny_model, [q] * 2, R1[:2], ["Paris"] * 2)
     assert [o.delta for o in both] == pytest.approx([o.delta for o in alone] * 2)
-    assert sorted(o.delta for o in alone) == [0.0, 1.0]
+    assert sorted(o.delta for o in alone) == [0.5, 1.0]
 
 
 def test_scorer_initial_keeps_the_initial_models_values(tokenizer):
@@ -159,7 +160,7 @@ def test_one_step_through_the_command_line(tiny_dir, tmp_path):
 
 @pytest.mark.integration
 def test_step_with_scripted_r1_responses(tiny_dir, tmp_path):
-    """Three valid responses ranked 1, 0.5, 0 and an invalid one at 0 in every group."""
+    """Three valid responses ranked 1, 2/3, 1/3 and an invalid one at 0 in every group."""
     from rlpr.train.trainer import Trainer
 
     from helpers import ScriptedEngine, common
@@ -174,7 +175,7 @@ def test_step_with_scripted_r1_responses(tiny_dir, tmp_path):
     trainer.engine = Scripted(trainer.tokenizer, [R1[0], R1[1], R1[3], R1[2]])
     groups, _ = trainer.collect(1)
     for g in groups:
-        assert sorted(o.reward for o in g.rewards) == pytest.approx([0.0, 0.0, 0.5, 1.0])
+        assert sorted(o.reward for o in g.rewards) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
         assert g.rewards[3].reward == 0.0 and g.rewards[3].perplexity is None
     metrics = trainer.update(groups)
     assert math.isfinite(metrics["policy/tokens"])

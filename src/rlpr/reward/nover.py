@@ -10,11 +10,14 @@ tokens and |t| the reasoning's length in tokens, the "reasoning perplexity" is
 (lower is better: the reasoning made the reference likely; N discounts long reasoning). Within a
 group, the responses that pass the strict format gate are ranked by P and the rank is the reward:
 
-    r = (m - rank) / (m - 1)
+    r = (m - rank + 1) / m
 
-where m is the number of gated-in responses of the group, rank in 1..m counts from the lowest P
-(ties share the mean of their ranks), so the lowest P gets 1, the highest 0, and m = 1 gives 1.
-A response that fails the gate (or has no scored reference token) gets 0, the lowest.
+where m is the number of gated-in responses of the group and rank in 1..m counts from the lowest
+P, so the lowest P gets 1 and the highest 1/m: the reference code's `(valid_count - rank0) /
+valid_count` (reward_functions.py `reasoning_reward`, rank0 0-based). Ties share the mean of
+their ranks (the reference code breaks them by response order, which is arbitrary). A response
+that fails the gate (or has no scored reference token) gets 0, the lowest. N uses log10 as the
+reference code does (utils.py: `max(1, 1 + np.log10(reasoning_len))`).
 """
 
 from __future__ import annotations
@@ -49,21 +52,17 @@ def reasoning_text(response: str, mode: str = "r1") -> str:
 
 def rank_rewards(perplexities: Sequence[float | None]) -> list[float]:
     """One group's rewards from its perplexities (None: gated out, reward 0). Ranked ascending
-    among the m gated-in ones, ties share the mean rank, r = (m - rank) / (m - 1); m = 1: 1.0."""
-    kept = [(p, i) for i, p in enumerate(perplexities) if p is not None]
+    among the m gated-in ones, ties share the mean rank, r = (m - rank + 1) / m."""
+    kept = sorted((p, i) for i, p in enumerate(perplexities) if p is not None)
     out = [0.0] * len(perplexities)
-    m = len(kept)
-    if m == 1:
-        out[kept[0][1]] = 1.0
-    kept.sort()
-    k = 0
-    while k < m and m > 1:
+    m, k = len(kept), 0
+    while k < m:
         j = k
         while j + 1 < m and kept[j + 1][0] == kept[k][0]:
             j += 1
         rank = (k + 1 + j + 1) / 2  # the mean of the 1-based ranks k+1 .. j+1
         for _, i in kept[k:j + 1]:
-            out[i] = (m - rank) / (m - 1)
+            out[i] = (m - rank + 1) / m
         k = j + 1
     return out
 
