@@ -105,3 +105,29 @@ def test_rlpr_config_prints_the_effective_tree(capsys):
     tree = yaml.safe_load(capsys.readouterr().out)
     assert tree["preset"] == "small" and tree["reward"]["alpha"] == 0.25
     assert tree["data"]["demo_val_size"] == 203
+
+
+def test_eval_builds_flat_prompts_with_the_presets_template(monkeypatch, tmp_path, capsys):
+    """Flat rows get `data.template`, as `rlpr train` builds them (before: always r1)."""
+    import json
+
+    import rlpr.evaluation.benchmark as bench
+
+    data = tmp_path / "qa.jsonl"
+    data.write_text(json.dumps({"question": "Capital of France?", "answer": "Paris"}) + "\n")
+    seen = {}
+
+    def fake_load(files, samples, limit, template):
+        seen["benchmarks"] = real_load(files, samples, limit, template)
+        raise SystemExit(0)  # stop before any model work
+
+    real_load = bench.load_benchmarks
+    monkeypatch.setattr(bench, "load_benchmarks", fake_load)
+    for preset, system in (("small", False), (None, True)):
+        argv = ["eval", "--data", str(data), "--output", str(tmp_path / "o")] + (["--preset", preset] if preset else [])
+        with pytest.raises(SystemExit):
+            main(argv)
+        prompt = seen["benchmarks"][0].examples[0].prompt
+        assert (prompt[0]["role"] == "system") is system  # plain: the question alone; r1: the paper's system prompt
+    assert main(["eval", "--data", str(data), "--output", str(tmp_path / "o"), "data.template=nope"]) != 0
+    assert "data.template: 'nope' is not one of" in capsys.readouterr().err

@@ -54,7 +54,7 @@ class ModelConfig:
 
 @dataclass
 class DataConfig:
-    """Training and held-out data (read by `rlpr train` only)."""
+    """Training and held-out data (read by `rlpr train`; `rlpr eval` reads `data.template` for flat files)."""
 
     train: str = "demo"
     """"demo" (the built-in tasks) or a .parquet/.jsonl/.json/.csv file."""

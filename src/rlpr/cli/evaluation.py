@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from rlpr.cli.options import FilesAndOverrides, add_config_options, command_config, shorthand
+from rlpr.errors import ConfigError
 
 
 def _sampling_config(args):
@@ -58,7 +59,12 @@ def cmd_eval(args) -> int:
         judge = JudgeClient(JudgeConfig(args.judge_url, args.judge_model or "", args.judge_key_env,
                                         args.judge_concurrency, args.judge_timeout, args.judge_retries,
                                         backoff=args.judge_backoff))
-    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0)  # bad files fail before the model loads
+    from rlpr.data.templates import TEMPLATES
+
+    if cfg.data.template not in TEMPLATES:
+        raise ConfigError(f"data.template: {cfg.data.template!r} is not one of {', '.join(TEMPLATES)}")
+    # bad files fail before the model loads; flat rows get the prompt `rlpr train` gives them
+    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template)
     engine, tokenizer = _engine(cfg, args.checkpoint)
     results = evaluate(engine, tokenizer, benchmarks, args.output, cfg.rollout, judge, seed=args.seed)
     for name, r in results.items():

@@ -208,10 +208,12 @@ class Benchmark:
     k: int  # samples per question
 
 
-def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: int = 0) -> list[Benchmark]:
+def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: int = 0,
+                    template: str = "r1") -> list[Benchmark]:
     """Read and validate every file (before any model work, so a bad file fails at once).
     `samples` per question (None: K of an _AvgK file-name suffix, else 1); `limit`: at most this
-    many questions per file (0: all)."""
+    many questions per file (0: all); `template`: the prompt of flat rows (`data.template`, as
+    `rlpr train` builds them; verl rows keep their own messages)."""
     from rlpr.data.loading import load_examples
 
     if samples is not None and samples < 1:
@@ -220,7 +222,7 @@ def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: 
         raise ValueError("--limit must be >= 0")
     out = []
     for path in files:
-        examples = load_examples(path)
+        examples = load_examples(path, template=template)
         if limit:
             examples = examples[:limit]
         k = samples or samples_from_name(path) or 1
