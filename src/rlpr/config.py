@@ -719,7 +719,8 @@ def config_reference(shorthands: dict[str, list[str]] | None = None) -> str:
         "",
         "`rlpr train` reads every section; `rlpr score` reads `model` and `reward` (and",
         "`rollout.temperature`); `rlpr eval`, `rlpr serve` and `rlpr reward-quality` read `model`,",
-        "`rollout` and `reward` and check only those sections.",
+        "`rollout` and `reward` and check only those sections (`rlpr eval` also reads `data.template`",
+        "for the prompts of flat files).",
     ]
     for section in SECTIONS:
         obj = getattr(defaults, section)
