@@ -11,6 +11,7 @@ from pathlib import Path
 import yaml
 
 from rlpr.errors import ConfigError
+from rlpr.train.tracking import flatten
 
 
 @dataclass
@@ -90,16 +91,6 @@ def load_run(path: str | Path) -> RunData:
     return RunData(path=path, name=path.resolve().name, records=_read_jsonl(metrics),
                    config=_read_yaml(path / "config.yaml"), summary=_read_yaml(path / "summary.yaml"),
                    samples=samples, samples_step=samples_step)
-
-
-def flatten(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(flatten(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
 
 
 def config_differences(runs: list[RunData]) -> tuple[str, dict[str, list]]:

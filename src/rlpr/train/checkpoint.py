@@ -19,6 +19,7 @@ import torch
 from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason
 from rlpr.model.forward import causal_lm
+from rlpr.train.tracking import flatten
 
 STATE_FILE = "trainer_state.pt"
 
@@ -183,16 +184,6 @@ RESUMABLE_KEYS = frozenset({
 })
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
-    out = {}
-    for k, v in tree.items():
-        if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
-        else:
-            out[f"{prefix}{k}"] = v
-    return out
-
-
 def _saved_config(run_dir: str | os.PathLike) -> dict:
     path = Path(run_dir) / "config.yaml"
     if not path.is_file():
@@ -207,8 +198,8 @@ def resume_changes(run_dir: str | os.PathLike, cfg: Config) -> dict[str, list]:
     """{key: [the run's value, cfg's value]} for every key where `cfg` differs from the run's
     saved config; refused (one line naming the key and both values) unless a resume may change
     it (RESUMABLE_KEYS)."""
-    old = _flat(load_config("", [], base=_saved_config(run_dir)).to_dict())
-    new = _flat(cfg.to_dict())
+    old = flatten(load_config("", [], base=_saved_config(run_dir)).to_dict())
+    new = flatten(cfg.to_dict())
     changed = {k: [old.get(k), v] for k, v in new.items() if v != old.get(k)}
     for k, (was, now) in changed.items():
         if k not in RESUMABLE_KEYS:

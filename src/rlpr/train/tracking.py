@@ -31,11 +31,13 @@ def numbers(metrics: dict) -> dict[str, float]:
             if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)}
 
 
-def _flat(tree: dict, prefix: str = "") -> dict:
+def flatten(tree: dict, prefix: str = "") -> dict:
+    """A nested config dict as dotted keys ({"a": {"b": 1}} -> {"a.b": 1}): what trackers log as
+    parameters, what resume compares and what the report diffs."""
     out = {}
     for k, v in tree.items():
         if isinstance(v, dict):
-            out.update(_flat(v, f"{prefix}{k}."))
+            out.update(flatten(v, f"{prefix}{k}."))
         else:
             out[f"{prefix}{k}"] = v
     return out
@@ -109,7 +111,7 @@ class MlflowBackend:
             experiment = client.get_experiment_by_name(name)
             experiment_id = experiment.experiment_id if experiment else client.create_experiment(name)
             run_id = client.create_run(experiment_id, run_name=run_dir.name).info.run_id
-            for key, value in _flat(config or {}).items():
+            for key, value in flatten(config or {}).items():
                 client.log_param(run_id, key, json.dumps(value) if isinstance(value, (list, dict)) else value)
         (run_dir / "mlflow_run_id").write_text(run_id)
         self._run_id = run_id

@@ -255,25 +255,22 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     # agreed before any forward: a collective after them would meet other ranks' FSDP gathers
     passes = len(batches) + len(sft)
     padding = int(dist.max_value(passes)) - passes if lockstep else 0
+    def accumulate(loss, stats: dict) -> None:
+        backward(loss)
+        for k, v in stats.items():
+            totals[k] = totals.get(k, 0.0) + v
+
     for run in runs:
         shared = len(run) > 1
         state = PrefixState(model, run[0].prefix) if shared else None
         leaf = state.detached() if shared else None
         for mb in run:
-            loss, stats = micro_batch_loss(model, mb, norm, cfg, temperature, leaf)
-            backward(loss)
-            del loss
-            for k, v in stats.items():
-                totals[k] = totals.get(k, 0.0) + v
+            accumulate(*micro_batch_loss(model, mb, norm, cfg, temperature, leaf))
         if shared:
             state.backward_from(leaf)
             del state, leaf
     for batch in sft:
-        loss, stats = sft_micro_batch_loss(model, batch, norm, cfg, temperature, pad_id)
-        backward(loss)
-        del loss
-        for k, v in stats.items():
-            totals[k] = totals.get(k, 0.0) + v
+        accumulate(*sft_micro_batch_loss(model, batch, norm, cfg, temperature, pad_id))
     for _ in range(padding):
         mb = padding_micro_batch(pad_id, share_prefix)
         logp, _ = mb.logprobs(model, temperature)
