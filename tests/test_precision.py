@@ -53,3 +53,17 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
         assert precision.resolve_mixed_precision("auto", cpu) == ("bf16" if fast else "none")
     assert precision.resolve_rollout_dtype("float32", cpu) == torch.float32
     assert precision.resolve_mixed_precision("bf16", cpu) == "bf16"
+
+
+def test_building_the_lora_policy_warns_nothing(tiny_dir):
+    """peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning
+    every `rlpr train` printed to users; build_policy silences exactly that one."""
+    import warnings
+
+    cfg = load_config("demo", [f"model.path={tiny_dir}"])
+    model = load_model(tiny_dir)[0]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        policy = build_policy(cfg, model)
+    assert [str(w.message) for w in caught if "is_gradient_checkpointing" in str(w.message)] == []
+    assert any("lora_" in n for n, _ in policy.named_parameters())

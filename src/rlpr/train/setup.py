@@ -5,6 +5,7 @@ from __future__ import annotations
 import copy
 import logging
 import random
+import warnings
 
 import numpy as np
 import torch
@@ -79,7 +80,9 @@ def build_policy(cfg: Config, model):
                       task_type="CAUSAL_LM")
     if cfg.model.gradient_checkpointing:
         model.enable_input_require_grads()
-    return get_peft_model(model, lora)
+    with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated alias: not the user's concern
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        return get_peft_model(model, lora)
 
 
 def reference_copy(cfg: Config, policy):
