@@ -242,6 +242,14 @@ def test_first_statement_rule_with_the_question():
     q = "Tom has 5 apples and gets 3 more. How many apples does he have now?"
     assert g("Tom has 5 apples and gets 3 more, so he has 8 apples now.", "8", None, q).correct
     assert not g("Tom has 5 apples.", "8", None, q).correct
+    q = "What is the highest mountain in the world?"
+    for response, right in [
+            ("The highest mountain in the world is Mount Everest, which is approximately 8,848 meters tall.", True),
+            ("It is Mount Everest, located in the Himalayas.", True),
+            ("It is K2 or Mount Everest, which are both tall.", False),  # still an enumeration
+            ("It is K2, which is taller than Mount Everest.", False),
+            ("It is K2, Mount Everest.", False)]:
+        assert g(response, "Mount Everest", None, q).correct is right, response
 
 
 def test_grade_short_answer_reports_extracted_answer():

@@ -530,8 +530,8 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
        keep their sign; with `rel_tol` > 0, two numbers match within that relative error);
     2. else the response's first statement (its first sentence of two or more words, or a
        one-word first line), checked by `statement_answers`: it must END with the reference
-       (after dropping trailing words the question already contains, e.g. "Paris is the capital
-       of France"), and the reference must not be the last item of an enumeration ("Berlin or
+       (after cutting a trailing ", which ..." / ", located ..." clause and dropping trailing
+       words the question already contains, e.g. "Paris is the capital of France"), and the reference must not be the last item of an enumeration ("Berlin or
        Paris", "Rome, Paris"), so listing several candidates is never correct; a statement that
        is a question (ends with "?", or repeats the question) never answers it.
     """
@@ -619,12 +619,22 @@ def _statement_tokens(text: str) -> list[str]:
     return tokens
 
 
+# A comma followed by one of these opens a clause about the answer, not another candidate
+# ("Mount Everest, which is 8,848 m tall"): the statement is read up to that comma.
+_CLAUSE_AFTER_ANSWER = re.compile(r",\s*(?:which|who|whose|where|located|situated|known|famous|being)\b",
+                                  re.IGNORECASE)
+
+
 def statement_answers(statement: str, golds: list[str], question: str = "") -> bool:
     """True iff `statement` ends with one of `golds` (see grade_short_answer), not as the last
-    item of an enumeration. Words of the question (that are not words of the gold answer) and
-    a few fillers ("now", "left") are dropped from the end first."""
+    item of an enumeration. A trailing relative or participle clause after a comma (", which
+    ...", ", located ...") is cut first; then words of the question (that are not words of the
+    gold answer) and a few fillers ("now", "left") are dropped from the end."""
     if statement.rstrip().endswith("?"):  # a question is not an answer ("Mexico City is the capital
         return False                       # of which country?" must not count for "Mexico")
+    clause = _CLAUSE_AFTER_ANSWER.search(statement)
+    if clause:
+        statement = statement[:clause.start()]
     tokens = _statement_tokens(statement)
     asked = set(normalize_answer(question).split())
     if [t for t in tokens if t not in ",;/&"] == normalize_answer(question).split():
