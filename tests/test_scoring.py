@@ -111,3 +111,18 @@ def test_none_empty_and_overlong_score_zero(tiny_model, tokenizer):
 def test_unknown_aggregation():
     with pytest.raises(ValueError, match="unknown aggregation"):
         aggregate(torch.zeros(2), "median")
+
+
+def test_a_prompt_with_one_text_takes_the_padded_batches(tokenizer):
+    """Score A and greedy held-out responses have one text per prompt: sharing that prompt saves
+    nothing and cost one forward pass per prompt; they go to the padded batches instead."""
+    from rlpr.reward.scoring import _shared_prefix_groups
+    from rlpr.reward.sequence import tokenize_scored
+
+    q1, q2 = prompt(tokenizer), prompt(tokenizer, "Another question?")
+    items = [build_score_b_text(q1, r, ref, EOS) for r, ref in RESPONSES[:3]]
+    items += [build_score_a_text(q2, "Paris", EOS)]
+    enc = tokenize_scored(tokenizer, items)
+    groups, rest = _shared_prefix_groups(tokenizer, items, enc, [0, 1, 2, 3])
+    assert [ks for _, ks in groups] == [[0, 1, 2]]
+    assert rest == [3]

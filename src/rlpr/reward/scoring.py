@@ -81,7 +81,11 @@ def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
 
 def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
     """Split `keep` (indices into enc) into groups whose tokens start with their prompt's own
-    tokenization (so the prompt can run once for the group), and the rest."""
+    tokenization (so the prompt can run once for the group), and the rest.
+
+    A prompt with one text (score A, a greedy held-out response) gains nothing from sharing and
+    would cost a forward pass of its own: it goes to the rest, which runs in padded batches
+    (100 held-out prompts: 100 batch-1 passes became a handful of batches)."""
     by_prefix: dict[str, list[int]] = {}
     rest = []
     for k in keep:
@@ -92,6 +96,9 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
             rest.append(k)
     groups = []
     for prefix_text, ks in by_prefix.items():
+        if len(ks) < 2:
+            rest.extend(ks)
+            continue
         prefix = tokenizer(prefix_text, add_special_tokens=False)["input_ids"]
         p = len(prefix)
         fits = [k for k in ks if enc.input_ids[k][:p] == prefix and not any(enc.ref_mask[k][:p])]
