@@ -130,7 +130,9 @@ class RewardConfig:
     format_mode: str = "r1"
     """Which response format earns the format reward and where the answer is read."""
     aggregation: str = "mean_prob"
-    """How the reference's per-token probabilities become one score."""
+    """How the reference's per-token probabilities become one score (docs/verifier-free.md); r3
+    (DRO) weighs each reference token by the std of its log-prob across the group's responses
+    (needs debias=false and invalid_fallback=free)."""
     shaping: str = "threshold_0"
     """Debiased-score shaping: identity, threshold_T, leaky_T, sigmoid_K or bin_N (e.g. threshold_0)."""
     alpha: float = 0.1
@@ -518,7 +520,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.parsing import FORMAT_MODES
-    from rlpr.reward.scoring import AGGREGATIONS
+    from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
     from rlpr.reward.sequence import FALLBACKS, SPLICES
@@ -533,7 +535,7 @@ def choices() -> dict[str, tuple]:
         "rollout.decode_loop": tuple(DECODE_LOOPS),
         "reward.kind": tuple(REWARD_KINDS),
         "reward.format_mode": tuple(FORMAT_MODES),
-        "reward.aggregation": tuple(AGGREGATIONS),
+        "reward.aggregation": aggregation_names(),
         "reward.score_a": SCORE_A_MODELS,
         "reward.scorer": SCORERS,
         "reward.invalid_fallback": tuple(FALLBACKS),
@@ -600,7 +602,7 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             get_shaping(r.shaping)
         except ValueError as e:
             raise ConfigError(f"reward.shaping: {e}") from None
-        from rlpr.reward.scoring import LOG_DOMAIN
+        from rlpr.reward.scoring import GROUP_AGGREGATIONS, LOG_DOMAIN
 
         if r.aggregation in LOG_DOMAIN and r.invalid_fallback == "none" and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} needs reward.invalid_fallback=free: its scores "
@@ -608,6 +610,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.kind == "nover" and r.debias:
             raise ConfigError("reward.kind=nover has no score A (its reward is a rank within the group): "
                               "set reward.debias=false")
+        if r.aggregation in GROUP_AGGREGATIONS and r.debias and r.kind != "verifier":
+            raise ConfigError(f"reward.aggregation={r.aggregation} weighs tokens by their spread across the group, "
+                              "which score A (one text per prompt) has not: set reward.debias=false")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")
