@@ -170,6 +170,11 @@ class RewardConfig:
     """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
     answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and
     the ids concatenated, so no token spans the boundary; VeriFree)."""
+    score_span: str = "reference"
+    """The scored tokens of o' (score B, nover's perplexity, the reference-SFT term): reference (those
+    overlapping y*) or block (the whole answer block, from `<answer>` (or `\\boxed{`, or the fallback's
+    cue) through the closing tag, EOS excluded: VeriFree's reward p(answer block | x, z)); block
+    needs debias=false (score A has no answer block)."""
 
 
 @dataclass
@@ -210,12 +215,15 @@ class AlgorithmConfig:
     `\\boxed{` for boxed; a token that spans it is left out); a response without an answer block
     (invalid, or scored through the fallback) is all reasoning."""
     ref_sft_coef: float = 0.0
-    """Weight of the reference-SFT term (VeriFree; 0 disables it): the loss adds -coef * w * (mean
-    log-prob of the reference tokens of o' = Q + reasoning + y*, the sequence score B scores), averaged
-    over the mini-batch's responses; w is detached."""
+    """Weight of the reference-SFT term (VeriFree; 0 disables it): the loss adds -coef * w * (mean, or
+    with ref_sft_norm=sum the sum, of the log-probs of the scored tokens of o' = Q + reasoning + y*,
+    the sequence score B scores), averaged over the mini-batch's responses; w is detached."""
     ref_sft_weight: str = "reward"
     """The per-response weight w of the reference-SFT term: reward (the response's reward; VeriFree),
     advantage, or one."""
+    ref_sft_norm: str = "mean"
+    """How one response's reference tokens enter the reference-SFT term: mean (of their log-probs)
+    or sum (VeriFree: -w * sum of log p over the scored tokens, so longer references weigh more)."""
 
 
 @dataclass
@@ -514,7 +522,7 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, SFT_WEIGHTS
+    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS, SFT_WEIGHTS
     from rlpr.data.templates import TEMPLATES
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
@@ -523,7 +531,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
-    from rlpr.reward.sequence import FALLBACKS, SPLICES
+    from rlpr.reward.sequence import FALLBACKS, SCORE_SPANS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
     from rlpr.train.tracking import TRACKERS
 
@@ -541,12 +549,14 @@ def choices() -> dict[str, tuple]:
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
         "reward.splice": SPLICES,
+        "reward.score_span": SCORE_SPANS,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
         "algorithm.pg_tokens": PG_TOKENS,
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
+        "algorithm.ref_sft_norm": tuple(REF_SFT_NORMS),
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
         "trainer.trackers": tuple(TRACKERS),
@@ -610,6 +620,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.kind == "nover" and r.debias:
             raise ConfigError("reward.kind=nover has no score A (its reward is a rank within the group): "
                               "set reward.debias=false")
+        if r.score_span == "block" and r.debias and r.kind != "verifier":
+            raise ConfigError("reward.score_span=block scores the answer block's tags, which score A (prompt + "
+                              "y*) has not: set reward.debias=false")
         if r.aggregation in GROUP_AGGREGATIONS and r.debias and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} weighs tokens by their spread across the group, "
                               "which score A (one text per prompt) has not: set reward.debias=false")

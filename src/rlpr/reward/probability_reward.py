@@ -72,7 +72,7 @@ class ProbabilityReward:
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
         return build_score_b_text(prompt_text, response, reference, self.eos, mode=self.cfg.format_mode,
-                                  fallback=self.cfg.invalid_fallback, cue=self.cue)
+                                  fallback=self.cfg.invalid_fallback, cue=self.cue, span=self.cfg.score_span)
 
     @property
     def cache(self):
