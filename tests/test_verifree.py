@@ -10,7 +10,7 @@ import torch
 from rlpr.config import RewardConfig
 from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.reward.scoring import AGGREGATIONS, aggregate
-from rlpr.reward.sequence import build_score_b_text, tokenize_scored
+from rlpr.reward.sequence import DEFAULT_ANSWER_CUE, build_score_b_text, tokenize_scored
 
 pytestmark = pytest.mark.unit
 
@@ -270,3 +270,107 @@ def test_log_domain_aggregation_needs_the_fallback():
             validate(cfg, sections=("reward",))
         cfg.reward.invalid_fallback = "free"
         validate(cfg, sections=("reward",))
+
+
+# -- VeriFree fidelity: the scored block, the summed SFT term --------------------------------------
+
+@pytest.mark.parametrize("mode,response,block", [
+    ("r1_nothink", "Let me think. <answer> Lyon </answer>", "<answer> Paris </answer>"),
+    ("r1", "<think> hmm </think>\n<answer>Lyon</answer>", "<answer> Paris </answer>"),
+    ("boxed", "So it is \\boxed{Lyon}.", "\\boxed{Paris}"),
+])
+def test_score_span_block_scores_the_whole_answer_block(tokenizer, mode, response, block):
+    q = chat(tokenizer, "Capital of France?")
+    item = build_score_b_text(q, response, "Paris", tokenizer.eos_token, mode=mode, span="block")
+    assert item.text[item.ref_start:item.ref_end] == block
+    _, mask, scored_text = scored(tokenizer, item, "ids")
+    assert scored_text == block and not mask[-1]  # EOS is not scored
+    reference = build_score_b_text(q, response, "Paris", tokenizer.eos_token, mode=mode)
+    assert scored(tokenizer, reference, "ids")[2].strip() == "Paris"  # span=reference: y* only
+
+
+def test_score_span_block_on_the_fallback_scores_cue_reference_and_tag(tokenizer):
+    q = chat(tokenizer, "Capital of France?")
+    item = build_score_b_text(q, "It is Paris.", "Paris", tokenizer.eos_token, fallback="free", span="block")
+    assert item.text[item.ref_start:item.ref_end] == DEFAULT_ANSWER_CUE + "Paris </answer>"
+
+
+def verifree_reward(tokenizer):
+    return ProbabilityReward(RewardConfig(format_mode="r1_nothink", aggregation="seq_likelihood", score_span="block",
+                                          debias=False, shaping="identity", alpha=0.0, repetition_penalty=False,
+                                          splice="ids"), tokenizer)
+
+
+def test_block_reward_is_the_answer_block_probability_by_hand(tiny_model, tokenizer):
+    """VeriFree's R = p(answer block | x, z): the product of the probabilities of every token of the
+    rendered block (tags included), each given x, z and the block's tokens before it."""
+    q = chat(tokenizer, "Capital of France?")
+    out = verifree_reward(tokenizer)(tiny_model, [q], ["Let me think. <answer> Lyon </answer>"], ["Paris"])[0]
+    head = tokenizer(q + "Let me think. ", add_special_tokens=False)["input_ids"]
+    block = tokenizer("<answer> Paris </answer>", add_special_tokens=False)["input_ids"]
+    eos = tokenizer(tokenizer.eos_token, add_special_tokens=False)["input_ids"]
+    ids = head + block + eos
+    mask = [False] * len(head) + [True] * len(block) + [False] * len(eos)
+    want = hand_reference_logp(tiny_model, ids, mask).sum().exp().item()
+    assert len(block) > 3 and out.score_b == pytest.approx(want, rel=1e-4) and out.reward == pytest.approx(want, rel=1e-4)
+    only_y = ProbabilityReward(RewardConfig(format_mode="r1_nothink", aggregation="seq_likelihood", debias=False,
+                                            shaping="identity", alpha=0.0, splice="ids"), tokenizer)
+    assert only_y(tiny_model, [q], ["Let me think. <answer> Lyon </answer>"], ["Paris"])[0].score_b > out.score_b
+
+
+def test_score_span_block_needs_no_score_a():
+    from rlpr.config import Config, validate
+    from rlpr.errors import ConfigError
+
+    cfg = Config()
+    cfg.reward.score_span = "block"
+    with pytest.raises(ConfigError, match="reward.score_span=block .* set reward.debias=false"):
+        validate(cfg, sections=("reward",))
+    cfg.reward.debias = False
+    validate(cfg, sections=("reward",))
+
+
+def test_ref_sft_sum_by_hand_value_and_gradient(tokenizer):
+    """ref_sft_norm=sum (VeriFree's sft_loss): -coef * sum_s w_s * sum_{t in block(s)} log p_t / S, over
+    the tokens of the whole answer block with score_span=block; its gradient that of the hand loss."""
+    from rlpr.algorithms.losses import Normaliser, ref_sft_loss
+    from rlpr.config import AlgorithmConfig
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.update import Sample, accumulate_gradients
+
+    model = tiny_llama(tokenizer, seed=8).train()
+    reward = verifree_reward(tokenizer)
+    q = chat(tokenizer, "Capital of France?")
+    weights, coef = [0.8, 0.2, -0.5], 0.7
+    samples = []
+    for i, w in enumerate(weights):
+        response = f"Step {i}. <answer> Lyon </answer>"
+        prompt = tokenizer(q, add_special_tokens=False)["input_ids"]
+        samples.append(Sample(prompt + tokenizer(response, add_special_tokens=False)["input_ids"], len(prompt), 0.0,
+                              sft=reward.scored_sequence(q, response, "Paris"), sft_weight=w))
+    ids, mask = samples[0].sft
+    assert tokenizer.decode([t for t, m in zip(ids, mask) if m]) == "<answer> Paris </answer>"
+    sums = [hand_reference_logp(model, *s.sft).sum().item() for s in samples]
+    want = -coef * sum(w * s for w, s in zip(weights, sums)) / len(samples)
+    logp = torch.cat([hand_reference_logp(model, *s.sft) for s in samples]).float()
+    seq = torch.repeat_interleave(torch.arange(3), torch.tensor([int(sum(s.sft[1])) for s in samples]))
+    norm = Normaliser(tokens=1, sequences=3)
+    loss, means = ref_sft_loss(logp, seq, 3, torch.tensor(weights), coef, norm, "sum")
+    assert loss.item() == pytest.approx(want, rel=1e-6)
+    mean_loss, _ = ref_sft_loss(logp, seq, 3, torch.tensor(weights), coef, norm, "mean")
+    n = [int(sum(s.sft[1])) for s in samples]
+    assert mean_loss.item() == pytest.approx(-coef * sum(w * s / k for w, s, k in zip(weights, sums, n)) / 3, rel=1e-6)
+
+    cfg = AlgorithmConfig(entropy_coef=0.0, ref_sft_coef=coef, ref_sft_weight="reward", ref_sft_norm="sum")
+    model.zero_grad(set_to_none=True)
+    accumulate_gradients(model, samples, cfg, 2, tokenizer.pad_token_id, 1.0)
+    got = flat_grads(model)
+    model.zero_grad(set_to_none=True)
+    hand = 0.0
+    for s, w in zip(samples, weights):
+        ids, mask = s.sft
+        logits = model(torch.tensor([ids])).logits[0, :-1].float()
+        lp = torch.log_softmax(logits, -1).gather(-1, torch.tensor(ids[1:])[:, None])[:, 0]
+        hand = hand - coef * w * lp[torch.tensor(mask[1:])].sum()
+    (hand / len(samples)).backward()
+    assert torch.allclose(got, flat_grads(model), atol=1e-6, rtol=1e-4)

@@ -18,9 +18,12 @@ pytestmark = pytest.mark.integration
 def test_preset_loads_with_verifree_choices(capsys):
     cfg = load_config("verifree")
     r, a = cfg.reward, cfg.algorithm
-    assert (r.aggregation, r.debias, r.shaping, r.alpha, r.splice) == ("seq_likelihood", False, "identity", 0.0, "ids")
-    assert (a.advantage, a.std_filter, a.pg_tokens, a.ref_sft_coef, a.ref_sft_weight) == \
-        ("rloo", False, "reasoning", 1.0, "reward")
+    assert (r.aggregation, r.score_span, r.debias, r.shaping, r.alpha, r.splice) == \
+        ("seq_likelihood", "block", False, "identity", 0.0, "ids")
+    assert (r.format_mode, cfg.data.template) == ("r1_nothink", "r1_nothink")
+    assert (a.advantage, a.std_filter, a.pg_tokens, a.loss_agg, a.ref_sft_coef, a.ref_sft_weight, a.ref_sft_norm) == \
+        ("rloo", False, "reasoning", "seq_mean_token_sum", 1.0, "reward", "sum")
+    assert cfg.trainer.mini_batch_prompts == cfg.trainer.prompts_per_step  # one on-policy update per step
     assert main(["config", "--preset", "verifree", "algorithm.ref_sft_weight=advantage"]) == 0
     tree = yaml.safe_load(capsys.readouterr().out)
     assert tree["preset"] == "verifree" and tree["algorithm"]["ref_sft_weight"] == "advantage"

@@ -130,7 +130,9 @@ class RewardConfig:
     format_mode: str = "r1"
     """Which response format earns the format reward and where the answer is read."""
     aggregation: str = "mean_prob"
-    """How the reference's per-token probabilities become one score."""
+    """How the reference's per-token probabilities become one score (docs/verifier-free.md); r3
+    (DRO) weighs each reference token by the std of its log-prob across the group's responses
+    (needs debias=false and invalid_fallback=free)."""
     shaping: str = "threshold_0"
     """Debiased-score shaping: identity, threshold_T, leaky_T, sigmoid_K or bin_N (e.g. threshold_0)."""
     alpha: float = 0.1
@@ -168,6 +170,11 @@ class RewardConfig:
     """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
     answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and
     the ids concatenated, so no token spans the boundary; VeriFree)."""
+    score_span: str = "reference"
+    """The scored tokens of o' (score B, nover's perplexity, the reference-SFT term): reference (those
+    overlapping y*) or block (the whole answer block, from `<answer>` (or `\\boxed{`, or the fallback's
+    cue) through the closing tag, EOS excluded: VeriFree's reward p(answer block | x, z)); block
+    needs debias=false (score A has no answer block)."""
 
 
 @dataclass
@@ -208,12 +215,15 @@ class AlgorithmConfig:
     `\\boxed{` for boxed; a token that spans it is left out); a response without an answer block
     (invalid, or scored through the fallback) is all reasoning."""
     ref_sft_coef: float = 0.0
-    """Weight of the reference-SFT term (VeriFree; 0 disables it): the loss adds -coef * w * (mean
-    log-prob of the reference tokens of o' = Q + reasoning + y*, the sequence score B scores), averaged
-    over the mini-batch's responses; w is detached."""
+    """Weight of the reference-SFT term (VeriFree; 0 disables it): the loss adds -coef * w * (mean, or
+    with ref_sft_norm=sum the sum, of the log-probs of the scored tokens of o' = Q + reasoning + y*,
+    the sequence score B scores), averaged over the mini-batch's responses; w is detached."""
     ref_sft_weight: str = "reward"
     """The per-response weight w of the reference-SFT term: reward (the response's reward; VeriFree),
     advantage, or one."""
+    ref_sft_norm: str = "mean"
+    """How one response's reference tokens enter the reference-SFT term: mean (of their log-probs)
+    or sum (VeriFree: -w * sum of log p over the scored tokens, so longer references weigh more)."""
 
 
 @dataclass
@@ -512,16 +522,16 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, SFT_WEIGHTS
+    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS, SFT_WEIGHTS
     from rlpr.data.templates import TEMPLATES
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.parsing import FORMAT_MODES
-    from rlpr.reward.scoring import AGGREGATIONS
+    from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
-    from rlpr.reward.sequence import FALLBACKS, SPLICES
+    from rlpr.reward.sequence import FALLBACKS, SCORE_SPANS, SPLICES
     from rlpr.rollout.hf import DECODE_LOOPS
     from rlpr.train.tracking import TRACKERS
 
@@ -533,18 +543,20 @@ def choices() -> dict[str, tuple]:
         "rollout.decode_loop": tuple(DECODE_LOOPS),
         "reward.kind": tuple(REWARD_KINDS),
         "reward.format_mode": tuple(FORMAT_MODES),
-        "reward.aggregation": tuple(AGGREGATIONS),
+        "reward.aggregation": aggregation_names(),
         "reward.score_a": SCORE_A_MODELS,
         "reward.scorer": SCORERS,
         "reward.invalid_fallback": tuple(FALLBACKS),
         "reward.score_a_form": ("cue", "prompt"),
         "reward.splice": SPLICES,
+        "reward.score_span": SCORE_SPANS,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
         "algorithm.pg_tokens": PG_TOKENS,
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
+        "algorithm.ref_sft_norm": tuple(REF_SFT_NORMS),
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
         "trainer.trackers": tuple(TRACKERS),
@@ -600,7 +612,7 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             get_shaping(r.shaping)
         except ValueError as e:
             raise ConfigError(f"reward.shaping: {e}") from None
-        from rlpr.reward.scoring import LOG_DOMAIN
+        from rlpr.reward.scoring import GROUP_AGGREGATIONS, LOG_DOMAIN
 
         if r.aggregation in LOG_DOMAIN and r.invalid_fallback == "none" and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} needs reward.invalid_fallback=free: its scores "
@@ -608,6 +620,12 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.kind == "nover" and r.debias:
             raise ConfigError("reward.kind=nover has no score A (its reward is a rank within the group): "
                               "set reward.debias=false")
+        if r.score_span == "block" and r.debias and r.kind != "verifier":
+            raise ConfigError("reward.score_span=block scores the answer block's tags, which score A (prompt + "
+                              "y*) has not: set reward.debias=false")
+        if r.aggregation in GROUP_AGGREGATIONS and r.debias and r.kind != "verifier":
+            raise ConfigError(f"reward.aggregation={r.aggregation} weighs tokens by their spread across the group, "
+                              "which score A (one text per prompt) has not: set reward.debias=false")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")

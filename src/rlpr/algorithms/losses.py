@@ -92,6 +92,14 @@ KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 # before the answer block: VeriFree trains the sampled answer through the reference-SFT term instead)
 PG_TOKENS = ("all", "reasoning")
 
+# algorithm.ref_sft_norm: one response's value in the reference-SFT term from its reference
+# tokens' log-probs (sums [S], token counts [S]): their mean, or their sum (VeriFree's, whose SFT
+# loss sums -log p over the answer block's tokens).
+REF_SFT_NORMS: dict[str, Callable[[torch.Tensor, torch.Tensor], torch.Tensor]] = {
+    "mean": lambda sums, counts: sums / counts,
+    "sum": lambda sums, counts: sums,
+}
+
 # algorithm.ref_sft_weight: the weight w of one response in the reference-SFT term, from its
 # (reward, advantage); a plain number, so it carries no gradient.
 SFT_WEIGHTS: dict[str, Callable[[float, float], float]] = {
@@ -102,14 +110,16 @@ SFT_WEIGHTS: dict[str, Callable[[float, float], float]] = {
 
 
 def ref_sft_loss(logp: torch.Tensor, seq: torch.Tensor, num_seqs: int, weights: torch.Tensor,
-                 coef: float, norm: Normaliser) -> tuple[torch.Tensor, torch.Tensor]:
-    """The reference-SFT term of a micro-batch: -coef * sum_s w_s * mean_{t in ref(s)} logp_t / S.
+                 coef: float, norm: Normaliser, per_response: str = "mean") -> tuple[torch.Tensor, torch.Tensor]:
+    """The reference-SFT term of a micro-batch: -coef * sum_s w_s * v_s / S, with v_s the mean
+    (`per_response="mean"`) or the sum (`"sum"`, VeriFree) of logp_t over the reference tokens of s.
 
     `logp [N]`: log-probs of the reference tokens of o' (each given Q, the reasoning and the reference
     tokens before it), `seq [N]` their sequence index in 0..num_seqs-1, `weights [num_seqs]`
     (detached), S = `norm.sequences` (the whole mini-batch's responses, so the sum over micro-batches
     is the mini-batch's value). Returns (loss, per-sequence mean log-probs [num_seqs], detached)."""
-    means = torch.zeros(num_seqs, dtype=logp.dtype, device=logp.device).index_add(0, seq, logp) \
-        / _seq_lengths(seq, num_seqs).to(logp.device)
-    loss = -coef * (weights.to(means.device).detach() * means).sum() / norm.sequences
-    return loss, means.detach()
+    sums = torch.zeros(num_seqs, dtype=logp.dtype, device=logp.device).index_add(0, seq, logp)
+    counts = _seq_lengths(seq, num_seqs).to(logp.device)
+    values = REF_SFT_NORMS[per_response](sums, counts)
+    loss = -coef * (weights.to(values.device).detach() * values).sum() / norm.sequences
+    return loss, (sums / counts).detach()

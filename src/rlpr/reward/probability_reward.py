@@ -7,6 +7,8 @@ B comes from the model passed in (the current policy); A from the reward's `Scor
 (`hybrid`); the verifier kind skips B and A. `nover` ranks the group's responses by reasoning
 perplexity (rlpr/reward/nover.py) from the same reference log-probs. `reward.scorer` picks the
 model that scores y* after the reasoning: the policy (`current`) or the initial one (`initial`).
+A group-level aggregation (`reward.aggregation=r3`, rlpr/reward/r3.py) scores B from the whole
+group's reference log-probs at once.
 """
 
 from __future__ import annotations
@@ -22,7 +24,7 @@ from rlpr.reward.kinds import REWARD_KINDS, Scores
 from rlpr.reward.nover import consecutive_groups, reasoning_perplexity, reasoning_text
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.score_a import ScoreA
-from rlpr.reward.scoring import reference_logprobs, aggregate
+from rlpr.reward.scoring import GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs
 from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored, turn_cue
 from rlpr.reward.shaping import get_shaping
 
@@ -70,7 +72,7 @@ class ProbabilityReward:
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
         return build_score_b_text(prompt_text, response, reference, self.eos, mode=self.cfg.format_mode,
-                                  fallback=self.cfg.invalid_fallback, cue=self.cue)
+                                  fallback=self.cfg.invalid_fallback, cue=self.cue, span=self.cfg.score_span)
 
     @property
     def cache(self):
@@ -85,11 +87,35 @@ class ProbabilityReward:
     def score_a_text(self, prompt_text: str, reference: str, fallback: bool) -> ScoredText:
         return build_score_a_text(prompt_text, reference, self.eos, cue=self.a_cue(fallback))
 
+    def reference_logprobs(self, model, items: list[ScoredText | None]) -> list:
+        """Per item, the log-probs of its reference tokens under `model` (None: unscored)."""
+        return reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
+                                  max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
+                                  splice=self.cfg.splice)
+
     def score_texts(self, model, items: list[ScoredText | None]) -> list[float]:
-        logps = reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
-                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                   splice=self.cfg.splice)
+        """A per-sequence aggregation of each item's reference log-probs (0.0 where unscored)."""
+        logps = self.reference_logprobs(model, items)
         return [0.0 if lp is None else aggregate(lp, self.cfg.aggregation) for lp in logps]
+
+    def score_b(self, model, items: list[ScoredText | None], groups: list | None) -> list[float]:
+        """Score B per item: `score_texts`, or with a group-level aggregation (r3) the scores of
+        each group's items weighed together (items of one group with identical reference tokens)."""
+        if self.cfg.aggregation not in GROUP_AGGREGATIONS:
+            return self.score_texts(model, items)
+        return group_scores(self.reference_logprobs(model, items), self.reference_keys(items), groups,
+                            self.cfg.aggregation)
+
+    def reference_keys(self, items: list[ScoredText | None]) -> list[tuple[int, ...] | None]:
+        """The reference token ids of each item as score B tokenizes it (None for no item): the
+        alignment key of a group-level aggregation, which compares only items whose keys are equal."""
+        todo = [i for i, it in enumerate(items) if it is not None]
+        keys: list[tuple[int, ...] | None] = [None] * len(items)
+        if todo:
+            enc = tokenize_scored(self.tokenizer, [items[i] for i in todo], self.cfg.splice)
+            for i, ids, mask in zip(todo, enc.input_ids, enc.ref_mask):
+                keys[i] = tuple(t for t, m in zip(ids, mask) if m)
+        return keys
 
     def reference_tokens(self, item: ScoredText | None) -> str:
         """The decoded span of the tokens that were scored ('' when none)."""
@@ -139,7 +165,8 @@ class ProbabilityReward:
         computed by the policy `self.score_a` is bound to, else with `score_a_model` (default:
         `model`). `correct` holds the grader's verdicts (None where no grader applies); the
         verifier and hybrid kinds need it. `groups`: a group id per response (a kind that ranks
-        within groups, nover, needs them; default: runs of consecutive equal prompt and reference)."""
+        within groups, nover, and a group-level aggregation, r3, need them; default: runs of
+        consecutive equal prompt and reference)."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n
@@ -149,12 +176,13 @@ class ProbabilityReward:
         if not self.kind.needs_score_b:  # verifier: no forward pass; B and A reported as 0
             return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c)
                     for r, it, c in zip(responses, items, correct)]
+        if groups is None and (self.kind.group_transform is not None or self.cfg.aggregation in GROUP_AGGREGATIONS):
+            groups = consecutive_groups(list(zip(prompt_texts, references)))
         if self.kind.group_transform is not None:
-            groups = groups if groups is not None else consecutive_groups(list(zip(prompt_texts, references)))
             return self.ranked(model, responses, items, groups, correct)
         tick = time.perf_counter()
         with self.scorer(model) as scorer:
-            scores_b = self.score_texts(scorer, items)
+            scores_b = self.score_b(scorer, items, groups)
         self.seconds["score_b"] += time.perf_counter() - tick
         fallbacks = [it is not None and it.fallback for it in items]
         a_values = [0.0] * n

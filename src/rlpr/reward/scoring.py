@@ -12,6 +12,7 @@ from typing import Callable
 import torch
 
 from rlpr.model.forward import shared_prefix_logprobs, token_logprobs
+from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, pad_batch, tokenize_scored
 
 
@@ -42,10 +43,10 @@ def _geo_mean_prob(logp: torch.Tensor) -> float:
 #   sum_logprob     sum_i logp_i               in (-inf, 0] log p(y* | Q, z): the log-likelihood
 #   seq_likelihood  exp(sum_i logp_i)          in [0, 1]   p(y* | Q, z): VeriFree's reward
 #   geo_mean_prob   exp((1/n) sum_i logp_i)    in [0, 1]   the geometric-mean probability
-# Log-domain scores (mean_logprob, sum_logprob) are <= 0, while an unscored response (invalid
+# Log-domain scores (mean_logprob, sum_logprob, r3) are <= 0, while an unscored response (invalid
 # format, no fallback) scores 0: use them with a fallback or a format every response meets
 # (docs/verifier-free.md).
-LOG_DOMAIN = ("mean_logprob", "sum_logprob")  # scores <= 0: an unscored response's 0 would beat them all
+LOG_DOMAIN = ("mean_logprob", "sum_logprob", "r3")  # scores <= 0: an unscored response's 0 would beat them all
 AGGREGATIONS: dict[str, Callable[[torch.Tensor], float]] = {
     "mean_prob": _mean_prob,
     "mean_logprob": _mean_logprob,
@@ -53,15 +54,35 @@ AGGREGATIONS: dict[str, Callable[[torch.Tensor], float]] = {
     "seq_likelihood": _seq_likelihood,
     "geo_mean_prob": _geo_mean_prob,
 }
+# Group-level aggregations: one score per response from the whole group's log-probs, (per-response
+# log-probs or None, per-response alignment keys, group ids) -> per-response score or None.
+#   r3   sum_j w_j logp_ij, w_j = std_i(logp_ij) / sum_k std_i(logp_ik)   DRO's R3 (rlpr/reward/r3.py)
+GROUP_AGGREGATIONS: dict[str, Callable[..., list[float | None]]] = {
+    "r3": r3_scores,
+}
+
+
+def aggregation_names() -> tuple[str, ...]:
+    """Every value of `reward.aggregation`: the per-sequence ones, then the group-level ones."""
+    return (*AGGREGATIONS, *GROUP_AGGREGATIONS)
 
 
 def aggregate(logp: torch.Tensor, how: str = "mean_prob") -> float:
     """Aggregate the fp32 log-probs [n] of one sequence's reference tokens."""
+    if how in GROUP_AGGREGATIONS:
+        raise ValueError(f"aggregation {how!r} weighs a whole group's responses together; it has no "
+                         "per-sequence value (use group_scores)")
     try:
         fn = AGGREGATIONS[how]
     except KeyError:
-        raise ValueError(f"unknown aggregation {how!r}; choose one of {', '.join(AGGREGATIONS)}") from None
+        raise ValueError(f"unknown aggregation {how!r}; choose one of {', '.join(aggregation_names())}") from None
     return fn(logp.float())
+
+
+def group_scores(logps: list[torch.Tensor | None], keys: list, groups: list, how: str) -> list[float]:
+    """A group-level aggregation's scores (0.0 for an unscored response or a non-finite score)."""
+    scores = GROUP_AGGREGATIONS[how](logps, keys, groups)
+    return [s if s is not None and math.isfinite(s) else 0.0 for s in scores]
 
 
 def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:

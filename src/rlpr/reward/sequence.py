@@ -16,6 +16,11 @@ FALLBACKS = ("none", "free")
 # tokenizes the reasoning (Q + z) and the answer block (`<answer>` + gap + y* + " </answer>" + EOS)
 # separately and concatenates the ids, so no token spans the boundary (VeriFree's splicing).
 SPLICES = ("text", "ids")
+# Which characters of o' are scored (`reward.score_span`): `reference`, y* itself (RLPR: the tokens
+# overlapping it); `block`, the whole answer block after the reasoning, from `<answer>` (or
+# `\boxed{`, or the fallback's cue) through the closing tag, EOS excluded (VeriFree scores its
+# whole rendered answer block, tags included).
+SCORE_SPANS = ("reference", "block")
 
 
 TURN_MARKER = "\x00rlpr-response\x00"
@@ -50,9 +55,13 @@ class ScoredText:
 
 
 def _with_reference(head: str, reference: str, tail: str, eos: str, fallback: bool = False,
-                    prefix_chars: int = 0, block_start: int | None = None) -> ScoredText:
-    return ScoredText(head + reference + tail + eos, len(head), len(head) + len(reference), fallback,
-                      prefix_chars, block_start)
+                    prefix_chars: int = 0, block_start: int | None = None, span: str = "reference") -> ScoredText:
+    if span not in SCORE_SPANS:
+        raise ValueError(f"unknown score span {span!r}; choose one of {', '.join(SCORE_SPANS)}")
+    start, end = len(head), len(head) + len(reference)
+    if span == "block" and block_start is not None:
+        start, end = block_start, end + len(tail)
+    return ScoredText(head + reference + tail + eos, start, end, fallback, prefix_chars, block_start)
 
 
 def strip_response(response: str, eos: str) -> str:
@@ -65,17 +74,18 @@ def strip_response(response: str, eos: str) -> str:
 
 def build_score_b_text(prompt_text: str, response: str, reference: str, eos: str, *,
                        mode: str = "r1", fallback: str = "none",
-                       cue: str = DEFAULT_ANSWER_CUE) -> ScoredText | None:
+                       cue: str = DEFAULT_ANSWER_CUE, span: str = "reference") -> ScoredText | None:
     """o' = Q + reasoning + the model's whitespace + y* + " </answer>" + EOS; None when the
-    response is invalid (and the fallback is off)."""
+    response is invalid (and the fallback is off). `span`: the scored characters (SCORE_SPANS)."""
     parsed = parse_response(response, mode)
     if parsed.valid:
         return _with_reference(prompt_text + parsed.head + parsed.gap, reference, parsed.tail, eos,
-                               prefix_chars=len(prompt_text), block_start=len(prompt_text) + parsed.block)
+                               prefix_chars=len(prompt_text), block_start=len(prompt_text) + parsed.block,
+                               span=span)
     if fallback == "free":
         reasoning = prompt_text + strip_response(response, eos)
         return _with_reference(reasoning + cue, reference, " " + ANSWER_CLOSE, eos, fallback=True,
-                               prefix_chars=len(prompt_text), block_start=len(reasoning))
+                               prefix_chars=len(prompt_text), block_start=len(reasoning), span=span)
     if fallback != "none":
         raise ValueError(f"unknown invalid_fallback {fallback!r}; choose one of {', '.join(FALLBACKS)}")
     return None

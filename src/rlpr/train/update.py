@@ -223,7 +223,7 @@ def sft_micro_batch_loss(model, batch: list[Sample], norm: Normaliser, cfg: Algo
     logp, _ = token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature)
     seq = torch.repeat_interleave(torch.arange(len(batch)), target[:, 1:].sum(-1)).to(device)
     weights = torch.tensor([s.sft_weight for s in batch], dtype=torch.float32)
-    loss, means = ref_sft_loss(logp.float(), seq, len(batch), weights, cfg.ref_sft_coef, norm)
+    loss, means = ref_sft_loss(logp.float(), seq, len(batch), weights, cfg.ref_sft_coef, norm, cfg.ref_sft_norm)
     return loss, {"sft_logp": means.sum().item(), "sft_seqs": float(len(batch))}
 
 
