@@ -339,3 +339,15 @@ def test_collapse_is_flagged(tiny_dir, tmp_path, caplog):
         trainer._flag_collapse(3, {"rollout/distinct_frac": 0.25})  # 1 of 4 responses distinct
         trainer._flag_collapse(4, {"rollout/distinct_frac": 1.0})
     assert [r.getMessage()[:27] for r in caplog.records] == ["step 3: collapse? on averag"]
+
+
+def test_a_step_with_every_group_filtered_logs_no_policy_values(tiny_dir, tmp_path):
+    """With no group kept there is no update: the per-token policy metrics are missing (null in
+    metrics.jsonl, a gap in the report's plots), not 0.0 (an entropy of 0 reads as a collapse)."""
+    cfg = tiny_cfg(tiny_dir, tmp_path, "none", "trainer.max_steps=3", "algorithm.filter_beta=1e9",
+                   "algorithm.max_sampling_tries=1", "data.val=")
+    train(cfg)
+    last = [m for m in read_metrics(tmp_path / "none") if "reward/mean" in m][-1]
+    assert last["filter/kept_groups"] == 0 and last["policy/updates"] == 0 and last["policy/tokens"] == 0
+    for key in ("policy/pg_loss", "policy/entropy", "policy/kl", "policy/clip_frac", "policy/grad_norm"):
+        assert last[key] is None, key

@@ -297,7 +297,7 @@ class Trainer:
         timings["perf/update_s"] = time.perf_counter() - tick
         keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs"]
         sums = dict(zip(keys, dist.sum_values([totals.get(k, 0.0) for k in keys])))
-        tokens = max(sums["tokens"], 1.0)
+        tokens = sums["tokens"] or float("nan")  # no update (every group filtered out): no per-token values
         extra = {"policy/ref_sft_logp": sums["sft_logp"] / max(sums["sft_seqs"], 1.0)} if cfg.algorithm.ref_sft_coef else {}
         return {**extra, "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
                 "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
