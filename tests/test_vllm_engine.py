@@ -141,3 +141,18 @@ def test_weight_update_reaches_vllm_exactly(engines, policy, prompts, tokenizer)
 
     vllm.sync(policy)
     assert [r.token_ids for r in vllm.generate(prompts, 1, **greedy)] == before
+
+
+def test_serve_with_the_vllm_engine_answers_as_generate(engines, policy, tokenizer):
+    """`rlpr serve --engine vllm`'s generator: greedy completions equal the model's own generate."""
+    from rlpr.evaluation.serve import ChatGenerator
+
+    _, vllm = engines
+    vllm.sync(policy)
+    messages = [{"role": "user", "content": "Why is the sky blue?"}]
+    plain = ChatGenerator(policy, tokenizer, max_new_tokens=12)(messages, temperature=0.0)
+    served = ChatGenerator(policy, tokenizer, max_new_tokens=12, engine=vllm)(messages, temperature=0.0)
+    assert (served.text, served.completion_tokens, served.finish_reason) == \
+        (plain.text, plain.completion_tokens, plain.finish_reason)
+    sampled = ChatGenerator(policy, tokenizer, max_new_tokens=12, engine=vllm)(messages, temperature=1.0, seed=5)
+    assert sampled.completion_tokens > 0

@@ -193,6 +193,8 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True, help="0 picks a free port (printed when ready)")
     shorthand(p, "--max-new-tokens", "rollout.max_new_tokens", "cap on a request's max_tokens", type=int)
+    shorthand(p, "--engine", "rollout.engine", "who generates: hf (the model's generate) or vllm (needs vLLM "
+              "installed: docs/vllm.md)", choices=("hf", "vllm"))
     p.add_argument("--fault-mode", choices=("none", "slow", "error", "flaky"), default="none",
                    help="inject failures for testing clients")
     p.add_argument("--fault-delay", type=float, default=2.0, help="seconds to sleep in slow mode")
