@@ -156,3 +156,35 @@ def test_serve_with_the_vllm_engine_answers_as_generate(engines, policy, tokeniz
         (plain.text, plain.completion_tokens, plain.finish_reason)
     sampled = ChatGenerator(policy, tokenizer, max_new_tokens=12, engine=vllm)(messages, temperature=1.0, seed=5)
     assert sampled.completion_tokens > 0
+
+
+def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
+    """A LoRA policy (as the demo trains): vLLM samples from base + merged adapter deltas, so its
+    greedy continuation equals the merged model's once the adapters are non-zero."""
+    from rlpr.config import Config
+    from rlpr.train.setup import build_policy
+
+    _, vllm = engines
+    cfg = Config()
+    cfg.model.lora = True
+    lora = build_policy(cfg, copy.deepcopy(policy))
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(3)
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    vllm.sync(lora)
+    got = [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)]
+    merged = copy.deepcopy(lora).merge_and_unload()
+    with torch.no_grad():
+        want = []
+        for p in prompts:
+            ids = torch.tensor([p])
+            out = merged.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            tokens = out[0, ids.shape[1]:].tolist()
+            eos = tokenizer.eos_token_id
+            want.append(tokens[:tokens.index(eos) + 1] if eos in tokens else tokens)
+    assert got == want
+    vllm.sync(policy)
+    assert [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)] != got

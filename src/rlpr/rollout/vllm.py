@@ -58,11 +58,10 @@ def write_checkpoint(lm, weights: dict[str, torch.Tensor], path: Path, dtype: to
     """The policy as a checkpoint vLLM can load: config.json + model.safetensors (tied tensors once)."""
     from safetensors.torch import save_file
 
-    keys = set(lm.state_dict())
     seen: set[int] = set()
     tensors = {}
-    for name, tensor in weights.items():
-        if name not in keys or tensor.data_ptr() in seen:  # a tied output layer is the embedding
+    for name, tensor in weights.items():  # plain names: LoRA layers appear merged, as `...q_proj.weight`
+        if tensor.data_ptr() in seen:  # a tied output layer is the embedding
             continue
         seen.add(tensor.data_ptr())
         tensors[name] = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()
@@ -107,9 +106,7 @@ class VLLMRollout:
         import time
 
         tick = time.perf_counter()
-        lm = causal_lm(policy)
-        keys = set(lm.state_dict())
-        weights = [(k, v.detach()) for k, v in merged_weights(policy).items() if k in keys]
+        weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - tick
