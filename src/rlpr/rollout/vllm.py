@@ -38,6 +38,9 @@ def import_vllm():
     """The vllm module, or a one-line error saying what to install."""
     from rlpr.errors import ConfigError
 
+    # vLLM logs every engine step's set-up at INFO, and a traceback when its chat-template warm-up
+    # finds no tokenizer (it has none here by design): its errors only, unless the user asks
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
     try:
         import vllm
     except ImportError as e:
