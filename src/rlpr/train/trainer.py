@@ -33,7 +33,8 @@ from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
-from rlpr.rollout.hf import HFRollout, Rollout
+from rlpr.rollout.engines import build_engine
+from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
 from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
                                    rng_state, save_checkpoint, set_rng_state)
@@ -46,7 +47,8 @@ from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
                               seed_everything, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample
+from rlpr.train.update import (UPDATE_SUMS, Sample, accumulate_gradients, fill_logprobs, optional_metrics,
+                               training_sample)
 
 log = logging.getLogger("rlpr.train")
 
@@ -95,8 +97,7 @@ class Trainer:
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
-        self.engine = HFRollout(self.policy, self.tokenizer, dtype, cfg.rollout.batch_sequences,
-                                 cfg.rollout.share_prefill, cfg.rollout.decode_loop)
+        self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
         # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
         self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
@@ -295,10 +296,9 @@ class Trainer:
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()
         timings["perf/update_s"] = time.perf_counter() - tick
-        keys = ["pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs"]
-        sums = dict(zip(keys, dist.sum_values([totals.get(k, 0.0) for k in keys])))
+        sums = dict(zip(UPDATE_SUMS, dist.sum_values([totals.get(k, 0.0) for k in UPDATE_SUMS])))
         tokens = sums["tokens"] or float("nan")  # no update (every group filtered out): no per-token values
-        extra = {"policy/ref_sft_logp": sums["sft_logp"] / max(sums["sft_seqs"], 1.0)} if cfg.algorithm.ref_sft_coef else {}
+        extra = optional_metrics(sums, bool(cfg.algorithm.ref_sft_coef))
         return {**extra, "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
                 "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
                 "policy/ratio_gap": sums["ratio_gap"] / tokens,

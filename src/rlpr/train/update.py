@@ -34,6 +34,7 @@ class Sample:
     advantage: float
     old_logp: torch.Tensor | None = None  # [response tokens], fp32 on the CPU (moved per micro-batch)
     ref_logp: torch.Tensor | None = None
+    rollout_logp: torch.Tensor | None = None  # the rollout engine's own log-probs (vllm), for rollout/logprob_gap
     loss_tokens: int | None = None
     sft: tuple[list[int], list[bool]] | None = None
     sft_weight: float = 0.0
@@ -115,6 +116,8 @@ def training_sample(prompt, rollout, out, advantage: float, cfg, reward) -> Samp
     it carries o' (as `reward`, the ProbabilityReward, tokenizes it) for the reference-SFT term."""
     a = cfg.algorithm
     sample = Sample(prompt.token_ids + rollout.token_ids, len(prompt.token_ids), advantage)
+    if rollout.logprobs is not None and len(rollout.logprobs) == len(rollout.token_ids):
+        sample.rollout_logp = torch.tensor(rollout.logprobs, dtype=torch.float32)
     response = prompt.response_text(rollout.text)
     if a.pg_tokens == "reasoning":
         sample.loss_tokens = reasoning_tokens(reward.tokenizer, rollout.token_ids, response, len(prompt.prefill),
@@ -185,6 +188,9 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     old = mb.cat("old_logp", device)
     old = logp.detach() if old is None else old
     ref = mb.cat("ref_logp", device) if cfg.kl_coef else None
+    engine = mb.cat("rollout_logp", device)  # vs the trainer's log-probs of the sampling policy
+    gap = {"logprob_gap": (old - engine).abs().sum().item(), "gap_tokens": float(engine.numel())} \
+        if engine is not None else {}
     advantages, seq = mb.advantages.to(device), mb.seq.to(device)
     if mb.mask is not None:  # algorithm.pg_tokens=reasoning: the answer's tokens leave the loss
         keep = mb.mask.to(device)
@@ -204,8 +210,22 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
         kl_sum = kl.detach().sum().item()
     stats = {"pg_loss": pg.detach().sum().item(), "clipped": clipped.sum().item(),
              "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
-             "ratio_gap": (logp.detach() - old).abs().sum().item()}
+             "ratio_gap": (logp.detach() - old).abs().sum().item(), **gap}
     return loss, stats
+
+
+# The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
+UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
+               "gap_tokens")
+
+
+def optional_metrics(sums: dict, ref_sft: bool) -> dict:
+    """The update's metrics that exist only in some runs: the reference-SFT log-prob, and the mean
+    |engine log-prob - trainer log-prob| per sampled token when the engine reports its own (vllm)."""
+    out = {"policy/ref_sft_logp": sums["sft_logp"] / max(sums["sft_seqs"], 1.0)} if ref_sft else {}
+    if sums.get("gap_tokens"):
+        out["rollout/logprob_gap"] = sums["logprob_gap"] / sums["gap_tokens"]
+    return out
 
 
 def sft_batches(samples: list[Sample], size: int) -> list[list[Sample]]:

@@ -1,0 +1,141 @@
+"""Rollout throughput: rlpr's own loop (rollout.engine=hf) against a colocated vLLM
+(rollout.engine=vllm) on the embedded SmolLM2-135M-Instruct, in one process and one run.
+
+Shapes: the demo's (4 prompts x 8 responses x 32 new tokens) and 256 sequences x 256 tokens
+(32 prompts x 8 x 256). Per engine and shape: generated tokens / wall seconds (EOS ends a
+response early, so the tokens are counted, not assumed), after one untimed warm-up call; then
+vLLM's weight-sync time (`VLLMRollout.sync`, merged weights in place) and its start-up time.
+
+Needs vLLM: run it in vLLM's environment (docs/vllm.md), with nothing else on the cores it uses:
+
+    VLLM_CPU_OMP_THREADS_BIND=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS=1 taskset -c 1 \\
+        /work/venvs/vllm/bin/python benchmarks/rollout.py --threads 1
+
+Writes benchmarks/results/rollout.json and rollout.md.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import subprocess
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+
+import torch
+
+SHAPES = {"demo": (4, 8, 32), "256x256": (32, 8, 256)}  # prompts, responses per prompt, max new tokens
+RESULTS = Path(__file__).parent / "results"
+
+
+def demo_prompts(tokenizer, count: int) -> list[list[int]]:
+    from rlpr.data.demo_tasks import demo_examples
+    from rlpr.data.prompts import prepare_prompts
+
+    prompts, _ = prepare_prompts(demo_examples("train", n=count, seed=0, template="plain"), tokenizer, 512)
+    return [p.token_ids for p in prompts[:count]]
+
+
+def timed(engine, prompts, n, max_new_tokens, seed) -> tuple[float, int]:
+    tick = time.perf_counter()
+    out = engine.generate(prompts, n, max_new_tokens=max_new_tokens, temperature=1.0, top_p=1.0,
+                          seeds=[seed * 1000 + i for i in range(len(prompts))])
+    seconds = time.perf_counter() - tick
+    return seconds, sum(len(r.token_ids) for r in out)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--threads", type=int, default=1, help="torch threads (vLLM: its bound OpenMP threads)")
+    ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
+    ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
+    ap.add_argument("--out", default=str(RESULTS))
+    args = ap.parse_args()
+    torch.set_num_threads(args.threads)
+
+    from rlpr.config import RolloutConfig
+    from rlpr.model.loading import load_model
+    from rlpr.model.precision import resolve_rollout_dtype
+    from rlpr.rollout.engines import build_engine
+
+    model, tokenizer = load_model("default")
+    dtype = resolve_rollout_dtype(args.dtype, torch.device("cpu"))
+    most = max(SHAPES[s][0] * SHAPES[s][1] for s in args.shapes)
+    prompts = demo_prompts(tokenizer, max(SHAPES[s][0] for s in args.shapes))
+    ro = RolloutConfig(batch_sequences=most, vllm_kv_cache_gb=float(os.environ.get("VLLM_CPU_KVCACHE_SPACE", 2)),
+                       vllm_max_batched_tokens=max(16384, most * max(map(len, prompts))))
+    tick = time.perf_counter()
+    engines = {"hf": build_engine(model, tokenizer, ro, dtype)}
+    hf_build_s = time.perf_counter() - tick
+    tick = time.perf_counter()
+    engines["vllm"] = build_engine(model, tokenizer, RolloutConfig(**{**ro.__dict__, "engine": "vllm"}), dtype)
+    vllm_build_s = time.perf_counter() - tick
+
+    sync = {}
+    for key, engine in engines.items():
+        times = []
+        for _ in range(3):
+            tick = time.perf_counter()
+            engine.sync(model)
+            times.append(time.perf_counter() - tick)
+        sync[key] = min(times)
+    print(f"sync: vllm {sync['vllm']:.2f} s, hf {sync['hf']:.2f} s; start-up vllm {vllm_build_s:.1f} s", flush=True)
+
+    shapes = {}
+    for name in args.shapes:
+        p, n, new = SHAPES[name]
+        row = {"prompts": p, "responses_per_prompt": n, "max_new_tokens": new}
+        for key, engine in engines.items():
+            timed(engine, prompts[:2], 2, 8, seed=99)  # warm-up
+            seconds, tokens = timed(engine, prompts[:p], n, new, seed=1)
+            row[f"{key}_s"], row[f"{key}_tokens"], row[f"{key}_tok_s"] = seconds, tokens, tokens / seconds
+            print(f"{name} {key}: {tokens} tokens in {seconds:.1f} s = {tokens / seconds:.0f} tok/s", flush=True)
+        row["ratio"] = row["vllm_tok_s"] / row["hf_tok_s"]
+        shapes[name] = row
+        write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro)  # after each shape: a partial run keeps its rows
+
+
+def write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro) -> None:
+    import transformers
+    import vllm
+
+    big = shapes.get("256x256", next(iter(shapes.values())))
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                            cwd=Path(__file__).parent).stdout.strip()
+    result = {
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000"),
+        "hf_tok_s": big["hf_tok_s"], "vllm_tok_s": big["vllm_tok_s"], "ratio": big["ratio"],
+        "sync_s": sync["vllm"], "hf_sync_s": sync["hf"], "vllm_startup_s": vllm_build_s, "hf_startup_s": hf_build_s,
+        "shapes": shapes, "dtype": str(dtype).removeprefix("torch."),
+        "threads": {"torch": args.threads, "VLLM_CPU_OMP_THREADS_BIND": os.environ.get("VLLM_CPU_OMP_THREADS_BIND"),
+                    "affinity": sorted(os.sched_getaffinity(0))},
+        "settings": {"enforce_eager": ro.vllm_enforce_eager, "kv_cache_gb": ro.vllm_kv_cache_gb,
+                     "max_batched_tokens": ro.vllm_max_batched_tokens, "hf_batch_sequences": ro.batch_sequences,
+                     "hf_decode_loop": ro.decode_loop, "temperature": 1.0},
+        "versions": {"torch": torch.__version__, "transformers": transformers.__version__,
+                     "vllm": vllm.__version__, "python": platform.python_version(), "rlpr_commit": commit},
+        "machine": {"cpu_count": os.cpu_count(), "load_average_at_end": os.getloadavg(),
+                    "platform": platform.platform()},
+        "model": "SmolLM2-135M-Instruct (embedded GGUF, dequantized)",
+    }
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rollout.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# Rollout throughput: hf vs vllm ({result['date']})", "",
+             f"SmolLM2-135M-Instruct, {result['dtype']}, temperature 1, torch threads {args.threads}, "
+             f"CPU affinity {result['threads']['affinity']}, vLLM {vllm.__version__} (vllm-cpu, enforce_eager), "
+             f"load average at the end {result['machine']['load_average_at_end'][0]:.1f} (other work on the cores).",
+             "", "| shape | hf tok/s | vllm tok/s | vllm / hf |", "|---|---:|---:|---:|"]
+    for name, row in shapes.items():
+        shape = f"{name} ({row['prompts']} x {row['responses_per_prompt']} x {row['max_new_tokens']})"
+        lines.append(f"| {shape} | {row['hf_tok_s']:.0f} | {row['vllm_tok_s']:.0f} | {row['ratio']:.2f} |")
+    lines += ["", f"Weight sync (merged weights into the engine): vllm {sync['vllm']:.2f} s, hf {sync['hf']:.2f} s. "
+              f"Start-up: vllm {vllm_build_s:.1f} s, hf {hf_build_s:.1f} s.", ""]
+    (out / "rollout.md").write_text("\n".join(lines))
+    print("\n".join(lines), flush=True)
+
+if __name__ == "__main__":
+    main()

