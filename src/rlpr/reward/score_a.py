@@ -185,9 +185,15 @@ class ScoreA:
         """A with the policy as it is now (before training: the initial policy) for every prompt
         (objects with `.text` and `.example`), and for its fallback-cue form under
         reward.invalid_fallback=free; prompts whose dataset gives A skip the plain form."""
+        self.precompute_texts([(p.text, p.example.reference, p.example.score_a) for p in prompts])
+
+    def precompute_texts(self, rows: list[tuple[str, str, float | None]]) -> None:
+        """`precompute` for (prompt text, reference, the dataset's A or None) rows: A with the
+        policy as it is now, for the plain form where the dataset gives none and for the
+        fallback-cue form under reward.invalid_fallback=free."""
         variants = [False, True] if self.reward.cfg.invalid_fallback == "free" else [False]
-        pairs = [(p.text, p.example.reference, f) for p in prompts
-                 for f in variants if f or p.example.score_a is None]
+        pairs = [(text, reference, f) for text, reference, given in rows
+                 for f in variants if f or given is None]
         log.info("computing score A for %d prompt/reference pairs with the initial policy", len(pairs))
         todo = self._uncached(pairs)
         if todo:
