@@ -174,6 +174,30 @@ def test_a_two_step_grpo_run_with_trl_generation_trains(tmp_path, tok):
     assert max(abs(a - x) for a, (_, _, x) in zip(ours, rows)) < 1e-6
 
 
+def test_under_lora_score_a_is_the_adapter_off_base(tmp_path, tok):
+    """TRL's peft_config: nothing is precomputed at bind (A comes from the base with the adapter
+    off, when asked); the first step (a fresh adapter changes nothing yet) equals `rlpr score`
+    under the base weights, and the step moves the adapter."""
+    from peft import LoraConfig
+    from trl import GRPOTrainer
+
+    reward_cfg = RewardConfig(**REWARD)  # score_a=initial
+    model = tiny_llama(tok, layers=2, hidden=64, seed=0)
+    base = copy.deepcopy(model.state_dict())
+    out, reward = tmp_path / "run", RLPRReward(reward_cfg)
+    trainer = GRPOTrainer(model=model, args=grpo_args(out, max_steps=1), reward_funcs=reward, train_dataset=dataset(),
+                          processing_class=tok, rollout_func=scripted_rollout(tok),
+                          peft_config=LoraConfig(r=4, lora_alpha=8, target_modules=["q_proj", "v_proj"]))
+    reward.bind(trainer)
+    assert reward.reward.score_a.lora and len(reward.reward.cache) == 0
+    trainer.train()
+    rows = trl_rewards(out, 1)
+    ours = rlpr_score(tmp_path, tok, base, reward_cfg, rows, "lora")
+    assert max(abs(a - x) for a, (_, _, x) in zip(ours, rows)) < 1e-6
+    lora = {k: v for k, v in reward.policy().state_dict().items() if "lora_B" in k}
+    assert lora and any(v.abs().max() > 0 for v in lora.values())  # the adapter moved
+
+
 def test_the_verifier_kind_grades_with_rlprs_graders(tmp_path, tok):
     """reward.kind=verifier: (1 - alpha) * the rule grader's verdict + alpha * format, from a
     bound reward called as TRL calls it (no forward pass)."""
