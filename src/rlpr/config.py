@@ -57,9 +57,12 @@ class DataConfig:
     """Training and held-out data (read by `rlpr train`; `rlpr eval` reads `data.template` for flat files)."""
 
     train: str = "demo"
-    """"demo" (the built-in tasks) or a .parquet/.jsonl/.json/.csv file."""
+    """"demo" (the built-in tasks), a .parquet/.jsonl/.json/.csv/.tsv/.arrow file (also .gz/.bz2/.xz),
+    or a Hugging Face datasets folder (save_to_disk, or a dataset repository's files), optionally
+    FOLDER:SPLIT or FOLDER:CONFIG:SPLIT (default split: train); docs/your-data.md."""
     val: str = "demo"
-    """Held-out data for evaluation during training: "demo", a file, or "" for none."""
+    """Held-out data for evaluation during training: "demo", a file or folder as data.train (a folder
+    with several splits needs FOLDER:SPLIT), or "" for none."""
     template: str = "r1"
     """Prompt template for flat files and demo tasks (verl-layout rows carry their own messages)."""
     prefill: str = ""
@@ -663,9 +666,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
                 raise ConfigError(f"data.{key}: the demo {split} split has {have} questions"
                                   f"{' of these families' if cfg.data.demo_families else ''}; "
                                   f"got {getattr(cfg.data, key)}")
-    if cfg.data.train != "demo" and not Path(cfg.data.train).is_file():
+    from rlpr.data.sources import source_exists
+
+    if cfg.data.train != "demo" and not source_exists(cfg.data.train):
         raise ConfigError(f"data.train: file not found: {cfg.data.train}")
-    if cfg.data.val not in ("demo", "") and not Path(cfg.data.val).is_file():
+    if cfg.data.val not in ("demo", "") and not source_exists(cfg.data.val):
         raise ConfigError(f"data.val: file not found: {cfg.data.val}")
 
 

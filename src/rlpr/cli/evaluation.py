@@ -161,7 +161,7 @@ def register(sub) -> None:
     add_config_options(p, default_preset=None, defaults=EVAL_DEFAULTS)
     _add_model(p)
     p.add_argument("--data", nargs="+", required=True, action=FilesAndOverrides,
-                   help="benchmark files (parquet/jsonl/json/csv)")
+                   help="benchmark files (parquet/jsonl/json/csv/tsv/arrow, also .gz) or datasets folders (FOLDER:SPLIT)")
     p.add_argument("--samples", type=int, default=None,
                    help="samples per question (default: K of an _AvgK file-name suffix, else 1)")
     _add_sampling(p)

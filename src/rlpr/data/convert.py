@@ -8,11 +8,9 @@ result is written so that `load_examples` reads it back unchanged.
 from __future__ import annotations
 
 import ast
-import gzip
 import os
 import random
 import re
-import shutil
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -21,8 +19,9 @@ from pathlib import Path
 import pyarrow as pa
 import pyarrow.parquet as pq
 
-from rlpr.data.loading import ColumnMapping, _from_flat, read_rows
+from rlpr.data.loading import ColumnMapping, _from_flat
 from rlpr.data.records import DataError, Example
+from rlpr.data.sources import parse_source, read_rows
 from rlpr.data.templates import LETTERS, build_messages, format_choices
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
@@ -339,27 +338,12 @@ def _write_parquet(rows: list[dict], path: Path) -> None:
 
 
 def read_input_rows(path: str | Path) -> list[dict]:
-    """`read_rows`, plus gzip: "x.csv.gz" is read as the CSV inside it (errors name the .gz)."""
-    path = Path(path)
-    if path.suffix.lower() != ".gz":
-        return read_rows(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    with tempfile.TemporaryDirectory() as tmp:
-        inner = Path(tmp) / path.stem
-        try:
-            with gzip.open(path, "rb") as src, open(inner, "wb") as dst:
-                shutil.copyfileobj(src, dst)
-        except (OSError, EOFError) as e:
-            raise DataError(f"{path}: cannot decompress ({type(e).__name__}: {e})") from None
-        try:
-            return read_rows(inner)
-        except DataError as e:
-            raise DataError(str(e).replace(str(inner), str(path))) from None
+    """The rows of a benchmark file (compressed too: "x.csv.gz" is the CSV inside it) or folder."""
+    return read_rows(path)
 
 
 def _input_stem(path: Path) -> str:
-    return Path(path.stem).stem if path.suffix.lower() == ".gz" else path.stem
+    return parse_source(path).stem
 
 
 def convert_file(fmt: str, input_path: str | Path, output_path: str | Path, *, template: str = "r1",

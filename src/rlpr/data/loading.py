@@ -1,19 +1,21 @@
 """Read training/evaluation data into `Example`s.
 
 Two shapes are accepted: the verl/RLPR parquet layout unchanged (also as JSONL/JSON rows with the
-same fields), and flat question/answer tables (JSONL/JSON/CSV/parquet) with a column mapping.
+same fields), and flat question/answer tables with a column mapping, from any source
+rlpr.data.sources reads (files, compressed files, Hugging Face `datasets` folders).
 Every user mistake becomes a one-line `DataError` naming the file, row and field.
 """
 
 from __future__ import annotations
 
-import csv
 import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from rlpr.data.records import Example
+# iter_jsonl and read_rows are re-exported: callers read them from here
+from rlpr.data.sources import Table, iter_jsonl, parse_source, read_rows, read_tables  # noqa: F401
 from rlpr.data.templates import build_messages
 from rlpr.errors import DataError
 
@@ -25,64 +27,6 @@ class ColumnMapping:
     question: str = "question"
     answer: str = "answer"
     choices: str = "choices"
-
-
-def iter_jsonl(path: str | Path):
-    """(where, row) per non-blank line of a JSONL file, `where` = "FILE: row N" (N = line
-    number); a line that is not a JSON object raises a one-line DataError."""
-    path = Path(path)
-    if not path.is_file():
-        raise DataError(f"{path}: file not found")
-    with open(path, "rb") as f:
-        for n, raw in enumerate(f, start=1):
-            where = f"{path}: row {n}"
-            try:
-                line = raw.decode("utf-8-sig" if n == 1 else "utf-8")  # a BOM (Windows editors) is not data
-            except UnicodeDecodeError as e:
-                raise DataError(f"{where}: not valid UTF-8 (byte {e.start + 1} of the line)") from None
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as e:
-                raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
-            if not isinstance(row, dict):
-                raise DataError(f"{where}: expected a JSON object")
-            yield where, row
-
-
-def read_rows(path: str | Path) -> list[dict]:
-    """Raw rows of a .parquet, .jsonl, .json or .csv file."""
-    path = Path(path)
-    if not path.exists():
-        raise DataError(f"{path}: file not found")
-    suffix = path.suffix.lower()
-    try:
-        if suffix == ".parquet":
-            import pyarrow.parquet as pq
-
-            return pq.read_table(path).to_pylist()
-        if suffix == ".jsonl":
-            return [row for _, row in iter_jsonl(path)]
-        if suffix == ".json":
-            with open(path, encoding="utf-8") as f:
-                data = json.load(f)
-            if isinstance(data, dict):  # {"examples": [...]} or {"data": [...]}
-                lists = [v for v in data.values() if isinstance(v, list)]
-                if len(lists) != 1:
-                    raise DataError(f"{path}: expected a list of rows or an object with one list")
-                data = lists[0]
-            if not isinstance(data, list):
-                raise DataError(f"{path}: expected a list of rows")
-            return data
-        if suffix == ".csv":
-            with open(path, encoding="utf-8", newline="") as f:
-                return list(csv.DictReader(f))
-    except DataError:
-        raise
-    except (OSError, ValueError, UnicodeDecodeError) as e:
-        raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
-    raise DataError(f"{path}: unsupported file type {suffix!r} (use .parquet, .jsonl, .json or .csv)")
 
 
 def _score_a(row: dict, where: str) -> float | None:
@@ -186,7 +130,8 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
     return Example(
         prompt=build_messages(text, template, multiple_choice=bool(choices)),
         reference=answer,
-        uid=str(row.get("id", row.get("idx", index))),
+        # a column some rows lack reads as None from parquet and datasets: not an id
+        uid=str(next((row[k] for k in ("id", "idx") if row.get(k) is not None), index)),
         data_source=source,
         acceptable=acceptable,
         choices=[str(c) for c in choices],
@@ -194,21 +139,27 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
     )
 
 
-def load_examples(path: str | Path, template: str = "r1",
-                  mapping: ColumnMapping | None = None) -> list[Example]:
-    """Load a data file as Examples. verl rows keep their own prompt; flat rows get `template`."""
-    path = Path(path)
-    rows = read_rows(path)
-    if not rows:
+def load_examples(path: str | Path, template: str = "r1", mapping: ColumnMapping | None = None,
+                  default_split: str | None = None) -> list[Example]:
+    """Load a data source as Examples. verl rows keep their own prompt; flat rows get `template`.
+    `default_split`: the split of a folder with several that names none (see `read_tables`)."""
+    tables = read_tables(path, default_split)
+    if not any(table.rows for table in tables):
         raise DataError(f"{path}: no rows")
-    mapping = mapping or ColumnMapping()
+    return examples_from_tables(tables, template, mapping or ColumnMapping(), parse_source(path).stem)
+
+
+def examples_from_tables(tables: list[Table], template: str, mapping: ColumnMapping, source: str) -> list[Example]:
+    """Rows as Examples, each error naming its table and row; `source`: the data_source of flat rows."""
     out = []
-    for i, row in enumerate(rows):
-        where = f"{path}: row {i + 1}"
-        if not isinstance(row, dict):
-            raise DataError(f"{where}: expected an object with named fields")
-        if "reward_model" in row or ("prompt" in row and mapping.question not in row):
-            out.append(_from_verl(row, where, i))
-        else:
-            out.append(_from_flat(row, where, i, mapping, template, path.stem))
+    for table in tables:
+        for i, row in enumerate(table.rows):
+            where = f"{table.where}: row {i + 1}"
+            index = len(out)
+            if not isinstance(row, dict):
+                raise DataError(f"{where}: expected an object with named fields")
+            if "reward_model" in row or ("prompt" in row and mapping.question not in row):
+                out.append(_from_verl(row, where, index))
+            else:
+                out.append(_from_flat(row, where, index, mapping, template, source))
     return out

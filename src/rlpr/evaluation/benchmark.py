@@ -215,6 +215,7 @@ def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: 
     many questions per file (0: all); `template`: the prompt of flat rows (`data.template`, as
     `rlpr train` builds them; verl rows keep their own messages)."""
     from rlpr.data.loading import load_examples
+    from rlpr.data.sources import parse_source
 
     if samples is not None and samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")
@@ -225,8 +226,9 @@ def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: 
         examples = load_examples(path, template=template)
         if limit:
             examples = examples[:limit]
-        k = samples or samples_from_name(path) or 1
-        out.append(Benchmark(Path(path).stem, examples, k))
+        source = parse_source(path)  # a folder's split is part of the name: "my_data:test"
+        k = samples or samples_from_name(source.stem) or 1
+        out.append(Benchmark(source.name, examples, k))
     names = [b.name for b in out]
     if len(set(names)) != len(names):
         raise ValueError(f"two data files share a benchmark name (file stem): {', '.join(names)}")
@@ -302,10 +304,11 @@ def grade_responses(data_path: str | Path, responses_path: str | Path, output_di
     are not known without the tokenizer: mean_response_tokens is 0). Questions without
     responses are left out and counted in `questions_without_responses`."""
     from rlpr.data.loading import load_examples
+    from rlpr.data.sources import parse_source
 
     examples = load_examples(data_path)
     responses = read_responses(responses_path, len(examples))
-    name = Path(data_path).stem
+    name = parse_source(data_path).name
     groups = [[graded_sample(examples[i], text, j) for j, text in enumerate(responses[i])]
               for i in sorted(responses)]
     out = Path(output_dir)

@@ -25,7 +25,7 @@ def seed_everything(seed: int) -> None:
 
 
 def load_examples_for(cfg: Config, split: str):
-    """Examples for 'train' or 'val' from the built-in demo tasks or a data file."""
+    """Examples for 'train' or 'val' from the built-in demo tasks or a data source (rlpr.data.sources)."""
     from rlpr.data.loading import ColumnMapping, load_examples
 
     source = cfg.data.train if split == "train" else cfg.data.val
@@ -38,7 +38,8 @@ def load_examples_for(cfg: Config, split: str):
         return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
                              families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
     mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
-    return load_examples(source, cfg.data.template, mapping)
+    # a folder with several splits: training falls back to "train"; held-out data must name its split
+    return load_examples(source, cfg.data.template, mapping, default_split="train" if split == "train" else None)
 
 
 def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Prompt], list[Prompt], int, int]:
