@@ -11,8 +11,8 @@ import pytest
 from rlpr.config import RewardConfig, load_config
 from rlpr.errors import ConfigError
 from rlpr.model.loading import tiny_llama
-from rlpr.reward.nover import (consecutive_groups, group_rank_rewards, length_norm, rank_rewards,
-                               reasoning_perplexity, reasoning_text)
+from rlpr.reward.nover import (consecutive_groups, efficiency_rewards, group_efficiency_rewards, group_rank_rewards,
+                               length_norm, rank_rewards, reasoning_perplexity, reasoning_text)
 from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.reward.scoring import reference_logprobs
 from rlpr.reward.sequence import build_score_b_text
@@ -73,6 +73,46 @@ R1 = ["<think> The capital of France is Paris. </think>\n<answer> Paris </answer
       "<think> hmm </think>\n<answer> Lyon </answer>",
       "no tags at all",
       "<think> I think it is Paris, the largest city. </think>\n<answer> Paris </answer>"]
+
+
+def test_efficiency_term_by_hand():
+    # R_e(i) = #{j != i: |t_i| < |t_j| and P_i < P_j} / (m - 1) over the gated-in responses
+    ps, lengths = [1.0, 2.0, 3.0, 1.5], [10, 20, 5, 30]
+    # 0: beats 1 (10<20, 1<2) and 3 (10<30, 1<1.5); not 2 (10>5) -> 2/3
+    # 1: beats none (20<30 but 2>1.5) -> 0;  2: beats 1 (5<20, 3>2? no) none -> 0;  3: none -> 0
+    assert efficiency_rewards(ps, lengths) == pytest.approx([2 / 3, 0.0, 0.0, 0.0])
+    assert efficiency_rewards([1.0, 2.0, 2.0], [5, 6, 6]) == pytest.approx([1.0, 0.0, 0.0])  # ties: strict
+    assert efficiency_rewards([None, 2.0, 1.0], [1, 9, 3]) == pytest.approx([0.0, 0.0, 1.0])  # gated: 0, m = 2
+    assert efficiency_rewards([None, 1.0], [1, 3]) == [0.0, 0.0]  # fewer than 2 gated in: all 0
+    assert group_efficiency_rewards([1.0, 2.0, 1.0, 2.0], [1, 2, 3, 2], ["a", "a", "b", "b"]) == \
+        pytest.approx([1.0, 0.0, 0.0, 0.0])
+
+
+# Reasoning of 0 or 1 tokens has N = 1, so P compares content alone (a long reasoning's larger N
+# would otherwise decide every comparison on the random tiny model)
+SHORT = ["<think>%s</think>\n<answer> Paris </answer>" % t for t in ("", "Paris", "the", "Rome")] + ["no tags"]
+
+
+def test_reward_with_the_efficiency_term_against_hand_computation(tiny_model, tokenizer):
+    q = chat(tokenizer, "Capital of France?")
+    out = nover(tokenizer, alpha=0.5, efficiency_weight=1.0)(tiny_model, [q] * 5, SHORT, ["Paris"] * 5)
+    ps, lengths = [], []
+    for r in SHORT[:4]:
+        [lp] = reference_logprobs(tiny_model, tokenizer, [build_score_b_text(q, r, "Paris", tokenizer.eos_token)])
+        n = len(tokenizer(r.split("<think>")[1].split("</think>")[0], add_special_tokens=False)["input_ids"])
+        ps.append(math.exp(-(lp.sum().item() / lp.numel()) / (1.0 if n == 0 else max(1.0, 1.0 + math.log10(n)))))
+        lengths.append(n)
+    assert lengths == [0, 1, 1, 1]
+    eff = [sum(1 for j in range(4) if j != i and lengths[i] < lengths[j] and ps[i] < ps[j]) / 3 for i in range(4)]
+    eff.append(0.0)  # gated out
+    assert 0 < eff[0] < 1 and eff[1:] == [0.0] * 4  # the empty reasoning beats some, not all, length-1 ones
+    ranks = rank_rewards(ps + [None])
+    assert [o.efficiency for o in out] == pytest.approx(eff)
+    assert [o.delta for o in out] == pytest.approx([r + e for r, e in zip(ranks, eff)])
+    # (1 - alpha) * (R_r + R_e) + alpha * format: half the reference code's R_f + R_r + R_e
+    assert [o.reward for o in out] == pytest.approx([0.5 * (r + e) + (0.5 if i < 4 else 0.0)
+                                                     for i, (r, e) in enumerate(zip(ranks, eff))])
+    assert nover(tokenizer)(tiny_model, [q] * 5, SHORT, ["Paris"] * 5)[0].efficiency is None  # off by default
 
 
 def test_reward_against_hand_computation(tiny_model, tokenizer):
@@ -141,8 +181,13 @@ def test_config_choices_and_checks():
     with pytest.raises(ConfigError, match="reward.debias=false"):
         load_config("demo", ["reward.kind=nover"])
     with pytest.raises(ConfigError, match="reward.scorer"):
-        load_config("nover", ["reward.scorer=ema"])
+        load_config("nover", ["reward.scorer=lagged"])
     assert load_config("nover", ["reward.scorer=initial"]).reward.scorer == "initial"
+    assert load_config("nover", ["reward.scorer=ema"]).reward.scorer == "ema"  # tests/test_lagged_scorer.py
+    assert load_config("nover", ["reward.efficiency_weight=1"]).reward.efficiency_weight == 1.0
+    with pytest.raises(ConfigError, match="reward.efficiency_weight is NOVER's efficiency term: it needs "
+                                          "reward.kind=nover"):
+        load_config("demo", ["reward.efficiency_weight=1"])
 
 
 @pytest.mark.integration

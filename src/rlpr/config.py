@@ -155,11 +155,24 @@ class RewardConfig:
     debias: bool = True
     """Subtract score A (false: the "without debiasing" ablation)."""
     score_a: str = "initial"
-    """initial (cached, from the initial policy) or current (recomputed every step)."""
+    """initial (cached, from the initial policy), current (recomputed every step) or ema (recomputed
+    every step with the EMA-lagged weights, see scorer_ema)."""
     scorer: str = "current"
     """The model that scores the reference after the reasoning (score B; nover's perplexity): current
-    (the policy, RLPR) or initial (the initial policy: the adapter-off base under LoRA, else a frozen
-    copy; NOVER's frozen scorer)."""
+    (the policy, RLPR), initial (the initial policy: the adapter-off base under LoRA, else a frozen
+    copy; NOVER's frozen scorer) or ema (the policy carrying an exponential moving average of its
+    trainable weights, the LoRA adapter or, under full fine-tuning, every weight: NOVER's lagged
+    scorer; trainer.strategy=ddp only)."""
+    scorer_ema: float = 0.99
+    """Decay d of the EMA-lagged weights (scorer or score_a = ema): w <- d * w + (1 - d) * policy after
+    every scorer_ema_every-th optimizer step, starting from the initial weights (1: stay initial)."""
+    scorer_ema_every: int = 1
+    """Optimizer steps between updates of the EMA-lagged weights (NOVER's reference code: 100, its
+    save_steps, with scorer_ema=0.9)."""
+    efficiency_weight: float = 0.0
+    """NOVER's efficiency term (kind=nover only; 0: off): the rank becomes rank + efficiency_weight *
+    R_e, R_e the fraction of the group's other format-valid responses with both a longer reasoning and
+    a higher perplexity (the reference code: weight 1, as the rank's)."""
     repetition_penalty: bool = True
     """-1 for a response in which one run of repetition_window words occurs repetition_count or more times."""
     repetition_window: int = 10
@@ -498,6 +511,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "reward.pr_weight": (0, INF, True, False), "reward.vr_weight": (0, INF, True, False),
     "reward.alpha": (0, 1, True, True), "reward.repetition_window": (1, INF, True, False),
     "reward.repetition_count": (1, INF, True, False), "reward.max_batch_tokens": (1, INF, True, False),
+    "reward.scorer_ema": (0, 1, True, True), "reward.scorer_ema_every": (1, INF, True, False),
+    "reward.efficiency_weight": (0, INF, True, False),
     "algorithm.filter_beta": (0, INF, True, False), "algorithm.filter_warmup_steps": (0, INF, True, False),
     "algorithm.filter_init_steps": (0, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
     "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
@@ -616,6 +631,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             raise ConfigError("trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp (rlpr's ZeRO-3-like "
                               "sharding); ZeRO-3 gathers weights in hooks that every process must run in step, "
                               "and rlpr's processes run unequal numbers of no-grad forwards (scoring, log-probs)")
+        from rlpr.reward.lagged import LAGGED_STRATEGIES, wants_lagged
+
+        if wants_lagged(r) and t.strategy not in LAGGED_STRATEGIES:
+            raise ConfigError(f"reward.scorer=ema / reward.score_a=ema swap the lagged weights into the policy, "
+                              f"which trainer.strategy={t.strategy} shards: use trainer.strategy=ddp")
         if t.zero_stage not in ZERO_STAGES:
             raise ConfigError(f"trainer.zero_stage: {t.zero_stage!r} is not one of 1, 2")
         if t.strategy == "deepspeed" and importlib.util.find_spec("deepspeed") is None:
@@ -644,6 +664,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.aggregation in GROUP_AGGREGATIONS and r.debias and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} weighs tokens by their spread across the group, "
                               "which score A (one text per prompt) has not: set reward.debias=false")
+        if r.efficiency_weight and r.kind != "nover":
+            raise ConfigError(f"reward.efficiency_weight is NOVER's efficiency term: it needs reward.kind=nover "
+                              f"(got {r.kind})")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")

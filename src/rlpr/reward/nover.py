@@ -18,6 +18,15 @@ valid_count` (reward_functions.py `reasoning_reward`, rank0 0-based). Ties share
 their ranks (the reference code breaks them by response order, which is arbitrary). A response
 that fails the gate (or has no scored reference token) gets 0, the lowest. N uses log10 as the
 reference code does (utils.py: `max(1, 1 + np.log10(reasoning_len))`).
+
+The optional efficiency term (the paper's R_e; the reference code's `efficiency_reward`): among the
+m gated-in responses of a group, a response earns the fraction of the other m - 1 that it beats on
+both counts, a strictly shorter reasoning and a strictly lower P:
+
+    R_e(i) = #{j != i gated in: |t_i| < |t_j| and P_i < P_j} / (m - 1)
+
+(0 when m < 2, and for a gated-out response). The reference code weights it as the rank
+(`EFFICIENCY_REWARD_WEIGHT = REASONING_REWARD_WEIGHT = 1.0`).
 """
 
 from __future__ import annotations
@@ -88,5 +97,31 @@ def group_rank_rewards(perplexities: Sequence[float | None], groups: Sequence[Ha
     out = [0.0] * len(perplexities)
     for idx in members.values():
         for i, r in zip(idx, rank_rewards([perplexities[i] for i in idx])):
+            out[i] = r
+    return out
+
+
+def efficiency_rewards(perplexities: Sequence[float | None], lengths: Sequence[int]) -> list[float]:
+    """One group's efficiency terms R_e (None perplexity: gated out, 0): the fraction of the other
+    gated-in responses with both a longer reasoning and a higher P; all 0 with fewer than 2."""
+    kept = [i for i, p in enumerate(perplexities) if p is not None]
+    out = [0.0] * len(perplexities)
+    if len(kept) < 2:
+        return out
+    for i in kept:
+        beaten = sum(1 for j in kept if j != i and lengths[i] < lengths[j] and perplexities[i] < perplexities[j])
+        out[i] = beaten / (len(kept) - 1)
+    return out
+
+
+def group_efficiency_rewards(perplexities: Sequence[float | None], lengths: Sequence[int],
+                             groups: Sequence[Hashable]) -> list[float]:
+    """`efficiency_rewards` within each group (responses with equal group ids), in the input's order."""
+    members: dict = {}
+    for i, g in enumerate(groups):
+        members.setdefault(g, []).append(i)
+    out = [0.0] * len(perplexities)
+    for idx in members.values():
+        for i, r in zip(idx, efficiency_rewards([perplexities[i] for i in idx], [lengths[i] for i in idx])):
             out[i] = r
     return out

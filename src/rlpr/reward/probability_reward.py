@@ -6,9 +6,9 @@ B comes from the model passed in (the current policy); A from the reward's `Scor
 `reward.kind` (rlpr/reward/kinds.py) may instead reward a grader's verdict (`verifier`) or both
 (`hybrid`); the verifier kind skips B and A. `nover` ranks the group's responses by reasoning
 perplexity (rlpr/reward/nover.py) from the same reference log-probs. `reward.scorer` picks the
-model that scores y* after the reasoning: the policy (`current`) or the initial one (`initial`).
-A group-level aggregation (`reward.aggregation=r3`, rlpr/reward/r3.py) scores B from the whole
-group's reference log-probs at once.
+model that scores y* after the reasoning: the policy (`current`), the initial one (`initial`) or
+the policy's EMA-lagged weights (`ema`, rlpr/reward/lagged.py). A group-level aggregation
+(`reward.aggregation=r3`, rlpr/reward/r3.py) scores B from the whole group's reference log-probs at once.
 """
 
 from __future__ import annotations
@@ -21,7 +21,8 @@ from typing import Callable
 from rlpr.config import RewardConfig
 from rlpr.errors import ConfigError
 from rlpr.reward.kinds import REWARD_KINDS, Scores
-from rlpr.reward.nover import consecutive_groups, reasoning_perplexity, reasoning_text
+from rlpr.reward.nover import (consecutive_groups, group_efficiency_rewards, reasoning_perplexity,
+                               reasoning_text)
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.score_a import ScoreA
 from rlpr.reward.scoring import GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs
@@ -43,6 +44,7 @@ class RewardOutput:
     reward: float
     correct: float | None = None  # the grader's verdict (1/0) when a grader applies, else None
     perplexity: float | None = None  # NOVER's reasoning perplexity (reward.kind=nover; None: gated out)
+    efficiency: float | None = None  # NOVER's efficiency term R_e (reward.efficiency_weight > 0)
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -141,10 +143,14 @@ class ProbabilityReward:
     @contextmanager
     def scorer(self, model):
         """The model that scores y* after the reasoning (B; NOVER's P): `model` (reward.scorer=current,
-        or a reward not bound to a training policy), else the bound policy's initial model (the
-        adapter-off base under LoRA, or the frozen reference copy), as for score A."""
+        or a reward not bound to a training policy), the bound policy carrying its EMA-lagged
+        weights (`ema`), else the bound policy's initial model (the adapter-off base under LoRA,
+        or the frozen reference copy), as for score A."""
         if self.cfg.scorer == "current" or self.score_a.policy is None:
             yield model
+        elif self.cfg.scorer == "ema":
+            with self.score_a.lagged_policy() as lagged:
+                yield lagged
         else:
             with self.score_a.initial_policy() as initial:
                 yield initial
@@ -201,26 +207,35 @@ class ProbabilityReward:
         group (`kind.group_transform`). B is reported as the mean log-prob per reference token."""
         tick = time.perf_counter()
         with self.scorer(model) as scorer:
-            logps = reference_logprobs(scorer, self.tokenizer, items, temperature=self.temperature,
-                                       max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                       splice=self.cfg.splice)
+            logps = self.reference_logprobs(scorer, items)
         self.seconds["score_b"] += time.perf_counter() - tick
+        return self.rank_outputs(responses, items, logps, groups, correct)
+
+    def rank_outputs(self, responses: list[str], items: list[ScoredText | None], logps: list,
+                     groups: list, correct: list[bool | None]) -> list[RewardOutput]:
+        """`ranked` from the reference log-probs already computed (None: unscored): the gate, P,
+        the rank and, with reward.efficiency_weight > 0, NOVER's efficiency term R_e, so that
+        delta = R_r + efficiency_weight * R_e."""
         mode = self.cfg.format_mode
         means = [0.0 if lp is None else lp.float().mean().item() for lp in logps]
-        perplexities = []
+        perplexities, lengths = [], []
         for response, item, lp, mean in zip(responses, items, logps, means):
             gated = lp is None or item is None or item.fallback or format_reward(response, mode) != 1.0
             think = reasoning_text(response, mode)
             length = len(self.tokenizer(think, add_special_tokens=False)["input_ids"]) if think else 0
             perplexities.append(None if gated else reasoning_perplexity(mean, length))
+            lengths.append(length)
         ranks = self.kind.group_transform(perplexities, groups)
+        weight = self.cfg.efficiency_weight
+        efficiency = group_efficiency_rewards(perplexities, lengths, groups) if weight else [None] * len(ranks)
+        deltas = [r + weight * e if e is not None else r for r, e in zip(ranks, efficiency)]
         return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, b, 0.0, c,
-                             delta=d, perplexity=p)
-                for r, it, b, c, d, p in zip(responses, items, means, correct, ranks, perplexities)]
+                             delta=d, perplexity=p, efficiency=e)
+                for r, it, b, c, d, p, e in zip(responses, items, means, correct, deltas, perplexities, efficiency)]
 
     def combine(self, response: str, valid: bool, fallback: bool, b: float, a: float,
                 correct: bool | None = None, *, delta: float | None = None,
-                perplexity: float | None = None) -> RewardOutput:
+                perplexity: float | None = None, efficiency: float | None = None) -> RewardOutput:
         """Final reward of one response from its scores (pure arithmetic, spec section 3; the
         reward kind decides what counts, rlpr/reward/kinds.py)."""
         cfg = self.cfg
@@ -235,4 +250,4 @@ class ProbabilityReward:
                 penalty = -1.0
         return RewardOutput(valid=valid, format=fmt, fallback=fallback, score_b=b, score_a=a,
                             delta=delta, penalty=penalty, reward=reward + penalty, correct=verdict,
-                            perplexity=perplexity)
+                            perplexity=perplexity, efficiency=efficiency)

@@ -3,11 +3,12 @@
 One `ScoreA` per reward owns everything about A:
 
 - which model computes it: the model the reward is called with (`reward.score_a=current`, or a
-  reward not bound to a policy), or the initial policy (`initial`): the adapter-off base of a LoRA
+  reward not bound to a policy), the initial policy (`initial`): the adapter-off base of a LoRA
   policy, else a frozen reference copy, else (full fine-tuning without KL) the policy itself,
-  for every prompt before the first step (`precompute`);
+  for every prompt before the first step (`precompute`), or the EMA-lagged copy of the policy's
+  weights (`ema`, rlpr/reward/lagged.py);
 - the cache per (prompt text, reference, cue), never recomputed under `initial` and emptied for
-  every batch under `current`; its `state_dict` is what checkpoints save as `score_a_cache`;
+  every batch under `current` and `ema`; its `state_dict` is what checkpoints save as `score_a_cache`;
 - the dataset's precomputed column (used for format-valid responses, whose A has no cue).
 
 The reward builds A's text and scores it (`reward.score_a_text`, `reward.score_texts`); this
@@ -26,10 +27,12 @@ from rlpr.errors import TrainingError
 log = logging.getLogger("rlpr.train")
 
 # reward.score_a: which policy computes A
-SCORE_A_MODELS = ("initial", "current")
+SCORE_A_MODELS = ("initial", "current", "ema")
 # reward.scorer: which policy scores y* after the reasoning (B; NOVER's P), through the same
-# initial-model path as A (an EMA-lagged adapter, NOVER's third choice, is not offered yet)
-SCORERS = ("current", "initial")
+# paths as A: the policy, the initial model, or the EMA-lagged copy (NOVER's three proxy models)
+SCORERS = ("current", "initial", "ema")
+# the choices whose values change as the policy trains: A is recomputed for every batch
+MOVING = ("current", "ema")
 
 
 class ScoreACache:
@@ -71,7 +74,8 @@ class ScoreA:
 
     Unbound (`policy=None`, how a reward starts), A comes from the model the reward is called
     with. Bound to a training policy (`bind`), A comes from the policy as it is now
-    (`reward.score_a=current`) or from the initial policy (`initial`).
+    (`reward.score_a=current`), from the initial policy (`initial`) or from the policy carrying
+    its EMA-lagged weights (`ema`).
     """
 
     def __init__(self, reward):
@@ -80,11 +84,13 @@ class ScoreA:
         self.policy = None
         self.lora = False
         self.reference = None
+        self.lagged = None
 
-    def bind(self, policy, *, lora: bool = False, reference=None) -> "ScoreA":
+    def bind(self, policy, *, lora: bool = False, reference=None, lagged=None) -> "ScoreA":
         """Compute A from this training policy: the adapter-off base under LoRA, the frozen
-        `reference` copy when there is one, else only upfront (`precompute`)."""
-        self.policy, self.lora, self.reference = policy, lora, reference
+        `reference` copy when there is one, else only upfront (`precompute`); `lagged`: the
+        policy's EMA-lagged weights (`rlpr.reward.lagged.LaggedWeights`) for `ema`."""
+        self.policy, self.lora, self.reference, self.lagged = policy, lora, reference, lagged
         return self
 
     @property
@@ -107,6 +113,14 @@ class ScoreA:
             yield model
 
     @contextmanager
+    def lagged_policy(self):
+        """The bound policy carrying its EMA-lagged weights (rlpr/reward/lagged.py) inside the block."""
+        if not self.lagged:
+            raise TrainingError("the EMA-lagged scorer was asked for, but no lagged weights are bound")
+        with self.lagged.swapped():
+            yield self.policy
+
+    @contextmanager
     def _model(self, given=None):
         """The model that computes A now: `given` (unbound), the policy (`current`) or the initial one."""
         if self.policy is None:
@@ -115,6 +129,9 @@ class ScoreA:
             yield given
         elif self.when == "current":
             yield self.policy
+        elif self.when == "ema":
+            with self.lagged_policy() as model:
+                yield model
         else:
             with self.initial_policy() as model:
                 yield model
@@ -169,8 +186,8 @@ class ScoreA:
         """A per response: the precomputed column where given (format-valid responses only: their
         A has no cue), else the cache; the missing pairs are computed in one batch, by `fill(pairs)`
         when given, else by `self.fill` (with `model` when unbound). Bound under `current`, the cache
-        is emptied first: A comes from the policy as it is for this batch."""
-        if self.policy is not None and self.when == "current":
+        is emptied first: A comes from the policy (or its lagged copy) as it is for this batch."""
+        if self.policy is not None and self.when in MOVING:
             self.reset()
         precomputed = precomputed or [None] * len(prompt_texts)
         given = [a if not f else None for a, f in zip(precomputed, fallbacks)]

@@ -10,6 +10,7 @@ import warnings
 import numpy as np
 import torch
 
+from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import Config
 from rlpr.data.prompts import Prompt, prepare_prompts
 from rlpr.errors import ConfigError
@@ -93,6 +94,13 @@ def reference_copy(cfg: Config, policy):
     if (cfg.algorithm.kl_coef or cfg.reward.scorer == "initial") and not cfg.model.lora:
         return copy.deepcopy(causal_lm(policy)).eval().requires_grad_(False)
     return None
+
+
+def std_filter(cfg: Config) -> EMAStdFilter:
+    """The group std filter with its EMA (algorithm.std_filter and algorithm.filter_*)."""
+    a = cfg.algorithm
+    return EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps, init_steps=a.filter_init_steps,
+                        decay=a.filter_ema_decay, enabled=a.std_filter)
 
 
 def build_optimizer(cfg: Config, trainable: list) -> torch.optim.Optimizer:

@@ -19,7 +19,6 @@ from pathlib import Path
 import torch
 
 from rlpr.algorithms.advantages import centred_moments, compute_advantages, get_advantage
-from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
@@ -31,6 +30,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
+from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.rollout.engines import build_engine
@@ -45,7 +45,7 @@ from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, wri
                                 write_summary)
 from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
-                              seed_everything, training_prompts)
+                              seed_everything, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import (UPDATE_SUMS, Sample, accumulate_gradients, fill_logprobs, optional_metrics,
                                training_sample)
@@ -81,10 +81,10 @@ class Trainer:
         model, self.tokenizer = load_model(cfg.model.path, device=self.device)
         self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
-        lower_precision = autocast_dtype(self.mixed_precision) is not None
-        if lower_precision and cfg.trainer.fp32_attention and self.device.type == "cpu":
+        if autocast_dtype(self.mixed_precision) is not None and cfg.trainer.fp32_attention and self.device.type == "cpu":
             use_fp32_attention_under_autocast(causal_lm(self.policy))
         self.ref_model = reference_copy(cfg, self.policy)  # with LoRA the reference is the adapter-off base
+        self.lagged = lagged_weights(cfg, self.policy)  # reward.scorer=ema: the EMA of the trainable weights
 
         self.train_prompts, val_prompts, skipped, val_skipped = training_prompts(cfg, self.tokenizer, self._examples)
         self.val_prompts = val_prompts[dist.rank()::dist.world_size()]  # each rank evaluates its share
@@ -93,7 +93,6 @@ class Trainer:
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
         self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
-        # score A from the initial (or current) policy: the adapter-off base, the reference copy, or upfront
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
@@ -101,9 +100,7 @@ class Trainer:
         # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
         self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
-        a = cfg.algorithm
-        self.filter = EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps,
-                                   init_steps=a.filter_init_steps, decay=a.filter_ema_decay, enabled=a.std_filter)
+        self.filter = std_filter(cfg)
         self.optimizer = build_optimizer(cfg, self.trainable)
         self.strategy.attach(self.optimizer, self.trainable, cfg.trainer.grad_clip)
         self.scheduler = build_scheduler(cfg, self.optimizer)
@@ -119,9 +116,9 @@ class Trainer:
                 self.score_a.precompute(self.train_prompts + self.val_prompts)
 
     def _bind_score_a(self, reward: ProbabilityReward) -> ScoreA:
-        """A reward's score A comes from this policy: current, or initial (the adapter-off base,
-        the reference copy, or computed upfront for full fine-tuning without one)."""
-        return reward.score_a.bind(self.policy, lora=self.cfg.model.lora, reference=self.ref_model)
+        """A reward's A (and B) come from this policy as it is, its initial model (the adapter-off base, the
+        reference copy, or computed upfront for full fine-tuning without one) or its lagged weights."""
+        return reward.score_a.bind(self.policy, lora=self.cfg.model.lora, reference=self.ref_model, lagged=self.lagged)
 
     @property
     def eval_reward(self) -> ProbabilityReward:
@@ -292,6 +289,7 @@ class Trainer:
                                                  pad, temp, share, lockstep=self.strategy.lockstep,
                                                  backward=self.strategy.backward)
                 grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
+                self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()
@@ -339,7 +337,8 @@ class Trainer:
         return {"step": self.step, "optimizer": self.strategy.optimizer_state(self.policy, self.optimizer),
                 "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
                 "stream": self.stream.state_dict(), "score_a_cache": self.score_a.state_dict(),
-                "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy}
+                "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy,
+                "lagged": self.lagged.state_dict()}
 
     def save(self) -> Path | None:
         state = self.trainer_state()  # on every rank: with fsdp, gathering the optimizer state is a collective
@@ -366,6 +365,7 @@ class Trainer:
         self.strategy.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
         self.scheduler.load_state_dict(state["scheduler"])
         self.filter.load_state_dict(state["filter"])
+        self.lagged.load_state_dict(state.get("lagged"))
         mine = state["ranks"][dist.rank()]
         self.stream.load_state_dict(mine["stream"])
         self.score_a.load_state_dict(mine["score_a_cache"])
