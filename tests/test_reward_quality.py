@@ -149,6 +149,7 @@ def _write_jsonl(path, rows):
 
 def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
     from rlpr.cli.main import main
+    from rlpr.evaluation.reward_quality import VARIANTS
 
     labeled = _write_jsonl(tmp_path / "labeled.jsonl", _labeled_rows())
     for fallback in ("none", "free"):
@@ -157,23 +158,116 @@ def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
                      "--bootstrap", "50", "--fallback", fallback]) == 0
         report = json.loads((out / "reward_quality.json").read_text())
         assert (report["n_rows"], report["n_groups"], report["n_mixed_groups"], report["n_mixed_rows"]) == (10, 4, 3, 9)
-        assert set(report["scores"]) == {"reward", "debiased", "score_b", "seq_likelihood", "rule"}
-        assert report["scores"]["rule"]["auc"] == 1.0  # the rule grader agrees with these labels
-        assert report["scores"]["rule"]["mean_group_auc"] == 1.0
-        for s in report["scores"].values():
+        assert list(report["scores"]) == list(VARIANTS) and report["baseline"] == "reward"
+        assert {"B:mean_prob", "B:mean_logprob", "B:sum_logprob", "B:seq_likelihood", "B-A:mean_prob",
+                "nover:rank", "nover:rank+efficiency", "nover:-perplexity", "verifier"} <= set(VARIANTS)
+        assert report["scores"]["verifier"]["auc"] == 1.0  # the rule grader agrees with these labels
+        assert report["scores"]["verifier"]["mean_group_auc"] == 1.0 and report["labels_are_rule_verdicts"]
+        for name, s in report["scores"].items():
             assert 0.0 <= s["auc"] <= 1.0 and len(s["auc_ci"]) == 2
+            if name != "reward":
+                assert s["auc_diff"] == pytest.approx(s["auc"] - report["scores"]["reward"]["auc"])
+                lo, hi = s["mean_group_auc_diff_ci"]
+                assert lo <= hi
         scores = [json.loads(line) for line in (out / "scores.jsonl").read_text().splitlines()]
         assert len(scores) == 10
         for row in scores:
-            assert row["debiased"] == pytest.approx(row["score_b"] - row["score_a"])
-            assert 0.0 <= row["seq_likelihood"] <= row["score_b"] + 1e-9 <= 1.0 + 1e-9
+            if row["B:mean_prob"] is not None:
+                assert row["B-A:mean_prob"] == pytest.approx(row["B:mean_prob"] - row["score_a"])
+                assert 0.0 <= row["B:seq_likelihood"] <= row["B:mean_prob"] + 1e-9 <= 1.0 + 1e-9
         tagless = [r for r in scores if r["response"].startswith("no tags")]
-        if fallback == "none":
-            assert all(r["score_b"] == 0.0 and r["seq_likelihood"] == 0.0 for r in tagless)
+        assert all(r["nover:rank"] == 0.0 and r["nover:-perplexity"] is None for r in tagless)  # the gate
+        if fallback == "none":  # unscored: null in the file, below every scored row in the AUC
+            assert all(r["B:mean_prob"] is None and r["B-A:sum_logprob"] is None for r in tagless)
         else:
-            assert all(r["score_b"] > 0.0 for r in tagless)
-        assert "| rule-based verifier | 1.000 |" in (out / "reward_quality.md").read_text()
-    assert "rule-based verifier: AUC 1.000" in capsys.readouterr().out
+            assert all(r["B:mean_prob"] > 0.0 for r in tagless)
+        text = (out / "reward_quality.md").read_text()
+        assert "| rule verifier | 1.000 |" in text and "by construction" in text
+    assert "verifier: AUC 1.000, within-group 1.000" in capsys.readouterr().out
+
+
+def _scored(tmp_path, tiny_model, tokenizer, cfg):
+    from rlpr.evaluation.reward_quality import read_labeled, score_rows
+
+    rows = read_labeled(_write_jsonl(tmp_path / "labeled.jsonl", _labeled_rows()))
+    prompts = [tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True) for r in rows]
+    return rows, prompts, score_rows(tiny_model, tokenizer, rows, cfg, batch_rows=4)
+
+
+@pytest.mark.parametrize("overrides", [
+    {}, {"invalid_fallback": "free"}, {"invalid_fallback": "free", "score_a_form": "prompt"},
+    {"aggregation": "sum_logprob", "invalid_fallback": "free", "shaping": "identity"},
+    {"kind": "nover", "debias": False}, {"kind": "nover", "debias": False, "efficiency_weight": 1.0},
+    {"kind": "verifier"}, {"kind": "hybrid", "invalid_fallback": "free"}, {"debias": False, "alpha": 0.3}])
+def test_configured_reward_is_the_trainers_reward(tmp_path, tiny_model, tokenizer, overrides):
+    """The `reward` row, computed from the one pass's log-probs, equals ProbabilityReward.__call__
+    with the rule verdicts and the file's groups (what `rlpr train` computes)."""
+    from rlpr.config import RewardConfig
+    from rlpr.evaluation.reward_quality import configured_reward
+    from rlpr.reward.probability_reward import ProbabilityReward
+
+    cfg = RewardConfig(**overrides)
+    rows, prompts, scored = _scored(tmp_path, tiny_model, tokenizer, cfg)
+    want = ProbabilityReward(cfg, tokenizer, max_length=2048)(
+        tiny_model, prompts, [r["response"] for r in rows], [r["reference"] for r in rows],
+        correct=scored.verdicts, groups=scored.groups)
+    assert configured_reward(scored) == pytest.approx([o.reward for o in want], rel=1e-5, abs=1e-7)
+    assert len({round(o.reward, 6) for o in want}) > 1  # not a constant column
+
+
+def test_every_variant_against_a_hand_computation(tmp_path, tiny_model, tokenizer):
+    import math
+
+    from rlpr.config import RewardConfig
+    from rlpr.evaluation.reward_quality import auc_report, variant_columns
+    from rlpr.reward.probability_reward import ProbabilityReward
+    from rlpr.reward.scoring import reference_logprobs
+
+    cfg = RewardConfig(invalid_fallback="free")
+    rows, prompts, scored = _scored(tmp_path, tiny_model, tokenizer, cfg)
+    columns = variant_columns(scored)
+    reward = ProbabilityReward(cfg, tokenizer)
+    formulas = {"mean_prob": lambda lp: sum(math.exp(x) for x in lp) / len(lp),
+                "mean_logprob": lambda lp: sum(lp) / len(lp), "sum_logprob": sum,
+                "seq_likelihood": lambda lp: math.exp(sum(lp)), "geo_mean_prob": lambda lp: math.exp(sum(lp) / len(lp))}
+    for i, (row, prompt) in enumerate(zip(rows, prompts)):
+        item = reward.score_b_text(prompt, row["response"], row["reference"])
+        [b] = reference_logprobs(tiny_model, tokenizer, [item])
+        [a] = reference_logprobs(tiny_model, tokenizer, [reward.score_a_text(prompt, row["reference"], item.fallback)])
+        for how, f in formulas.items():
+            fb, fa = f(b.tolist()), f(a.tolist())
+            assert columns[f"B:{how}"][i] == pytest.approx(fb, rel=1e-5), (how, i)
+            assert columns[f"B-A:{how}"][i] == pytest.approx(fb - fa, abs=1e-5 * (abs(fb) + abs(fa))), (how, i)
+        assert columns["verifier"][i] == float(row["correct"])  # these labels are the rule's verdicts
+    nover = ProbabilityReward(RewardConfig(kind="nover", debias=False, invalid_fallback="free"), tokenizer)(
+        tiny_model, prompts, [r["response"] for r in rows], [r["reference"] for r in rows], groups=scored.groups)
+    assert columns["nover:rank"] == pytest.approx([o.delta for o in nover])
+    assert [p is None for p in columns["nover:-perplexity"]] == [o.perplexity is None for o in nover]
+    assert [-p for p in columns["nover:-perplexity"] if p is not None] == \
+        pytest.approx([o.perplexity for o in nover if o.perplexity is not None])
+    # the within-group AUC of one column, by pair counting over the mixed groups
+    labels = [r["correct"] for r in rows]
+    report = auc_report({"s": columns["B:sum_logprob"]}, labels, scored.groups, n_boot=0)
+    groups = mixed_groups(scored.groups, labels)
+    by_hand = [_brute_force_auc([columns["B:sum_logprob"][i] for i in idx], [labels[i] for i in idx])
+               for idx in groups.values()]
+    assert report["scores"]["s"]["mean_group_auc"] == pytest.approx(sum(by_hand) / len(by_hand))
+
+
+def test_paired_bootstrap_differences():
+    scores, labels, groups = _noisy_groups()
+    noisier = [s + random.Random(i).gauss(0, 1.0) for i, s in enumerate(scores)]
+    report = auc_report({"base": scores, "same": list(scores), "noisy": noisier}, labels, groups,
+                        n_boot=200, seed=3, baseline="base")
+    same, noisy, base = (report["scores"][k] for k in ("same", "noisy", "base"))
+    assert "auc_diff" not in base
+    assert same["auc_diff"] == 0.0 and same["auc_diff_ci"] == (0.0, 0.0)  # paired: identical resamples
+    assert same["mean_group_auc_diff_ci"] == (0.0, 0.0)
+    assert noisy["auc_diff"] == pytest.approx(noisy["auc"] - base["auc"]) and noisy["auc_diff"] < 0
+    lo, hi = noisy["auc_diff_ci"]
+    assert lo <= noisy["auc_diff"] <= hi and hi < 0  # more noise: reliably worse
+    assert report == auc_report({"base": scores, "same": list(scores), "noisy": noisier}, labels, groups,
+                                n_boot=200, seed=3, baseline="base")  # seeded
 
 
 def test_reward_quality_row_errors_are_one_line(tmp_path, capsys):

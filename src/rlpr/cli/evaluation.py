@@ -113,7 +113,7 @@ def cmd_reward_quality(args) -> int:
                           rollout=cfg.rollout, limit=args.limit or 0, seed=args.seed)
         print(f"wrote {n} labeled rows to {args.output}")
         return 0
-    from rlpr.evaluation.reward_quality import SCORE_LABELS, read_labeled, reward_quality
+    from rlpr.evaluation.reward_quality import read_labeled, reward_quality
 
     if args.bootstrap < 0:
         raise ValueError("--bootstrap must be >= 0")
@@ -124,8 +124,8 @@ def cmd_reward_quality(args) -> int:
     print(f"{report['n_mixed_groups']} mixed-correctness groups ({report['n_mixed_rows']} rows)",
           file=sys.stderr)
     for name, s in report["scores"].items():
-        auc = "n/a" if s["auc"] is None else f"{s['auc']:.3f}"
-        print(f"{SCORE_LABELS[name]}: AUC {auc}")
+        auc, within = ("n/a" if v is None else f"{v:.3f}" for v in (s["auc"], s["mean_group_auc"]))
+        print(f"{name}: AUC {auc}, within-group {within}  ({report['labels'][name]})")
     print(f"wrote {args.output}/reward_quality.json, reward_quality.md, scores.jsonl")
     return 0
 
@@ -207,7 +207,7 @@ def register(sub) -> None:
     p.add_argument("--read-timeout", type=float, default=30.0, help="seconds a connection may stay silent")
     p.set_defaults(fn=cmd_serve)
 
-    p = sub.add_parser("reward-quality", help="ROC-AUC of the rewards against correctness labels")
+    p = sub.add_parser("reward-quality", help="ROC-AUC of every reward variant against correctness labels")
     add_config_options(p, default_preset=None)
     _add_model(p)
     p.add_argument("--input", default=None,

@@ -2,36 +2,35 @@
 
 The paper's protocol: keep only groups (prompts) whose responses have mixed correctness, pool
 their rows and compute one ROC-AUC per score; we also report the mean within-group AUC, which
-ignores how scores compare across prompts (where debiasing matters). Confidence intervals come
-from a bootstrap over groups, since rows of one prompt are not independent.
+ignores how scores compare across prompts (where debiasing matters, and all a group-normalised
+advantage sees). Confidence intervals come from a bootstrap over groups, since rows of one prompt
+are not independent; the same resamples give paired CIs of each score's difference to the
+configured reward.
+
+Every reward variant is scored from one pass of the model over the file (`score_rows`): the
+per-token log-probabilities of y* after each response (B's texts) and after the prompt alone (A's),
+from which each variant (`VARIANTS`: the configured reward, every aggregation of B and of B - A,
+NOVER's rank, its efficiency term and its perplexity, the rule verifier) is arithmetic.
 
 The statistics (AUC with ties, group filtering, bootstrap) are pure functions of lists.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import math
 import random
 from collections import defaultdict
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Callable
 
 from rlpr.config import RewardConfig, RolloutConfig
 from rlpr.errors import DataError
 
 log = logging.getLogger(__name__)
-
-SCORES = ("reward", "debiased", "score_b", "seq_likelihood", "rule")
-ROW_EXTRAS = ("score_a", "format")  # written per row, not ranked
-SCORE_LABELS = {
-    "reward": "RLPR reward (shaped B - A + format)",
-    "debiased": "debiased probability B - A",
-    "score_b": "mean token probability B",
-    "seq_likelihood": "sequence likelihood",
-    "rule": "rule-based verifier",
-}
-
 
 # --------------------------------------------------------------------------- statistics
 
@@ -106,17 +105,28 @@ def bootstrap_ci(statistic, n_groups: int, n_boot: int = 1000, seed: int = 0,
     return percentile(values, alpha), percentile(values, 1 - alpha)
 
 
+def _difference(a, b):
+    """statistic a - statistic b over the same resample (None where either is undefined)."""
+    def diff(picked):
+        x, y = a(picked), b(picked)
+        return None if x is None or y is None else x - y
+    return diff
+
+
 def auc_report(columns: dict[str, list[float]], labels: list[bool], groups: list, *,
-               n_boot: int = 1000, seed: int = 0) -> dict:
-    """AUCs of every score column over the mixed-correctness groups, with bootstrap CIs."""
+               n_boot: int = 1000, seed: int = 0, baseline: str | None = None) -> dict:
+    """AUCs of every score column over the mixed-correctness groups, with bootstrap CIs; with a
+    `baseline` column, also each column's AUC minus the baseline's and its paired CI (the same
+    resamples of groups for both: `bootstrap_ci` draws them from `seed` alone)."""
     mixed = mixed_groups(groups, labels)
     group_rows = list(mixed.values())
     report = {
         "n_rows": len(labels), "n_groups": len(set(groups)), "n_mixed_groups": len(group_rows),
         "n_mixed_rows": sum(len(r) for r in group_rows),
         "positive_rate": sum(labels) / len(labels) if labels else 0.0,
-        "bootstrap": n_boot, "seed": seed, "scores": {},
+        "bootstrap": n_boot, "seed": seed, "baseline": baseline, "scores": {},
     }
+    statistics = {}
     for name, scores in columns.items():
         per_group = [roc_auc([scores[i] for i in idx], [labels[i] for i in idx]) for idx in group_rows]
 
@@ -126,29 +136,52 @@ def auc_report(columns: dict[str, list[float]], labels: list[bool], groups: list
         def within(picked, per_group=per_group):  # per-group AUCs are computed once
             return _mean([per_group[g] for g in picked])
 
-        everything = range(len(group_rows))
-        report["scores"][name] = {
+        statistics[name] = (pooled, within)
+    everything = range(len(group_rows))
+    for name, (pooled, within) in statistics.items():
+        entry = {
             "auc": pooled(everything), "auc_ci": bootstrap_ci(pooled, len(group_rows), n_boot, seed),
             "mean_group_auc": within(everything),
             "mean_group_auc_ci": bootstrap_ci(within, len(group_rows), n_boot, seed),
         }
+        if baseline is not None and name != baseline:
+            base_pooled, base_within = statistics[baseline]
+            for key, mine, base in (("auc", pooled, base_pooled), ("mean_group_auc", within, base_within)):
+                diff = _difference(mine, base)
+                entry[f"{key}_diff"] = diff(everything)
+                entry[f"{key}_diff_ci"] = bootstrap_ci(diff, len(group_rows), n_boot, seed)
+        report["scores"][name] = entry
     return report
 
 
-def report_markdown(report: dict) -> str:
-    def fmt(x):
-        return "n/a" if x is None else f"{x:.3f}"
+def report_markdown(report: dict, labels: dict[str, str] | None = None) -> str:
+    """The report as a Markdown table, one row per score (`labels`: display names)."""
+    labels = labels or {}
 
-    def ci(c):
-        return "n/a" if c is None else f"[{c[0]:.3f}, {c[1]:.3f}]"
+    def fmt(x, signed=False):
+        return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
 
+    def ci(c, signed=False):
+        return "n/a" if c is None else f"[{fmt(c[0], signed)}, {fmt(c[1], signed)}]"
+
+    base = report.get("baseline")
     lines = [f"Rows {report['n_rows']}, groups {report['n_groups']}; mixed-correctness groups "
              f"{report['n_mixed_groups']} ({report['n_mixed_rows']} rows). "
-             f"95% CIs from {report['bootstrap']} bootstrap resamples of groups.", "",
-             "| score | pooled AUC | 95% CI | mean within-group AUC | 95% CI |", "|---|---|---|---|---|"]
+             f"95% CIs from {report['bootstrap']} bootstrap resamples of groups"
+             + (f"; differences are paired (the same resamples) against `{base}`." if base else "."), ""]
+    head = "| score | pooled AUC | 95% CI | mean within-group AUC | 95% CI |"
+    rule = "|---|---|---|---|---|"
+    if base:
+        head += f" pooled - {base} | 95% CI | within - {base} | 95% CI |"
+        rule += "---|---|---|---|"
+    lines += [head, rule]
     for name, s in report["scores"].items():
-        lines.append(f"| {SCORE_LABELS.get(name, name)} | {fmt(s['auc'])} | {ci(s['auc_ci'])} | "
-                     f"{fmt(s['mean_group_auc'])} | {ci(s['mean_group_auc_ci'])} |")
+        line = (f"| {labels.get(name, name)} | {fmt(s['auc'])} | {ci(s['auc_ci'])} | "
+                f"{fmt(s['mean_group_auc'])} | {ci(s['mean_group_auc_ci'])} |")
+        if base:
+            line += (f" {fmt(s.get('auc_diff'), True)} | {ci(s.get('auc_diff_ci'), True)} | "
+                     f"{fmt(s.get('mean_group_auc_diff'), True)} | {ci(s.get('mean_group_auc_diff_ci'), True)} |")
+        lines.append(line)
     return "\n".join(lines) + "\n"
 
 
@@ -173,68 +206,183 @@ def read_labeled(path: str | Path, template: str = "plain") -> list[dict]:
     return rows
 
 
-def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | None = None, batch_rows: int = 32,
-               advance=lambda n=1: None) -> dict[str, list[float]]:
-    """Every score column (and the extras) for every row, in row order, with the reward settings
-    `reward_cfg` (default: the documented defaults)."""
+# --------------------------------------------------------------------------- the reward variants
+
+@dataclass
+class ScoredRows:
+    """One pass of the model over a labeled file: what every reward variant is computed from."""
+
+    reward: object  # the configured rlpr.reward.probability_reward.ProbabilityReward
+    responses: list[str]
+    items: list  # score B's texts (ScoredText, or None: the response has no o')
+    b_logps: list  # per row, the log-probs of y*'s tokens in o' (None: unscored)
+    a_logps: list  # per row, the log-probs of y*'s tokens after the prompt alone (score A's text)
+    verdicts: list[bool]  # the rule grader's verdicts
+    groups: list  # group ids
+
+
+def _logprobs(reward, model, items: list) -> list:
+    """Per item, the log-probs of its reference tokens under `model`, as `reward` scores them."""
+    from rlpr.reward.scoring import reference_logprobs
+
+    return reference_logprobs(model, reward.tokenizer, items, temperature=reward.temperature,
+                              max_length=reward.max_length, max_batch_tokens=reward.cfg.max_batch_tokens,
+                              splice=reward.cfg.splice)
+
+
+def _aggregated(logps: list, how: str) -> list[float | None]:
+    from rlpr.reward.scoring import aggregate
+
+    return [None if lp is None else aggregate(lp, how) for lp in logps]
+
+
+def configured_reward(s: ScoredRows) -> list[float]:
+    """The reward `rlpr train` gives with these reward.* settings (ProbabilityReward.__call__ with
+    the rule verdicts and the file's groups), from the log-probs already computed."""
+    reward, cfg = s.reward, s.reward.cfg
+    if reward.kind.group_transform is not None:
+        return [o.reward for o in reward.rank_outputs(s.responses, s.items, s.b_logps, s.groups, s.verdicts)]
+    n = len(s.responses)
+    scored = reward.kind.needs_score_b
+    b = [v or 0.0 for v in _aggregated(s.b_logps, cfg.aggregation)] if scored else [0.0] * n
+    a = [v or 0.0 for v in _aggregated(s.a_logps, cfg.aggregation)] if scored and cfg.debias else [0.0] * n
+    return [reward.combine(r, it is not None and not it.fallback, it is not None and it.fallback, b[i], a[i],
+                           s.verdicts[i]).reward
+            for i, (r, it) in enumerate(zip(s.responses, s.items))]
+
+
+def score_b(how: str) -> Callable[[ScoredRows], list[float | None]]:
+    def column(s: ScoredRows):
+        return _aggregated(s.b_logps, how)
+    return column
+
+
+def debiased(how: str) -> Callable[[ScoredRows], list[float | None]]:
+    def column(s: ScoredRows):
+        return [None if b is None else b - a
+                for b, a in zip(_aggregated(s.b_logps, how), _aggregated(s.a_logps, how))]
+    return column
+
+
+def nover_outputs(s: ScoredRows, efficiency_weight: float = 0.0) -> list:
+    """NOVER's per-row outputs (rlpr/reward/nover.py) from B's log-probs, ranked within the file's groups."""
+    from rlpr.reward.probability_reward import ProbabilityReward
+
+    cfg = dataclasses.replace(s.reward.cfg, kind="nover", debias=False, efficiency_weight=efficiency_weight)
+    nover = ProbabilityReward(cfg, s.reward.tokenizer, s.reward.temperature, s.reward.max_length)
+    return nover.rank_outputs(s.responses, s.items, s.b_logps, s.groups, s.verdicts)
+
+
+@dataclass(frozen=True)
+class Variant:
+    label: str
+    column: Callable[[ScoredRows], list[float | None]]  # a score per row; None: unscored (ranks lowest)
+
+
+def _variants() -> dict[str, Variant]:
+    from rlpr.reward.scoring import AGGREGATIONS
+
+    # "reward": shaping(B - A) + alpha * format under the defaults; B, B - A: one aggregation of y*'s
+    # token log-probs; NOVER: the rank of P within the group (0 off-format), with its efficiency
+    # term (weight 1, as the reference code), and -P itself (off-format: unscored)
+    variants = {"reward": Variant("configured reward (default: RLPR)", configured_reward)}
+    for how in AGGREGATIONS:
+        variants[f"B:{how}"] = Variant(f"B, {how}", score_b(how))
+    for how in AGGREGATIONS:
+        variants[f"B-A:{how}"] = Variant(f"B - A, {how}", debiased(how))
+    variants["nover:rank"] = Variant("NOVER rank R_r",
+                                     lambda s: [o.delta for o in nover_outputs(s)])
+    variants["nover:rank+efficiency"] = Variant("NOVER R_r + R_e (efficiency)",
+                                                lambda s: [o.delta for o in nover_outputs(s, 1.0)])
+    variants["nover:-perplexity"] = Variant("NOVER -P (perplexity)",
+                                            lambda s: [None if o.perplexity is None else -o.perplexity
+                                                       for o in nover_outputs(s)])
+    variants["verifier"] = Variant("rule verifier", lambda s: [float(v) for v in s.verdicts])
+    return variants
+
+
+# The reward variants `rlpr reward-quality` compares, one row each: name -> label and column.
+VARIANTS: dict[str, Variant] = _variants()
+
+
+def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | None = None, batch_rows: int = 64,
+               advance=lambda n=1: None) -> ScoredRows:
+    """One pass of `model` over `read_labeled` rows with the reward settings `reward_cfg` (default:
+    the documented defaults): B's and A's reference log-probs and the rule verdicts."""
     from rlpr.evaluation.graders import grade, grader_for
     from rlpr.reward.probability_reward import ProbabilityReward
-    from rlpr.reward.scoring import score_texts
 
     reward = ProbabilityReward(reward_cfg or RewardConfig(), tokenizer,
                                max_length=getattr(model.config, "max_position_embeddings", None))
-    columns: dict[str, list[float]] = {name: [] for name in (*SCORES, *ROW_EXTRAS)}
+    prompts = [tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
+               for r in rows]
+    responses = [r["response"] for r in rows]
+    references = [r["reference"].strip() for r in rows]
+    items = [reward.score_b_text(p, resp, ref) for p, resp, ref in zip(prompts, responses, references)]
+    b_logps: list = []
     for start in range(0, len(rows), batch_rows):
-        batch = rows[start:start + batch_rows]
-        prompts = [tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
-                   for r in batch]
-        responses = [r["response"] for r in batch]
-        references = [r["reference"].strip() for r in batch]
-        outputs = reward(model, prompts, responses, references)
-        items = [reward.score_b_text(p, resp, ref) for p, resp, ref in zip(prompts, responses, references)]
-        likelihoods = score_texts(model, tokenizer, items, aggregation="seq_likelihood",
-                                  max_length=reward.max_length, max_batch_tokens=reward.cfg.max_batch_tokens)
-        for r, o, lik in zip(batch, outputs, likelihoods):
-            name = grader_for(str(r.get("data_source") or ""), str(r.get("ability") or ""),
-                              bool(r.get("choices")))
-            verdict = grade(name, r["response"], r["reference"], choices=r.get("choices") or None,
-                            acceptable=r.get("acceptable") or None)
-            columns["reward"].append(o.reward)
-            columns["debiased"].append(o.score_b - o.score_a)
-            columns["score_b"].append(o.score_b)
-            columns["seq_likelihood"].append(lik)
-            columns["rule"].append(float(verdict.correct))
-            columns["score_a"].append(o.score_a)
-            columns["format"].append(o.format)
-        advance(len(batch))
-    return columns
+        b_logps += _logprobs(reward, model, items[start:start + batch_rows])
+        advance(len(items[start:start + batch_rows]))
+    # A once per (prompt, reference, cue): the plain form for format-valid and unscored rows
+    a_texts: dict = {}
+    for p, y, it in zip(prompts, references, items):
+        a_texts.setdefault(reward.score_a.key(p, y, it is not None and it.fallback),
+                           reward.score_a_text(p, y, it is not None and it.fallback))
+    a_by_key = dict(zip(a_texts, _logprobs(reward, model, list(a_texts.values()))))
+    a_logps = [a_by_key[reward.score_a.key(p, y, it is not None and it.fallback)]
+               for p, y, it in zip(prompts, references, items)]
+    verdicts = []
+    for r in rows:
+        name = grader_for(str(r.get("data_source") or ""), str(r.get("ability") or ""), bool(r.get("choices")))
+        verdicts.append(grade(name, r["response"], r["reference"], choices=r.get("choices") or None,
+                              acceptable=r.get("acceptable") or None).correct)
+    return ScoredRows(reward, responses, items, b_logps, a_logps, verdicts, [r["group_id"] for r in rows])
+
+
+def variant_columns(scored: ScoredRows) -> dict[str, list[float | None]]:
+    """Every variant's column (None: unscored)."""
+    return {name: v.column(scored) for name, v in VARIANTS.items()}
+
+
+def _ranked(column: list[float | None]) -> list[float]:
+    """A column for the AUC: an unscored row ranks below every scored one."""
+    return [-math.inf if v is None else v for v in column]
 
 
 def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *,
                    reward_cfg: RewardConfig | None = None, n_boot: int = 1000, seed: int = 0, source: str = "",
                    progress: bool | None = None) -> dict:
-    """Score `read_labeled` rows with the reward settings `reward_cfg` (the config's `reward.*`;
-    default: the documented defaults); write reward_quality.json, reward_quality.md and scores.jsonl."""
+    """Score `read_labeled` rows with every reward variant (`VARIANTS`; the configured one from
+    `reward_cfg`, the config's `reward.*`, default the documented defaults); write
+    reward_quality.json, reward_quality.md and scores.jsonl (a column per variant, null: unscored)."""
+    from rlpr.reward.parsing import format_reward
     from rlpr.train.progress import progress_bar
 
     reward_cfg = reward_cfg or RewardConfig()
-    fallback = reward_cfg.invalid_fallback
     with progress_bar(len(rows), "scoring", progress) as advance:
-        columns = score_rows(model, tokenizer, rows, reward_cfg, advance=advance)
+        scored = score_rows(model, tokenizer, rows, reward_cfg, advance=advance)
+    columns = variant_columns(scored)
     labels = [r["correct"] for r in rows]
-    report = auc_report({name: columns[name] for name in SCORES}, labels, [r["group_id"] for r in rows],
-                        n_boot=n_boot, seed=seed)
-    report.update({"input": source, "fallback": fallback})
+    report = auc_report({name: _ranked(c) for name, c in columns.items()}, labels, scored.groups,
+                        n_boot=n_boot, seed=seed, baseline="reward")
+    report.update({"input": source, "fallback": reward_cfg.invalid_fallback,
+                   "reward": dataclasses.asdict(reward_cfg),
+                   "labels": {name: v.label for name, v in VARIANTS.items()},
+                   "labels_are_rule_verdicts": labels == scored.verdicts})
     if report["n_mixed_groups"] == 0:
         log.warning("no group has both correct and wrong responses: every AUC is undefined")
+    extras = {"score_a": [v or 0.0 for v in _aggregated(scored.a_logps, reward_cfg.aggregation)],
+              "format": [format_reward(r, reward_cfg.format_mode) for r in scored.responses]}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     (out / "reward_quality.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
-    (out / "reward_quality.md").write_text(report_markdown(report), encoding="utf-8")
+    note = ("\nThe labels are the rule verifier's verdicts (a file built with --build-from), so its AUC is 1 "
+            "by construction.\n" if report["labels_are_rule_verdicts"] else "")
+    (out / "reward_quality.md").write_text(report_markdown(report, report["labels"]) + note, encoding="utf-8")
     with open(out / "scores.jsonl", "w", encoding="utf-8") as f:
         for i, r in enumerate(rows):
             record = {k: v for k, v in r.items() if k not in ("messages", "group_id")}
-            record.update({name: values[i] for name, values in columns.items()})
+            record.update({name: values[i] for name, values in {**columns, **extras}.items()})
             f.write(json.dumps(record, ensure_ascii=False) + "\n")
     return report
 
