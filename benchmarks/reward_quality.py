@@ -1,0 +1,116 @@
+"""Every reward variant's ROC-AUC against correctness on MMLU validation with the embedded model:
+`rlpr reward-quality` on one labeled file, under the published rules (`--fallback none`) and
+with the 1b fallback (`free`).
+
+    python benchmarks/reward_quality.py [--questions 100] [--samples 8] [--labeled FILE]
+
+Reads ../shared/data/mmlu/mmlu_val.jsonl (never copied, never the test split), converts the first
+`--questions` rows with the r1 template, samples `--samples` responses each (temperature 1.0,
+128 new tokens, seed 0) and labels them with the letter grader (`rlpr reward-quality
+--build-from`), then scores every variant; writes benchmarks/results/reward_quality.json and .md.
+`--labeled` reuses a labeled file built before (the sampling is the slow part).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DATA = ROOT.parent / "shared" / "data"
+RESULTS = ROOT / "benchmarks" / "results"
+FALLBACKS = ("free", "none")
+
+
+def rlpr(*args: str) -> None:
+    print("+ rlpr", " ".join(args), flush=True)
+    subprocess.run([sys.executable, "-m", "rlpr", *args], check=True)
+
+
+def summary_table(report: dict) -> list[str]:
+    """One row per variant: pooled and within-group AUC with their CIs, and the within-group
+    difference to the configured reward with its paired CI."""
+    def ci(c, signed=False):
+        f = "{:+.3f}" if signed else "{:.3f}"
+        return "n/a" if c is None else f"[{f.format(c[0])}, {f.format(c[1])}]"
+
+    def num(x, signed=False):
+        return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
+
+    lines = ["| reward variant | pooled AUC [95% CI] | within-group AUC [95% CI] | within - reward [paired 95% CI] |",
+             "|---|---|---|---|"]
+    for name, s in report["scores"].items():
+        diff = "" if name == "reward" else \
+            f"{num(s['mean_group_auc_diff'], True)} {ci(s['mean_group_auc_diff_ci'], True)}"
+        lines.append(f"| {report['labels'][name]} (`{name}`) | {num(s['auc'])} {ci(s['auc_ci'])} | "
+                     f"{num(s['mean_group_auc'])} {ci(s['mean_group_auc_ci'])} | {diff} |")
+    return lines
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--questions", type=int, default=100)
+    parser.add_argument("--samples", type=int, default=8)
+    parser.add_argument("--max-new-tokens", type=int, default=128)
+    parser.add_argument("--threads", type=int, default=1, help="torch threads (model.threads)")
+    parser.add_argument("--bootstrap", type=int, default=1000)
+    parser.add_argument("--labeled", default=None, help="a labeled JSONL built before (skips the sampling)")
+    parser.add_argument("--work", default="/tmp/rlpr-reward-quality")
+    args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    threads = f"model.threads={args.threads}"
+    timings = {}
+    labeled = Path(args.labeled) if args.labeled else work / f"mmlu_val_{args.questions}x{args.samples}.jsonl"
+    if not args.labeled:
+        parquet = work / "mmlu_val.parquet"
+        rlpr("data", "convert", "--format", "mmlu", "--input", str(DATA / "mmlu" / "mmlu_val.jsonl"),
+             "--output", str(parquet), "--limit", str(args.questions), "--template", "r1")
+        start = time.time()
+        rlpr("reward-quality", "--build-from", str(parquet), "--samples", str(args.samples),
+             "--max-new-tokens", str(args.max_new_tokens), "--seed", "0", "--output", str(labeled), threads)
+        timings["build_s"] = time.time() - start
+    reports = {}
+    for fallback in FALLBACKS:
+        out = work / f"rq-{fallback}"
+        start = time.time()
+        rlpr("reward-quality", "--input", str(labeled), "--fallback", fallback, "--bootstrap", str(args.bootstrap),
+             "--output", str(out), threads)
+        timings[f"score_{fallback}_s"] = time.time() - start
+        reports[fallback] = json.loads((out / "reward_quality.json").read_text())
+
+    rows = [json.loads(line) for line in labeled.read_text().splitlines()]
+    tagged = sum(1 for r in rows if "<answer>" in r["response"] and "</answer>" in r["response"])
+    setting = {"model": "SmolLM2-135M-Instruct (embedded GGUF, fp32 scoring; bf16 sampling copy where fast)",
+               "data": "MMLU validation (../shared/data/mmlu/mmlu_val.jsonl), first rows, r1 template",
+               "questions": len({r["group"] for r in rows}), "samples_per_question": args.samples,
+               "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "seed": 0, "threads": args.threads,
+               "labels": "the letter grader's verdicts", "responses_with_answer_tags": tagged,
+               "labeled_file": str(labeled)}
+    RESULTS.mkdir(parents=True, exist_ok=True)
+    (RESULTS / "reward_quality.json").write_text(json.dumps({"setting": setting, "timings_s": timings,
+                                                             "reports": reports}, indent=2) + "\n")
+    free, none = reports["free"], reports["none"]
+    lines = [f"# Reward quality on MMLU validation ({setting['questions']} questions x {args.samples} samples)", "",
+             f"Embedded SmolLM2-135M-Instruct, r1 template, temperature 1.0, {args.max_new_tokens} new tokens, "
+             f"seed 0; labels from the letter grader. {free['n_rows']} responses, {tagged} with answer tags; "
+             f"{free['n_mixed_groups']} of {free['n_groups']} questions have both right and wrong responses "
+             f"({free['n_mixed_rows']} rows, positive rate {free['positive_rate']:.3f}). "
+             f"95% CIs from {free['bootstrap']} bootstrap resamples of questions (seed 0); the difference "
+             "column is paired (the same resamples).", "",
+             "## With the 1b fallback (`--fallback free`: a tagless response is scored as reasoning + cue)", "",
+             *summary_table(free), "",
+             "## Published rules (`--fallback none`: a tagless response is unscored)", "",
+             *summary_table(none), "",
+             "The rule verifier's AUC is 1 by construction: the labels are its verdicts.", ""]
+    (RESULTS / "reward_quality.md").write_text("\n".join(lines))
+    print("\n".join(lines))
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
