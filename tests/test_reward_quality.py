@@ -159,8 +159,8 @@ def test_reward_quality_end_to_end(tmp_path, model_dir, capsys):
         report = json.loads((out / "reward_quality.json").read_text())
         assert (report["n_rows"], report["n_groups"], report["n_mixed_groups"], report["n_mixed_rows"]) == (10, 4, 3, 9)
         assert list(report["scores"]) == list(VARIANTS) and report["baseline"] == "reward"
-        assert {"B:mean_prob", "B:mean_logprob", "B:sum_logprob", "B:seq_likelihood", "B-A:mean_prob",
-                "nover:rank", "nover:rank+efficiency", "nover:-perplexity", "verifier"} <= set(VARIANTS)
+        assert {"B:mean_prob", "B:mean_logprob", "B:sum_logprob", "B:seq_likelihood", "B:r3", "B-A:mean_prob",
+                "verifree", "nover:rank", "nover:rank+efficiency", "nover:-perplexity", "verifier"} <= set(VARIANTS)
         assert report["scores"]["verifier"]["auc"] == 1.0  # the rule grader agrees with these labels
         assert report["scores"]["verifier"]["mean_group_auc"] == 1.0 and report["labels_are_rule_verdicts"]
         for name, s in report["scores"].items():
@@ -198,7 +198,10 @@ def _scored(tmp_path, tiny_model, tokenizer, cfg):
     {}, {"invalid_fallback": "free"}, {"invalid_fallback": "free", "score_a_form": "prompt"},
     {"aggregation": "sum_logprob", "invalid_fallback": "free", "shaping": "identity"},
     {"kind": "nover", "debias": False}, {"kind": "nover", "debias": False, "efficiency_weight": 1.0},
-    {"kind": "verifier"}, {"kind": "hybrid", "invalid_fallback": "free"}, {"debias": False, "alpha": 0.3}])
+    {"kind": "verifier"}, {"kind": "hybrid", "invalid_fallback": "free"}, {"debias": False, "alpha": 0.3},
+    {"aggregation": "r3", "debias": False, "invalid_fallback": "free", "shaping": "identity"},
+    {"score_span": "block", "aggregation": "seq_likelihood", "debias": False, "shaping": "identity",
+     "invalid_fallback": "free"}])
 def test_configured_reward_is_the_trainers_reward(tmp_path, tiny_model, tokenizer, overrides):
     """The `reward` row, computed from the one pass's log-probs, equals ProbabilityReward.__call__
     with the rule verdicts and the file's groups (what `rlpr train` computes)."""
@@ -239,6 +242,13 @@ def test_every_variant_against_a_hand_computation(tmp_path, tiny_model, tokenize
             assert columns[f"B:{how}"][i] == pytest.approx(fb, rel=1e-5), (how, i)
             assert columns[f"B-A:{how}"][i] == pytest.approx(fb - fa, abs=1e-5 * (abs(fb) + abs(fa))), (how, i)
         assert columns["verifier"][i] == float(row["correct"])  # these labels are the rule's verdicts
+        block = ProbabilityReward(RewardConfig(invalid_fallback="free", score_span="block"), tokenizer)
+        [blk] = reference_logprobs(tiny_model, tokenizer, [block.score_b_text(prompt, row["response"], row["reference"])])
+        assert blk.numel() > b.numel()  # the tags too
+        assert columns["verifree"][i] == pytest.approx(math.exp(blk.sum().item()), rel=1e-5)
+    r3 = ProbabilityReward(RewardConfig(aggregation="r3", debias=False, invalid_fallback="free"), tokenizer)(
+        tiny_model, prompts, [r["response"] for r in rows], [r["reference"] for r in rows], groups=scored.groups)
+    assert columns["B:r3"] == pytest.approx([o.score_b for o in r3], rel=1e-5)  # tests/test_r3.py checks R3
     nover = ProbabilityReward(RewardConfig(kind="nover", debias=False, invalid_fallback="free"), tokenizer)(
         tiny_model, prompts, [r["response"] for r in rows], [r["reference"] for r in rows], groups=scored.groups)
     assert columns["nover:rank"] == pytest.approx([o.delta for o in nover])
@@ -309,3 +319,10 @@ def test_build_from_then_score(tmp_path, model_dir):
     if report["n_mixed_groups"] == 0:  # a random tiny model is never right
         assert report["scores"]["reward"]["auc"] is None
         assert "n/a" in (out / "reward_quality.md").read_text()
+
+
+def test_group_chunks_keep_a_group_together():
+    from rlpr.evaluation.reward_quality import _group_chunks
+
+    assert _group_chunks(["a", "b", "a", "c", "c", "d"], 2) == [[0, 2], [1, 3, 4], [5]]
+    assert _group_chunks(["a"] * 3, 64) == [[0, 1, 2]]

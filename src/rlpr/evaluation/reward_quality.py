@@ -215,19 +215,11 @@ class ScoredRows:
     reward: object  # the configured rlpr.reward.probability_reward.ProbabilityReward
     responses: list[str]
     items: list  # score B's texts (ScoredText, or None: the response has no o')
-    b_logps: list  # per row, the log-probs of y*'s tokens in o' (None: unscored)
+    b_logps: list  # per row, the log-probs of the scored tokens of o' (reward.score_span; None: unscored)
     a_logps: list  # per row, the log-probs of y*'s tokens after the prompt alone (score A's text)
+    block_logps: list  # per row, the log-probs of the whole answer block of o' (VeriFree's span)
     verdicts: list[bool]  # the rule grader's verdicts
     groups: list  # group ids
-
-
-def _logprobs(reward, model, items: list) -> list:
-    """Per item, the log-probs of its reference tokens under `model`, as `reward` scores them."""
-    from rlpr.reward.scoring import reference_logprobs
-
-    return reference_logprobs(model, reward.tokenizer, items, temperature=reward.temperature,
-                              max_length=reward.max_length, max_batch_tokens=reward.cfg.max_batch_tokens,
-                              splice=reward.cfg.splice)
 
 
 def _aggregated(logps: list, how: str) -> list[float | None]:
@@ -236,15 +228,29 @@ def _aggregated(logps: list, how: str) -> list[float | None]:
     return [None if lp is None else aggregate(lp, how) for lp in logps]
 
 
+def _group_aggregated(s: ScoredRows, how: str) -> list[float | None]:
+    """A group-level aggregation (r3) of B within the file's groups (None: unscored)."""
+    from rlpr.reward.scoring import GROUP_AGGREGATIONS
+
+    scores = GROUP_AGGREGATIONS[how](s.b_logps, s.reward.reference_keys(s.items), s.groups)
+    return [v if v is not None and math.isfinite(v) else None for v in scores]
+
+
 def configured_reward(s: ScoredRows) -> list[float]:
     """The reward `rlpr train` gives with these reward.* settings (ProbabilityReward.__call__ with
     the rule verdicts and the file's groups), from the log-probs already computed."""
     reward, cfg = s.reward, s.reward.cfg
     if reward.kind.group_transform is not None:
         return [o.reward for o in reward.rank_outputs(s.responses, s.items, s.b_logps, s.groups, s.verdicts)]
+    from rlpr.reward.scoring import GROUP_AGGREGATIONS
+
     n = len(s.responses)
     scored = reward.kind.needs_score_b
-    b = [v or 0.0 for v in _aggregated(s.b_logps, cfg.aggregation)] if scored else [0.0] * n
+    by_group = cfg.aggregation in GROUP_AGGREGATIONS  # r3 (needs debias=false)
+    b = [0.0] * n
+    if scored:
+        b = _group_aggregated(s, cfg.aggregation) if by_group else _aggregated(s.b_logps, cfg.aggregation)
+        b = [v or 0.0 for v in b]
     a = [v or 0.0 for v in _aggregated(s.a_logps, cfg.aggregation)] if scored and cfg.debias else [0.0] * n
     return [reward.combine(r, it is not None and not it.fallback, it is not None and it.fallback, b[i], a[i],
                            s.verdicts[i]).reward
@@ -254,6 +260,12 @@ def configured_reward(s: ScoredRows) -> list[float]:
 def score_b(how: str) -> Callable[[ScoredRows], list[float | None]]:
     def column(s: ScoredRows):
         return _aggregated(s.b_logps, how)
+    return column
+
+
+def group_score_b(how: str) -> Callable[[ScoredRows], list[float | None]]:
+    def column(s: ScoredRows):
+        return _group_aggregated(s, how)
     return column
 
 
@@ -280,16 +292,21 @@ class Variant:
 
 
 def _variants() -> dict[str, Variant]:
-    from rlpr.reward.scoring import AGGREGATIONS
+    from rlpr.reward.scoring import AGGREGATIONS, GROUP_AGGREGATIONS
 
     # "reward": shaping(B - A) + alpha * format under the defaults; B, B - A: one aggregation of y*'s
-    # token log-probs; NOVER: the rank of P within the group (0 off-format), with its efficiency
-    # term (weight 1, as the reference code), and -P itself (off-format: unscored)
+    # token log-probs (the group-level ones, r3, have no B - A); VeriFree: p(answer block | x, z);
+    # NOVER: the rank of P within the group (0 off-format), with its efficiency term (weight 1, as
+    # the reference code), and -P itself (off-format: unscored)
     variants = {"reward": Variant("configured reward (default: RLPR)", configured_reward)}
     for how in AGGREGATIONS:
         variants[f"B:{how}"] = Variant(f"B, {how}", score_b(how))
+    for how in GROUP_AGGREGATIONS:
+        variants[f"B:{how}"] = Variant(f"B, {how} (within the group)", group_score_b(how))
     for how in AGGREGATIONS:
         variants[f"B-A:{how}"] = Variant(f"B - A, {how}", debiased(how))
+    variants["verifree"] = Variant("VeriFree p(answer block)",
+                                   lambda s: _aggregated(s.block_logps, "seq_likelihood"))
     variants["nover:rank"] = Variant("NOVER rank R_r",
                                      lambda s: [o.delta for o in nover_outputs(s)])
     variants["nover:rank+efficiency"] = Variant("NOVER R_r + R_e (efficiency)",
@@ -305,10 +322,26 @@ def _variants() -> dict[str, Variant]:
 VARIANTS: dict[str, Variant] = _variants()
 
 
+def _group_chunks(groups: list, size: int) -> list[list[int]]:
+    """Row indices in chunks of whole groups (in order of first appearance), about `size` rows each:
+    a group's texts then share one scoring call, as in training, so equal texts score equally."""
+    members: dict = defaultdict(list)
+    for i, g in enumerate(groups):
+        members[g].append(i)
+    chunks, current = [], []
+    for idx in members.values():
+        current += idx
+        if len(current) >= size:
+            chunks.append(current)
+            current = []
+    return chunks + ([current] if current else [])
+
+
 def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | None = None, batch_rows: int = 64,
                advance=lambda n=1: None) -> ScoredRows:
     """One pass of `model` over `read_labeled` rows with the reward settings `reward_cfg` (default:
-    the documented defaults): B's and A's reference log-probs and the rule verdicts."""
+    the documented defaults): the log-probs of B's scored tokens, of the answer block (VeriFree's
+    span; a second forward over o' unless reward.score_span is block), of A's, and the rule verdicts."""
     from rlpr.evaluation.graders import grade, grader_for
     from rlpr.reward.probability_reward import ProbabilityReward
 
@@ -319,16 +352,26 @@ def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | No
     responses = [r["response"] for r in rows]
     references = [r["reference"].strip() for r in rows]
     items = [reward.score_b_text(p, resp, ref) for p, resp, ref in zip(prompts, responses, references)]
-    b_logps: list = []
-    for start in range(0, len(rows), batch_rows):
-        b_logps += _logprobs(reward, model, items[start:start + batch_rows])
-        advance(len(items[start:start + batch_rows]))
+    block = ProbabilityReward(dataclasses.replace(reward.cfg, score_span="block"), tokenizer,
+                              max_length=reward.max_length)
+    blocks = [block.score_b_text(p, resp, ref) for p, resp, ref in zip(prompts, responses, references)]
+    b_logps: list = [None] * len(rows)
+    block_logps: list = [None] * len(rows)
+    for chunk in _group_chunks([r["group_id"] for r in rows], batch_rows):  # a group's rows in one forward
+        for i, lp in zip(chunk, reward.reference_logprobs(model, [items[i] for i in chunk])):
+            b_logps[i] = lp
+        if reward.cfg.score_span != "block":  # VeriFree's span, unless B already scores it
+            for i, lp in zip(chunk, block.reference_logprobs(model, [blocks[i] for i in chunk])):
+                block_logps[i] = lp
+        advance(len(chunk))
+    if reward.cfg.score_span == "block":
+        block_logps = b_logps
     # A once per (prompt, reference, cue): the plain form for format-valid and unscored rows
     a_texts: dict = {}
     for p, y, it in zip(prompts, references, items):
         a_texts.setdefault(reward.score_a.key(p, y, it is not None and it.fallback),
                            reward.score_a_text(p, y, it is not None and it.fallback))
-    a_by_key = dict(zip(a_texts, _logprobs(reward, model, list(a_texts.values()))))
+    a_by_key = dict(zip(a_texts, reward.reference_logprobs(model, list(a_texts.values()))))
     a_logps = [a_by_key[reward.score_a.key(p, y, it is not None and it.fallback)]
                for p, y, it in zip(prompts, references, items)]
     verdicts = []
@@ -336,7 +379,8 @@ def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | No
         name = grader_for(str(r.get("data_source") or ""), str(r.get("ability") or ""), bool(r.get("choices")))
         verdicts.append(grade(name, r["response"], r["reference"], choices=r.get("choices") or None,
                               acceptable=r.get("acceptable") or None).correct)
-    return ScoredRows(reward, responses, items, b_logps, a_logps, verdicts, [r["group_id"] for r in rows])
+    return ScoredRows(reward, responses, items, b_logps, a_logps, block_logps, verdicts,
+                      [r["group_id"] for r in rows])
 
 
 def variant_columns(scored: ScoredRows) -> dict[str, list[float | None]]:
