@@ -59,12 +59,18 @@ def main() -> int:
     parser.add_argument("--threads", type=int, default=1, help="torch threads (model.threads)")
     parser.add_argument("--bootstrap", type=int, default=1000)
     parser.add_argument("--labeled", default=None, help="a labeled JSONL built before (skips the sampling)")
+    parser.add_argument("--build-seconds", type=float, default=None,
+                        help="with --labeled: the wall seconds its build took, recorded as timings_s.build_s")
     parser.add_argument("--work", default="/tmp/rlpr-reward-quality")
+    parser.add_argument("--render", action="store_true", help="only rewrite the .md from results/reward_quality.json")
     args = parser.parse_args()
+    if args.render:
+        write_markdown(json.loads((RESULTS / "reward_quality.json").read_text()))
+        return 0
     work = Path(args.work)
     work.mkdir(parents=True, exist_ok=True)
     threads = f"model.threads={args.threads}"
-    timings = {}
+    timings = {"build_s": args.build_seconds} if args.labeled and args.build_seconds else {}
     labeled = Path(args.labeled) if args.labeled else work / f"mmlu_val_{args.questions}x{args.samples}.jsonl"
     if not args.labeled:
         parquet = work / "mmlu_val.parquet"
@@ -92,24 +98,37 @@ def main() -> int:
                "labels": "the letter grader's verdicts", "responses_with_answer_tags": tagged,
                "labeled_file": str(labeled)}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "reward_quality.json").write_text(json.dumps({"setting": setting, "timings_s": timings,
-                                                             "reports": reports}, indent=2) + "\n")
+    payload = {"setting": setting, "timings_s": timings, "reports": reports}
+    (RESULTS / "reward_quality.json").write_text(json.dumps(payload, indent=2) + "\n")
+    write_markdown(payload)
+    return 0
+
+
+def write_markdown(payload: dict) -> None:
+    setting, timings, reports = payload["setting"], payload["timings_s"], payload["reports"]
     free, none = reports["free"], reports["none"]
-    lines = [f"# Reward quality on MMLU validation ({setting['questions']} questions x {args.samples} samples)", "",
-             f"Embedded SmolLM2-135M-Instruct, r1 template, temperature 1.0, {args.max_new_tokens} new tokens, "
-             f"seed 0; labels from the letter grader. {free['n_rows']} responses, {tagged} with answer tags; "
+    minutes = ", ".join(f"{k[:-2].replace('_', ' ')} {v / 60:.0f} min" for k, v in timings.items())
+    lines = [f"# Reward quality on MMLU validation ({setting['questions']} questions x "
+             f"{setting['samples_per_question']} samples)", "",
+             f"Embedded SmolLM2-135M-Instruct, r1 template, temperature 1.0, {setting['max_new_tokens']} new tokens, "
+             f"seed 0; labels from the letter grader. {free['n_rows']} responses, "
+             f"{setting['responses_with_answer_tags']} with answer tags; "
              f"{free['n_mixed_groups']} of {free['n_groups']} questions have both right and wrong responses "
              f"({free['n_mixed_rows']} rows, positive rate {free['positive_rate']:.3f}). "
              f"95% CIs from {free['bootstrap']} bootstrap resamples of questions (seed 0); the difference "
-             "column is paired (the same resamples).", "",
+             f"column is paired (the same resamples). Wall time at {setting['threads']} thread, nice 10, on a "
+             f"shared 2-core CPU: {minutes}.", "",
              "## With the 1b fallback (`--fallback free`: a tagless response is scored as reasoning + cue)", "",
              *summary_table(free), "",
              "## Published rules (`--fallback none`: a tagless response is unscored)", "",
              *summary_table(none), "",
-             "The rule verifier's AUC is 1 by construction: the labels are its verdicts.", ""]
+             "AUC depends only on the order of the scores: aggregations that are monotone in one another "
+             "(seq_likelihood and sum_logprob, geo_mean_prob and mean_logprob; all of them when y* is one "
+             "token, as MMLU's letter) give equal AUCs of B, and within a question A is a constant, so B and "
+             "B - A give equal within-group AUCs. The rule verifier's AUC is 1 by construction: the labels "
+             "are its verdicts.", ""]
     (RESULTS / "reward_quality.md").write_text("\n".join(lines))
     print("\n".join(lines))
-    return 0
 
 
 if __name__ == "__main__":
