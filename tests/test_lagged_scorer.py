@@ -18,7 +18,7 @@ from rlpr.train.tracking import read_metrics
 
 from helpers import adapter_tensors, tiny_cfg
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # its trainer runs; the module takes its heaviest tier (docs/testing.md)
 
 
 def trainable(model) -> dict:
@@ -160,7 +160,6 @@ def recording(trainer) -> list[dict]:
     return snapshots
 
 
-@pytest.mark.integration
 @pytest.mark.parametrize("lora", [True, False])
 def test_trainer_lagged_weights_equal_the_hand_ema(tiny_dir, tmp_path, lora):
     from rlpr.train.trainer import Trainer
@@ -184,7 +183,6 @@ def comparable(metrics):
     return [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in metrics]
 
 
-@pytest.mark.integration
 def test_decay_one_scores_as_the_initial_model(tiny_dir, tmp_path):
     """scorer=ema with d = 1 never moves: its rewards are those of scorer=initial (the adapter-off
     base: the initial adapter adds exactly 0), step for step."""
@@ -201,7 +199,6 @@ def test_decay_one_scores_as_the_initial_model(tiny_dir, tmp_path):
                 assert a[k] == pytest.approx(b[k], rel=1e-6), k
 
 
-@pytest.mark.integration
 def test_straight_run_equals_resumed_run_with_the_lagged_scorer(tiny_dir, tmp_path):
     from rlpr.train.checkpoint import resume_config
     from rlpr.train.trainer import train

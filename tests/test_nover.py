@@ -17,7 +17,7 @@ from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.reward.scoring import reference_logprobs
 from rlpr.reward.sequence import build_score_b_text
 
-pytestmark = pytest.mark.unit
+pytestmark = pytest.mark.integration  # its trainer runs; the module takes its heaviest tier (docs/testing.md)
 
 
 def chat(tokenizer, q):
@@ -190,7 +190,6 @@ def test_config_choices_and_checks():
         load_config("demo", ["reward.efficiency_weight=1"])
 
 
-@pytest.mark.integration
 def test_one_step_through_the_command_line(tiny_dir, tmp_path):
     from rlpr.cli.main import main
     from rlpr.train.tracking import read_metrics
@@ -203,7 +202,6 @@ def test_one_step_through_the_command_line(tiny_dir, tmp_path):
     assert len(steps) == 1 and math.isfinite(steps[0]["reward/mean"])
 
 
-@pytest.mark.integration
 def test_step_with_scripted_r1_responses(tiny_dir, tmp_path):
     """Three valid responses ranked 1, 2/3, 1/3 and an invalid one at 0 in every group."""
     from rlpr.train.trainer import Trainer
