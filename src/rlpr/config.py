@@ -173,6 +173,10 @@ class RewardConfig:
     """NOVER's efficiency term (kind=nover only; 0: off): the rank becomes rank + efficiency_weight *
     R_e, R_e the fraction of the group's other format-valid responses with both a longer reasoning and
     a higher perplexity (the reference code: weight 1, as the rank's)."""
+    nover_gate: str = "format"
+    """Which responses NOVER ranks (kind=nover): format (NOVER's strict format gate: the others get 0)
+    or scored (every response whose reference was scored, the spec-1b fallback included, its whole
+    text then the reasoning: NOVER's rank on a model that does not write the tags)."""
     repetition_penalty: bool = True
     """-1 for a response in which one run of repetition_window words occurs repetition_count or more times."""
     repetition_window: int = 10
@@ -252,6 +256,16 @@ class AlgorithmConfig:
     ref_sft_norm: str = "mean"
     """How one response's reference tokens enter the reference-SFT term: mean (of their log-probs)
     or sum (VeriFree: -w * sum of log p over the scored tokens, so longer references weigh more)."""
+    rollout_is: str = "none"
+    """Importance-sampling correction for an engine whose sampling log-probs differ from the trainer's
+    (rollout.engine=vllm): none, or each token's policy loss times rho = exp(trainer log-prob - engine
+    log-prob), per token (token_truncate, token_mask) or one rho per response from its summed
+    difference (sequence_truncate, sequence_mask), clipped to [rollout_is_min, rollout_is_max]
+    (truncate: TIS) or 0 outside it (mask), as TRL's vllm_importance_sampling_mode."""
+    rollout_is_min: float = 0.0
+    """Lower bound of rho (0: none)."""
+    rollout_is_max: float = 3.0
+    """Upper bound of rho (TRL's default 3; verl's TIS uses 2)."""
 
 
 @dataclass
@@ -518,6 +532,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
     "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
     "algorithm.kl_coef": (0, INF, True, False), "algorithm.ref_sft_coef": (0, INF, True, False),
+    "algorithm.rollout_is_min": (0, INF, True, False), "algorithm.rollout_is_max": (0, INF, False, True),
     "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
     "trainer.micro_batch_sequences": (1, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
     "trainer.lr": (0, INF, False, False), "trainer.weight_decay": (0, INF, True, False),
@@ -554,11 +569,13 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS, SFT_WEIGHTS
+    from rlpr.algorithms.losses import (KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS, ROLLOUT_IS,
+                                        SFT_WEIGHTS)
     from rlpr.data.templates import TEMPLATES
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
+    from rlpr.reward.nover import NOVER_GATES
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
@@ -583,6 +600,7 @@ def choices() -> dict[str, tuple]:
         "reward.score_a_form": ("cue", "prompt"),
         "reward.splice": SPLICES,
         "reward.score_span": SCORE_SPANS,
+        "reward.nover_gate": NOVER_GATES,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
@@ -590,6 +608,7 @@ def choices() -> dict[str, tuple]:
         "algorithm.pg_tokens": PG_TOKENS,
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
         "algorithm.ref_sft_norm": tuple(REF_SFT_NORMS),
+        "algorithm.rollout_is": ROLLOUT_IS,
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
         "trainer.trackers": tuple(TRACKERS),
@@ -664,6 +683,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.aggregation in GROUP_AGGREGATIONS and r.debias and r.kind != "verifier":
             raise ConfigError(f"reward.aggregation={r.aggregation} weighs tokens by their spread across the group, "
                               "which score A (one text per prompt) has not: set reward.debias=false")
+        if r.nover_gate != "format" and r.kind != "nover":
+            raise ConfigError(f"reward.nover_gate chooses which responses NOVER ranks: it needs reward.kind=nover "
+                              f"(got {r.kind})")
         if r.efficiency_weight and r.kind != "nover":
             raise ConfigError(f"reward.efficiency_weight is NOVER's efficiency term: it needs reward.kind=nover "
                               f"(got {r.kind})")
@@ -677,6 +699,12 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
                           f"trainer.mini_batch_prompts ({t.mini_batch_prompts})")
     if a.filter_init_steps > a.filter_warmup_steps:
         raise ConfigError("algorithm.filter_init_steps: cannot exceed algorithm.filter_warmup_steps")
+    if a.rollout_is != "none" and ro.engine == "hf":
+        raise ConfigError("algorithm.rollout_is corrects for the sampling engine's own log-probs, which "
+                          "rollout.engine=hf does not report (it samples with the trainer's model): use rollout.engine=vllm")
+    if a.rollout_is_min >= a.rollout_is_max:
+        raise ConfigError(f"algorithm.rollout_is_min ({a.rollout_is_min}) must be below algorithm.rollout_is_max "
+                          f"({a.rollout_is_max})")
     if "demo" in (cfg.data.train, cfg.data.val):
         from rlpr.data.demo_tasks import pool_size
 

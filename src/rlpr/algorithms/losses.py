@@ -88,6 +88,32 @@ def kl_k3(logp: torch.Tensor, ref_logp: torch.Tensor) -> torch.Tensor:
 KL_ESTIMATORS: dict[str, Callable] = {"k1": kl_k1, "k2": kl_k2, "k3": kl_k3}
 
 
+# algorithm.rollout_is: correct the policy loss for rollouts sampled by another engine (vllm), whose
+# log-probs differ from the trainer's (kernels, precision): each token's loss is multiplied by
+# rho = exp(logp_trainer - logp_engine) of the sampled token (token_*), or by one rho per response
+# from the sum of its tokens' differences (sequence_*), clipped to [low, high] (*_truncate:
+# truncated IS, TIS) or set to 0 outside it (*_mask). TRL's vllm_importance_sampling_mode (its
+# default sequence_mask, clip_max 3), verl's rollout importance sampling.
+ROLLOUT_IS = ("none", "token_truncate", "token_mask", "sequence_truncate", "sequence_mask")
+
+
+def rollout_is_weights(trainer_logp: torch.Tensor, engine_logp: torch.Tensor, seq: torch.Tensor, num_seqs: int,
+                       mode: str, low: float, high: float) -> tuple[torch.Tensor, torch.Tensor]:
+    """(rho [N], outside [N] bool) for the N sampled tokens (`seq` [N]: their response index in
+    0..num_seqs-1); `outside`: the tokens whose rho fell outside [low, high] (clipped or masked).
+    Detached: the weights carry no gradient."""
+    if mode not in ROLLOUT_IS[1:]:
+        raise ValueError(f"unknown rollout_is mode {mode!r}; choose one of {', '.join(ROLLOUT_IS[1:])}")
+    diff = (trainer_logp.detach() - engine_logp.detach()).float()
+    if mode.startswith("sequence"):
+        per_seq = torch.zeros(num_seqs, dtype=diff.dtype, device=diff.device).index_add(0, seq, diff)
+        diff = per_seq[seq]
+    rho = torch.exp(diff)
+    outside = (rho < low) | (rho > high)
+    rho = rho.clamp(low, high) if mode.endswith("truncate") else rho.masked_fill(outside, 0.0)
+    return rho, outside
+
+
 # algorithm.pg_tokens: which response tokens the policy loss covers (all of them, or the reasoning
 # before the answer block: VeriFree trains the sampled answer through the reference-SFT term instead)
 PG_TOKENS = ("all", "reasoning")

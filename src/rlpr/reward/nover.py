@@ -47,12 +47,19 @@ def reasoning_perplexity(mean_logprob: float, reasoning_tokens: int) -> float:
     return math.exp(-mean_logprob / length_norm(reasoning_tokens))
 
 
-def reasoning_text(response: str, mode: str = "r1") -> str:
+# reward.nover_gate: which responses enter the rank. format: NOVER's strict format gate; scored:
+# every response whose reference was scored (a tagless one through the spec-1b fallback, its whole
+# text the reasoning), for models that do not write the tags (an option beyond the paper).
+NOVER_GATES = ("format", "scored")
+
+
+def reasoning_text(response: str, mode: str = "r1", whole_if_invalid: bool = False) -> str:
     """The reasoning t of a format-valid response: inside `<think> ... </think>` when it has them
-    (r1), else everything before the answer block; '' for an invalid response."""
+    (r1), else everything before the answer block; for an invalid response '' (or, with
+    `whole_if_invalid`, the whole response: the reasoning the spec-1b fallback scores y* after)."""
     parsed = parse_response(response, mode)
     if not parsed.valid:
-        return ""
+        return response if whole_if_invalid else ""
     head = response[:parsed.block]
     if THINK_OPEN in head and THINK_CLOSE in head:
         return head.split(THINK_OPEN, 1)[1].split(THINK_CLOSE, 1)[0]

@@ -216,12 +216,12 @@ class ProbabilityReward:
         """`ranked` from the reference log-probs already computed (None: unscored): the gate, P,
         the rank and, with reward.efficiency_weight > 0, NOVER's efficiency term R_e, so that
         delta = R_r + efficiency_weight * R_e."""
-        mode = self.cfg.format_mode
+        mode, strict = self.cfg.format_mode, self.cfg.nover_gate == "format"
         means = [0.0 if lp is None else lp.float().mean().item() for lp in logps]
         perplexities, lengths = [], []
         for response, item, lp, mean in zip(responses, items, logps, means):
-            gated = lp is None or item is None or item.fallback or format_reward(response, mode) != 1.0
-            think = reasoning_text(response, mode)
+            gated = lp is None or item is None or (strict and (item.fallback or format_reward(response, mode) != 1.0))
+            think = reasoning_text(response, mode, whole_if_invalid=not strict)
             length = len(self.tokenizer(think, add_special_tokens=False)["input_ids"]) if think else 0
             perplexities.append(None if gated else reasoning_perplexity(mean, length))
             lengths.append(length)

@@ -28,6 +28,7 @@ from pathlib import Path
 import torch
 
 from rlpr.model.forward import causal_lm
+from rlpr.parallel import distributed as dist
 from rlpr.rollout.hf import Rollout, merged_weights, row_seed
 
 INSTALL_HINT = ("rollout.engine=vllm needs vLLM, which is not importable here: pip install vllm (CUDA) or "
@@ -48,10 +49,19 @@ def import_vllm():
     return vllm
 
 
+def rank_cores(cores: list[int], rank: int, world: int) -> list[int]:
+    """This rank's share of the cores the process may run on: contiguous slices, one per rank (all
+    of them when there are fewer cores than ranks). vLLM's OpenMP threads spin while they wait, so
+    two engines on one core slow each other tenfold."""
+    share = len(cores) // world
+    return cores[rank * share:(rank + 1) * share] if share else cores
+
+
 def cpu_environment(kv_cache_gb: float) -> None:
-    """vLLM's CPU settings, unless the user set them: its OpenMP threads bound to the cores this
-    process may run on (vLLM's default reserves one for itself), and the KV cache size in GiB."""
-    cores = sorted(os.sched_getaffinity(0))
+    """vLLM's CPU settings, unless the user set them: its OpenMP threads bound to this rank's share
+    of the cores this process may run on (vLLM's default reserves one for itself), and the KV cache
+    size in GiB."""
+    cores = rank_cores(sorted(os.sched_getaffinity(0)), dist.rank(), dist.world_size())
     os.environ.setdefault("VLLM_CPU_OMP_THREADS_BIND", ",".join(str(c) for c in cores))
     os.environ.setdefault("VLLM_CPU_NUM_OF_RESERVED_CPU", "0")
     os.environ.setdefault("VLLM_CPU_KVCACHE_SPACE", str(max(1, round(kv_cache_gb))))
@@ -89,8 +99,11 @@ class VLLMRollout:
         self._dir = Path(tempfile.mkdtemp(prefix="rlpr-vllm-"))
         try:
             write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
+            # under torchrun: one engine per rank (tensor parallel 1) on the process group torchrun set
+            # up (vLLM's external launcher, TRL's colocate setting), seeded by rank
+            launcher = {"distributed_executor_backend": "external_launcher"} if dist.world_size() > 1 else {}
             self.llm = vllm.LLM(
-                model=str(self._dir), skip_tokenizer_init=True, dtype=dtype, seed=0,
+                model=str(self._dir), skip_tokenizer_init=True, dtype=dtype, seed=dist.rank(), **launcher,
                 enforce_eager=rollout.vllm_enforce_eager, enable_prefix_caching=True,
                 max_model_len=rollout.vllm_max_model_len or None,
                 max_num_batched_tokens=rollout.vllm_max_batched_tokens,

@@ -39,7 +39,7 @@ from rlpr.train import held_out
 from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
                                    rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
-from rlpr.train.metrics import Group, flag_collapse, mean, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.metrics import Group, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, write_config, write_run_report,
                                 write_summary)
@@ -47,8 +47,7 @@ from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
                               seed_everything, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import (UPDATE_SUMS, Sample, accumulate_gradients, fill_logprobs, optional_metrics,
-                               training_sample)
+from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
 
 log = logging.getLogger("rlpr.train")
 
@@ -294,21 +293,16 @@ class Trainer:
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()
         timings["perf/update_s"] = time.perf_counter() - tick
-        sums = dict(zip(UPDATE_SUMS, dist.sum_values([totals.get(k, 0.0) for k in UPDATE_SUMS])))
-        tokens = sums["tokens"] or float("nan")  # no update (every group filtered out): no per-token values
-        extra = optional_metrics(sums, bool(cfg.algorithm.ref_sft_coef))
-        return {**extra, "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
-                "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
-                "policy/ratio_gap": sums["ratio_gap"] / tokens,
-                "policy/grad_norm": mean(grad_norms), "policy/updates": len(grad_norms),
-                "policy/lr": self.scheduler.get_last_lr()[0], "policy/tokens": sums["tokens"], **timings}
+        return {**update_metrics(totals, grad_norms, self.scheduler.get_last_lr()[0], cfg.algorithm),
+                **timings}
 
     # -- one step -----------------------------------------------------------------------------
     def train_step(self, step: int) -> dict:
         start = time.perf_counter()
         self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
         with self.strategy.gathered():
-            self.engine.sync(self.policy)
+            self.engine.sync(self.policy)  # vllm: the policy's weights into the engine; hf: nothing to copy
+        self.timings["perf/sync_s"] = time.perf_counter() - start
         kept, info = self.collect(step)
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start

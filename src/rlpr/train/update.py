@@ -13,12 +13,13 @@ import torch
 
 from rlpr.parallel import distributed as dist
 from rlpr.algorithms.losses import (KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss, ppo_clip_token_loss,
-                                   ref_sft_loss)
+                                   ref_sft_loss, rollout_is_weights)
 from rlpr.config import AlgorithmConfig
 from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
 from rlpr.model.memory import release_memory
 from rlpr.reward.parsing import answer_block_start
 from rlpr.reward.sequence import pad_batch, reasoning_token_count
+from rlpr.train.metrics import mean
 
 
 @dataclass
@@ -192,12 +193,20 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     gap = {"logprob_gap": (old - engine).abs().sum().item(), "gap_tokens": float(engine.numel())} \
         if engine is not None else {}
     advantages, seq = mb.advantages.to(device), mb.seq.to(device)
+    n_seq = len(mb.samples)
+    rho = outside = None
+    if cfg.rollout_is != "none" and engine is not None:  # over every sampled token, before the mask below
+        rho, outside = rollout_is_weights(old, engine, seq, n_seq, cfg.rollout_is, cfg.rollout_is_min,
+                                          cfg.rollout_is_max)
     if mb.mask is not None:  # algorithm.pg_tokens=reasoning: the answer's tokens leave the loss
         keep = mb.mask.to(device)
         logp, entropy, old, advantages, seq = logp[keep], entropy[keep], old[keep], advantages[keep], seq[keep]
         ref = ref[keep] if ref is not None else None
+        rho, outside = (rho[keep], outside[keep]) if rho is not None else (None, None)
     pg, clipped = ppo_clip_token_loss(logp, old, advantages, cfg.clip_low, cfg.clip_high)
-    n_seq = len(mb.samples)
+    if rho is not None:  # algorithm.rollout_is: the sampling engine's mismatch, corrected
+        pg = pg * rho
+        gap.update(is_weight=rho.sum().item(), is_outside=outside.sum().item())
 
     def agg(values):
         return aggregate_loss(values, seq, n_seq, norm, cfg.loss_agg)
@@ -216,16 +225,33 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 # The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
 UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
-               "gap_tokens")
+               "gap_tokens", "is_weight", "is_outside")
 
 
-def optional_metrics(sums: dict, ref_sft: bool) -> dict:
-    """The update's metrics that exist only in some runs: the reference-SFT log-prob, and the mean
-    |engine log-prob - trainer log-prob| per sampled token when the engine reports its own (vllm)."""
+def optional_metrics(sums: dict, ref_sft: bool, rollout_is: bool = False) -> dict:
+    """The update's metrics that exist only in some runs: the reference-SFT log-prob, the mean
+    |engine log-prob - trainer log-prob| per sampled token when the engine reports its own (vllm),
+    and with algorithm.rollout_is the mean weight and the fraction of tokens clipped or masked."""
     out = {"policy/ref_sft_logp": sums["sft_logp"] / max(sums["sft_seqs"], 1.0)} if ref_sft else {}
     if sums.get("gap_tokens"):
         out["rollout/logprob_gap"] = sums["logprob_gap"] / sums["gap_tokens"]
+    if rollout_is and sums.get("gap_tokens"):  # over the tokens the policy loss covers
+        tokens = sums["tokens"] or float("nan")
+        out["rollout/is_weight_mean"] = sums["is_weight"] / tokens
+        out["rollout/is_outside_frac"] = sums["is_outside"] / tokens
     return out
+
+
+def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: AlgorithmConfig) -> dict:
+    """One step's policy metrics from its updates' summed statistics (summed over ranks here: every
+    rank calls it). A step with no update (every group filtered out) has no per-token values: NaN."""
+    sums = dict(zip(UPDATE_SUMS, dist.sum_values([totals.get(k, 0.0) for k in UPDATE_SUMS])))
+    tokens = sums["tokens"] or float("nan")
+    return {**optional_metrics(sums, bool(cfg.ref_sft_coef), cfg.rollout_is != "none"),
+            "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
+            "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
+            "policy/ratio_gap": sums["ratio_gap"] / tokens, "policy/grad_norm": mean(grad_norms),
+            "policy/updates": len(grad_norms), "policy/lr": lr, "policy/tokens": sums["tokens"]}
 
 
 def sft_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
