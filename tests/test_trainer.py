@@ -146,6 +146,9 @@ def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
     ma, mb = read_metrics(tmp_path / "straight"), read_metrics(tmp_path / "resumed")
     assert comparable(ma) == comparable(mb)
     assert [m["step"] for m in ma] == [1, 2, 3, 4]
+    # the length monitor's baseline (the first 3 steps) crosses the resume point and is restored
+    assert sa["length"] == sb["length"] and len(sa["length"]["first"]) == 3
+    assert ma[0]["rollout/response_len_ratio"] == 1.0 and all("rollout/response_len_ratio" in m for m in ma)
 
 
 def test_lora_weights_change_and_checkpoint_loads(tiny_dir, tmp_path):
@@ -339,6 +342,30 @@ def test_collapse_is_flagged(tiny_dir, tmp_path, caplog):
         trainer._flag_collapse(3, {"rollout/distinct_frac": 0.25})  # 1 of 4 responses distinct
         trainer._flag_collapse(4, {"rollout/distinct_frac": 1.0})
     assert [r.getMessage()[:27] for r in caplog.records] == ["step 3: collapse? on averag"]
+
+
+def test_length_monitor_ratio_and_one_warning(caplog):
+    import logging
+
+    from rlpr.train.metrics import LengthMonitor
+
+    mon, seen = LengthMonitor(0.5), []
+    with caplog.at_level(logging.WARNING, logger="rlpr.train"):
+        for step, length in enumerate([20.0, 24.0, 16.0, 12.0, 9.0, 8.0, float("nan")], 1):
+            m = {"rollout/response_len_mean": length}
+            mon(step, m)
+            seen.append(m.get("rollout/response_len_ratio"))
+    # baseline: the running mean of the first 3 steps (20, 22, then 20), fixed after that
+    assert seen[:6] == pytest.approx([1.0, 24 / 22, 0.8, 0.6, 0.45, 0.4]) and seen[6] is None
+    messages = [r.getMessage() for r in caplog.records]  # once, at the first crossing
+    assert len(messages) == 1 and messages[0].startswith("step 5: responses shortened to 45% of the first 3 steps' mean")
+    again = LengthMonitor(0.5)
+    again.load_state_dict(mon.state_dict())
+    assert (again.first, again.warned) == ([20.0, 24.0, 16.0], True)
+    quiet = LengthMonitor(0.0)
+    for step, length in enumerate([20.0, 20.0, 20.0, 1.0], 1):
+        quiet(step, {"rollout/response_len_mean": length})
+    assert not quiet.warned
 
 
 def test_a_step_with_every_group_filtered_logs_no_policy_values(tiny_dir, tmp_path):

@@ -323,6 +323,9 @@ class TrainerConfig:
     pass@k); 0: greedy only."""
     sample_every: int = 1
     """Write sampled generations every N steps (0: never)."""
+    length_warn_ratio: float = 0.5
+    """Warn once when the mean response length falls below this fraction of the first 3 steps' mean
+    (rollout/response_len_ratio, logged every step; 0: no warning)."""
     save_every: int = 10
     """Checkpoint every N steps and at the end (0: only at the end)."""
     keep_last: int = 2
@@ -541,6 +544,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "trainer.warmup_steps": (0, INF, True, False), "trainer.max_steps": (1, INF, True, False),
     "trainer.eval_every": (0, INF, True, False), "trainer.eval_max_new_tokens": (0, INF, True, False),
     "trainer.eval_samples": (0, INF, True, False), "trainer.sample_every": (0, INF, True, False),
+    "trainer.length_warn_ratio": (0, 1, True, True),
     "trainer.save_every": (0, INF, True, False), "trainer.keep_last": (1, INF, True, False),
 }
 

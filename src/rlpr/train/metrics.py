@@ -7,6 +7,7 @@ before dividing, so the metrics do not depend on how groups are sharded.
 from __future__ import annotations
 
 import logging
+import math
 import resource
 from dataclasses import dataclass
 
@@ -90,3 +91,37 @@ def flag_collapse(step: int, m: dict, n: int) -> None:
     if dist.is_main() and m["rollout/distinct_frac"] <= 2.0 / n:
         log.warning("step %d: collapse? on average only %.1f distinct responses of %d per group "
                     "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n, m["rollout/distinct_frac"])
+
+
+class LengthMonitor:
+    """Likelihood rewards, log-probability ones most, can be raised by shortening the reasoning
+    (arXiv 2602.03979), so the step's mean response length is compared with that of the run's first
+    `window` steps (`rollout/response_len_ratio`), with one warning the first time the ratio falls
+    below `warn_below` (trainer.length_warn_ratio; 0: none). Its state is checkpointed."""
+
+    def __init__(self, warn_below: float, window: int = 3):
+        self.warn_below, self.window = warn_below, window
+        self.first: list[float] = []
+        self.warned = False
+
+    def __call__(self, step: int, m: dict) -> None:
+        length = m.get("rollout/response_len_mean")
+        if length is None or not math.isfinite(length):
+            return
+        if len(self.first) < self.window:
+            self.first.append(float(length))
+        base = sum(self.first) / len(self.first)
+        ratio = m["rollout/response_len_ratio"] = length / base if base > 0 else float("nan")
+        if self.warn_below and not self.warned and len(self.first) == self.window and ratio < self.warn_below:
+            self.warned = True
+            if dist.is_main():
+                log.warning("step %d: responses shortened to %.0f%% of the first %d steps' mean length (%.1f -> %.1f "
+                            "tokens; rollout/response_len_ratio): the reward may pay for saying less",
+                            step, 100 * ratio, self.window, base, length)
+
+    def state_dict(self) -> dict:
+        return {"first": list(self.first), "warned": self.warned}
+
+    def load_state_dict(self, state: dict | None) -> None:
+        if state:  # checkpoints from before the monitor have none: it starts afresh
+            self.first, self.warned = [float(v) for v in state["first"]], bool(state["warned"])

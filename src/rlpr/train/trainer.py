@@ -39,7 +39,7 @@ from rlpr.train import held_out
 from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
                                    rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
-from rlpr.train.metrics import Group, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.metrics import Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, write_config, write_run_report,
                                 write_summary)
@@ -100,6 +100,7 @@ class Trainer:
         self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         self.filter = std_filter(cfg)
+        self.length_monitor = LengthMonitor(cfg.trainer.length_warn_ratio)
         self.optimizer = build_optimizer(cfg, self.trainable)
         self.strategy.attach(self.optimizer, self.trainable, cfg.trainer.grad_clip)
         self.scheduler = build_scheduler(cfg, self.optimizer)
@@ -318,8 +319,10 @@ class Trainer:
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
-        """Warn when the responses are nearly all the same text (`rlpr.train.metrics.flag_collapse`)."""
+        """Warn when the responses are nearly all the same text (`rlpr.train.metrics.flag_collapse`),
+        or have shortened (`LengthMonitor`: adds rollout/response_len_ratio)."""
         flag_collapse(step, m, self.cfg.rollout.responses_per_prompt)
+        self.length_monitor(step, m)
 
     # -- evaluation ---------------------------------------------------------------------------
     def evaluate(self) -> dict:
@@ -332,7 +335,7 @@ class Trainer:
                 "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
                 "stream": self.stream.state_dict(), "score_a_cache": self.score_a.state_dict(),
                 "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy,
-                "lagged": self.lagged.state_dict()}
+                "lagged": self.lagged.state_dict(), "length": self.length_monitor.state_dict()}
 
     def save(self) -> Path | None:
         state = self.trainer_state()  # on every rank: with fsdp, gathering the optimizer state is a collective
@@ -360,6 +363,7 @@ class Trainer:
         self.scheduler.load_state_dict(state["scheduler"])
         self.filter.load_state_dict(state["filter"])
         self.lagged.load_state_dict(state.get("lagged"))
+        self.length_monitor.load_state_dict(state.get("length"))
         mine = state["ranks"][dist.rank()]
         self.stream.load_state_dict(mine["stream"])
         self.score_a.load_state_dict(mine["score_a_cache"])
