@@ -15,6 +15,7 @@ from pathlib import Path
 
 from rlpr.config import RolloutConfig
 from rlpr.seeding import SEED_MIX
+from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
 from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
@@ -130,7 +131,7 @@ def graded_sample(example: Example, text: str, index: int, *, n_tokens: int = 0,
 
 def prompt_ids(tokenizer, messages: list[dict]) -> list[int]:
     """Token ids of chat messages under the model's chat template, ready for the assistant turn."""
-    text = tokenizer.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+    text = chat_text(tokenizer, messages)
     return tokenizer(text, add_special_tokens=False)["input_ids"]
 
 

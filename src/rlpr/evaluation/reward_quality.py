@@ -28,6 +28,7 @@ from pathlib import Path
 from typing import Callable
 
 from rlpr.config import RewardConfig, RolloutConfig
+from rlpr.data.prompts import chat_text
 from rlpr.errors import DataError
 
 log = logging.getLogger(__name__)
@@ -347,8 +348,7 @@ def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | No
 
     reward = ProbabilityReward(reward_cfg or RewardConfig(), tokenizer,
                                max_length=getattr(model.config, "max_position_embeddings", None))
-    prompts = [tokenizer.apply_chat_template(r["messages"], tokenize=False, add_generation_prompt=True)
-               for r in rows]
+    prompts = [chat_text(tokenizer, r["messages"]) for r in rows]
     responses = [r["response"] for r in rows]
     references = [r["reference"].strip() for r in rows]
     items = [reward.score_b_text(p, resp, ref) for p, resp, ref in zip(prompts, responses, references)]

@@ -16,6 +16,7 @@ from rlpr.config import Config
 from rlpr.data.loading import iter_jsonl
 from rlpr.errors import DataError
 from rlpr.data.templates import build_messages
+from rlpr.data.prompts import chat_text
 from rlpr.train.progress import progress_bar
 
 MAX_FIELD_CHARS = 1_000_000
@@ -93,8 +94,7 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):
             batch = rows[start:start + batch_rows]
-            prompts = [tokenizer.apply_chat_template(m, tokenize=False, add_generation_prompt=True)
-                       for _, m in batch]
+            prompts = [chat_text(tokenizer, m) for _, m in batch]
             responses = [r["response"] for r, _ in batch]
             references = [r["reference"].strip() for r, _ in batch]
             given_a = [r.get("score_a", r.get("scoreA")) for r, _ in batch]

@@ -27,6 +27,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import torch
 
+from rlpr.data.prompts import chat_text
 from rlpr.config import Config
 
 log = logging.getLogger(__name__)
@@ -71,7 +72,7 @@ class ChatGenerator:
         from transformers import GenerationConfig
 
         tok = self.tokenizer
-        text = tok.apply_chat_template(messages, tokenize=False, add_generation_prompt=True)
+        text = chat_text(tok, messages)
         ids = tok(text, add_special_tokens=False, return_tensors="pt")["input_ids"]
         if self.max_prompt_tokens and ids.shape[1] > self.max_prompt_tokens:
             raise RequestError(f"the prompt has {ids.shape[1]} tokens; this server accepts at most "
