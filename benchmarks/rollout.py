@@ -12,6 +12,12 @@ Needs vLLM: run it in vLLM's environment (docs/vllm.md), with nothing else on th
         /work/venvs/vllm/bin/python benchmarks/rollout.py --threads 1
 
 Writes benchmarks/results/rollout.json and rollout.md.
+
+`--lora`: instead, the two ways vLLM can hold a LoRA policy (the demo's rank 16, adapters made
+non-zero): merged weights synced every step (rollout.vllm_lora=false, the default) against the
+base weights plus the adapter served through vLLM's LoRA support (rollout.vllm_lora=true): sync
+time, generated tok/s at the demo's shape, and whether the two sample the same tokens. Writes
+benchmarks/results/rollout_lora.json and rollout_lora.md.
 """
 
 from __future__ import annotations
@@ -53,8 +59,11 @@ def main() -> None:
     ap.add_argument("--dtype", default="auto", choices=("auto", "bfloat16", "float32"))
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--out", default=str(RESULTS))
+    ap.add_argument("--lora", action="store_true", help="merged weights against vLLM's LoRA adapters instead")
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.lora:
+        return lora_comparison(args)
 
     from rlpr.config import RolloutConfig
     from rlpr.model.loading import load_model
@@ -96,6 +105,76 @@ def main() -> None:
         row["ratio"] = row["vllm_tok_s"] / row["hf_tok_s"]
         shapes[name] = row
         write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro)  # after each shape: a partial run keeps its rows
+
+
+def lora_comparison(args) -> None:
+    """rollout.vllm_lora=false (merged weights) vs true (vLLM's LoRA) on a rank-16 LoRA policy."""
+    from rlpr.config import Config, RolloutConfig
+    from rlpr.model.loading import load_model
+    from rlpr.model.precision import resolve_rollout_dtype
+    from rlpr.rollout.engines import build_engine
+    from rlpr.train.setup import build_policy
+
+    model, tokenizer = load_model("default")
+    dtype = resolve_rollout_dtype(args.dtype, torch.device("cpu"))
+    cfg = Config()
+    cfg.model.lora = True  # the demo's rank 16, alpha 32 (the defaults of the demo preset)
+    cfg.model.lora_rank, cfg.model.lora_alpha = 16, 32
+    policy = build_policy(cfg, model)
+    with torch.no_grad():  # adapters as after some training: B is zero at the start
+        g = torch.Generator().manual_seed(0)
+        for name, p in policy.named_parameters():
+            if "lora_B" in name:
+                p.copy_(torch.randn(p.shape, generator=g) * 0.01)
+    p, n, new = SHAPES["demo"]
+    prompts = demo_prompts(tokenizer, p)
+    rows, tokens = {}, {}
+    for key, adapter in (("merged", False), ("adapter", True)):
+        tick = time.perf_counter()
+        engine = build_engine(policy, tokenizer, RolloutConfig(engine="vllm", vllm_lora=adapter, batch_sequences=p * n,
+                                                               vllm_kv_cache_gb=1), dtype)
+        build_s = time.perf_counter() - tick
+        syncs = []
+        for _ in range(3):
+            tick = time.perf_counter()
+            engine.sync(policy)
+            syncs.append(time.perf_counter() - tick)
+        timed(engine, prompts[:2], 2, 8, seed=99)  # warm-up
+        tick = time.perf_counter()
+        out = engine.generate(prompts, n, max_new_tokens=new, temperature=1.0, top_p=1.0,
+                              seeds=[1000 + i for i in range(p)])
+        seconds = time.perf_counter() - tick
+        tokens[key] = [r.token_ids for r in out]
+        count = sum(map(len, tokens[key]))
+        rows[key] = {"startup_s": build_s, "sync_s": min(syncs), "generate_s": seconds, "tokens": count,
+                     "tok_s": count / seconds, "step_rollout_s": min(syncs) + seconds}
+        print(f"{key}: start-up {build_s:.1f} s, sync {min(syncs):.2f} s, {count} tokens in {seconds:.1f} s "
+              f"= {count / seconds:.0f} tok/s", flush=True)
+        del engine
+    same = sum(a == b for a, b in zip(tokens["merged"], tokens["adapter"]))
+    result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000"), "shape": "demo (4 x 8 x 32)",
+              **rows, "same_responses": same, "responses": len(tokens["merged"]),
+              "adapter_over_merged_tok_s": rows["adapter"]["tok_s"] / rows["merged"]["tok_s"],
+              "threads": {"torch": args.threads, "affinity": sorted(os.sched_getaffinity(0))},
+              "dtype": str(dtype).removeprefix("torch."), "load_average_at_end": os.getloadavg()}
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    (out / "rollout_lora.json").write_text(json.dumps(result, indent=2) + "\n")
+    m, a = rows["merged"], rows["adapter"]
+    lines = [f"# vLLM and a LoRA policy: merged weights vs vLLM's LoRA ({result['date']})", "",
+             f"SmolLM2-135M-Instruct + LoRA rank 16 (non-zero adapters), {result['dtype']}, the demo's shape "
+             f"(4 prompts x 8 x 32 tokens), temperature 1, torch threads {args.threads}, CPU affinity "
+             f"{result['threads']['affinity']}, load average at the end {result['load_average_at_end'][0]:.1f}.", "",
+             "| rollout.vllm_lora | start-up s | sync s | generate s | tok/s | sync + generate s |",
+             "|---|---:|---:|---:|---:|---:|"]
+    for key, flag in (("merged", "false (merged weights)"), ("adapter", "true (vLLM's LoRA)")):
+        r = rows[key]
+        lines.append(f"| {flag} | {r['startup_s']:.1f} | {r['sync_s']:.2f} | {r['generate_s']:.1f} | {r['tok_s']:.0f} "
+                     f"| {r['step_rollout_s']:.1f} |")
+    lines += ["", f"Same sampled tokens (same seeds) in {same} of {len(tokens['merged'])} responses; "
+              f"adapter / merged generation rate {result['adapter_over_merged_tok_s']:.2f}x.", ""]
+    (out / "rollout_lora.md").write_text("\n".join(lines))
+    print("\n".join(lines), flush=True)
 
 
 def write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro) -> None:

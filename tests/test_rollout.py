@@ -217,3 +217,13 @@ def test_vllm_ranks_split_the_cores():
     assert [rank_cores(list(range(8)), r, 2) for r in (0, 1)] == [[0, 1, 2, 3], [4, 5, 6, 7]]
     assert [rank_cores([4, 5, 6], r, 2) for r in (0, 1)] == [[4], [5]]
     assert rank_cores([3], 1, 2) == [3]
+
+
+def test_vllm_lora_needs_the_vllm_engine_and_a_lora_policy():
+    from rlpr.config import load_config
+    from rlpr.errors import ConfigError
+
+    assert load_config("demo", ["rollout.engine=vllm", "rollout.vllm_lora=true"]).rollout.vllm_lora is True
+    for extra in (["rollout.engine=hf"], ["rollout.engine=vllm", "model.lora=false"]):
+        with pytest.raises(ConfigError, match="rollout.vllm_lora serves the LoRA adapter through vLLM"):
+            load_config("demo", ["rollout.vllm_lora=true", *extra])

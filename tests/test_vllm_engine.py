@@ -159,34 +159,62 @@ def test_serve_with_the_vllm_engine_answers_as_generate(engines, policy, tokeniz
     assert sampled.completion_tokens > 0
 
 
-def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
-    """A LoRA policy (as the demo trains): vLLM samples from base + merged adapter deltas, so its
-    greedy continuation equals the merged model's once the adapters are non-zero."""
+def greedy_of(model, prompts, tokenizer, max_new_tokens=12) -> list[list[int]]:
+    """The model's own greedy continuations (transformers' generate), cut after EOS."""
+    eos, out = tokenizer.eos_token_id, []
+    with torch.no_grad():
+        for p in prompts:
+            ids = torch.tensor([p])
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False, eos_token_id=eos, pad_token_id=tokenizer.pad_token_id)
+            tokens = gen[0, ids.shape[1]:].tolist()
+            out.append(tokens[:tokens.index(eos) + 1] if eos in tokens else tokens)
+    return out
+
+
+def lora_policy(policy, seed):
+    """The policy with LoRA (the demo's rank) and non-zero adapters, as after some training."""
     from rlpr.config import Config
     from rlpr.train.setup import build_policy
 
-    _, vllm = engines
     cfg = Config()
     cfg.model.lora = True
     lora = build_policy(cfg, copy.deepcopy(policy))
     with torch.no_grad():
-        g = torch.Generator().manual_seed(3)
+        g = torch.Generator().manual_seed(seed)
         for name, p in lora.named_parameters():
             if "lora_B" in name:
                 p.copy_(torch.randn(p.shape, generator=g) * 0.5)
+    return lora
+
+
+def test_vllm_lora_adapter_mode_follows_the_adapter(policy, prompts, tokenizer):
+    """rollout.vllm_lora: base weights in vLLM, the adapter served through vLLM's LoRA support; its
+    greedy continuation equals the merged model's, and follows a changed adapter after sync."""
+    lora = lora_policy(policy, seed=3)
+    engine = build_engine(lora, tokenizer, RolloutConfig(engine="vllm", vllm_lora=True, batch_sequences=64,
+                                                         vllm_kv_cache_gb=1), torch.float32)
+    greedy = dict(max_new_tokens=12, temperature=0.0)
+    got = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]  # built from the adapter as it is
+    assert got == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.mul_(-1.0)
+    engine.sync(lora)
+    again = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]
+    assert again != got and again == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
+    assert engine._lora.lora_int_id == 2 and engine.sync_s > 0
+
+
+def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
+    """A LoRA policy (as the demo trains): vLLM samples from base + merged adapter deltas, so its
+    greedy continuation equals the merged model's once the adapters are non-zero."""
+    _, vllm = engines
+    lora = lora_policy(policy, seed=3)
     vllm.sync(lora)
     got = [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)]
-    merged = copy.deepcopy(lora).merge_and_unload()
-    with torch.no_grad():
-        want = []
-        for p in prompts:
-            ids = torch.tensor([p])
-            out = merged.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=12, do_sample=False,
-                                  eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id)
-            tokens = out[0, ids.shape[1]:].tolist()
-            eos = tokenizer.eos_token_id
-            want.append(tokens[:tokens.index(eos) + 1] if eos in tokens else tokens)
-    assert got == want
+    assert got == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
     vllm.sync(policy)
     assert [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)] != got
 

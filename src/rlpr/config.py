@@ -123,6 +123,9 @@ class RolloutConfig:
     """engine=vllm: no graph compilation (start-up in seconds, not minutes; false for CUDA graphs)."""
     vllm_max_model_len: int = 0
     """engine=vllm: the longest prompt + response vLLM accepts (0: the model's maximum)."""
+    vllm_lora: bool = False
+    """engine=vllm with model.lora: serve the LoRA adapter through vLLM's LoRA support (base weights
+    loaded once, the adapter saved and loaded every step) instead of syncing merged weights."""
     vllm_max_batched_tokens: int = 16384
     """engine=vllm: tokens per scheduler step; a prefill split over steps crashes per-request seeds on
     vLLM's CPU build, so keep it at least prompts x n x prompt tokens of one rollout."""
@@ -703,6 +706,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
                           f"trainer.mini_batch_prompts ({t.mini_batch_prompts})")
     if a.filter_init_steps > a.filter_warmup_steps:
         raise ConfigError("algorithm.filter_init_steps: cannot exceed algorithm.filter_warmup_steps")
+    if ro.vllm_lora and (ro.engine != "vllm" or not cfg.model.lora):
+        raise ConfigError("rollout.vllm_lora serves the LoRA adapter through vLLM: it needs rollout.engine=vllm "
+                          "and model.lora=true")
     if a.rollout_is != "none" and ro.engine == "hf":
         raise ConfigError("algorithm.rollout_is corrects for the sampling engine's own log-probs, which "
                           "rollout.engine=hf does not report (it samples with the trainer's model): use rollout.engine=vllm")

@@ -86,11 +86,14 @@ def write_checkpoint(lm, weights: dict[str, torch.Tensor], path: Path, dtype: to
 
 
 class VLLMRollout:
-    """Sampling with a colocated `vllm.LLM` that holds a copy of the policy (merged weights)."""
+    """Sampling with a colocated `vllm.LLM` that holds a copy of the policy: its merged weights, or
+    (rollout.vllm_lora) the base weights plus the LoRA adapter, served through vLLM's LoRA support."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype, rollout):
         vllm = import_vllm()
         self.tokenizer = tokenizer
+        self.lora_rank = policy.peft_config["default"].r if rollout.vllm_lora else 0
+        self._lora, self._lora_dir = None, None
         lm = causal_lm(policy)
         device = next(lm.parameters()).device
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
@@ -98,12 +101,17 @@ class VLLMRollout:
             cpu_environment(rollout.vllm_kv_cache_gb)
         self._dir = Path(tempfile.mkdtemp(prefix="rlpr-vllm-"))
         try:
-            write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
+            if self.lora_rank:
+                with policy.disable_adapter():  # the base weights; the adapter follows in sync()
+                    write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
+            else:
+                write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
+            lora = {"enable_lora": True, "max_lora_rank": self.lora_rank, "max_loras": 1} if self.lora_rank else {}
             # under torchrun: one engine per rank (tensor parallel 1) on the process group torchrun set
             # up (vLLM's external launcher, TRL's colocate setting), seeded by rank
             launcher = {"distributed_executor_backend": "external_launcher"} if dist.world_size() > 1 else {}
             self.llm = vllm.LLM(
-                model=str(self._dir), skip_tokenizer_init=True, dtype=dtype, seed=dist.rank(), **launcher,
+                model=str(self._dir), skip_tokenizer_init=True, dtype=dtype, seed=dist.rank(), **launcher, **lora,
                 enforce_eager=rollout.vllm_enforce_eager, enable_prefix_caching=True,
                 max_model_len=rollout.vllm_max_model_len or None,
                 max_num_batched_tokens=rollout.vllm_max_batched_tokens,
@@ -115,17 +123,36 @@ class VLLMRollout:
             shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
         self._sampling = vllm.SamplingParams
         self.sync_s = 0.0
+        if self.lora_rank:
+            self.sync(policy)  # the adapter as it is now (callers that never sync get the policy too)
 
     @torch.no_grad()
     def sync(self, policy) -> None:
-        """The current policy weights (LoRA merged) into vLLM, in place; the prefix cache is dropped."""
+        """The current policy weights (LoRA merged) into vLLM, in place; the prefix cache is dropped.
+        With rollout.vllm_lora: the adapter saved to a new directory, served under a new id."""
         import time
 
         tick = time.perf_counter()
+        if self.lora_rank:
+            self._sync_adapter(policy)
+            self.sync_s = time.perf_counter() - tick
+            return
         weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
         self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - tick
+
+    def _sync_adapter(self, policy) -> None:
+        from vllm.lora.request import LoRARequest
+
+        old, old_dir = self._lora, self._lora_dir
+        self._lora_dir = tempfile.TemporaryDirectory(prefix="rlpr-vllm-lora-")  # removed when replaced or at exit
+        policy.save_pretrained(self._lora_dir.name)  # adapter_config.json + adapter_model.safetensors
+        self._lora = LoRARequest("policy", old.lora_int_id + 1 if old else 1, self._lora_dir.name)
+        if old is not None:
+            self.llm.llm_engine.remove_lora(old.lora_int_id)  # max_loras=1: the previous step's adapter goes
+            old_dir.cleanup()
+        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
@@ -138,7 +165,7 @@ class VLLMRollout:
                                  max_tokens=max_new_tokens, stop_token_ids=[eos], detokenize=False, logprobs=0,
                                  seed=row_seed(seeds[i], j) if temperature > 0 else None) for i, j in flat]
         requests = [{"prompt_token_ids": list(prompts[i])} for i, _ in flat]
-        outputs = self.llm.generate(requests, params, use_tqdm=False)
+        outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora)
         out = []
         for (i, _), request in zip(flat, outputs):
             completion = request.outputs[0]
