@@ -102,8 +102,8 @@ def test_missing_column_in_a_saved_folder_names_folder_row_and_field(tmp_path):
     dd = tmp_path / "dd"
     rows = [{"question": "q1", "answer": "a"}, {"question": "q2", "reply": "b"}]
     datasets.DatasetDict({"train": datasets.Dataset.from_list(rows)}).save_to_disk(str(dd))
-    # the column exists (the first row has it): the second row reads None, refused as before
-    with pytest.raises(DataError, match=rf"^{dd}:train: row 2: field 'answer' must be a string or a number"):
+    # the column exists (the first row has it): the second row reads None, refused as missing
+    with pytest.raises(DataError, match=rf"^{dd}:train: row 2: field 'answer' is missing \(null\)"):
         load_examples(dd)
     datasets.Dataset.from_list([{"question": "q1", "reply": "a"}]).save_to_disk(str(tmp_path / "no_answer"))
     with pytest.raises(DataError, match=rf"^{tmp_path / 'no_answer'}: row 1: field 'answer' is missing") as err:
@@ -131,7 +131,7 @@ def test_repository_layout_finds_the_split_files(tmp_path):
     bad[1]["reward_model"] = {"style": "rule"}
     pq.write_table(pa.Table.from_pylist(bad), test)
     # (parquet stores the struct's missing key as null, as it always has)
-    with pytest.raises(DataError, match=rf"^{test}: row 2: field 'reward_model.ground_truth' must be a string"):
+    with pytest.raises(DataError, match=rf"^{test}: row 2: field 'reward_model.ground_truth' is missing \(null\)"):
         load_examples(f"{repo}:test")
 
 

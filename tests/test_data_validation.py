@@ -20,17 +20,27 @@ def verl_row(ground_truth, role="user"):
 
 
 @pytest.mark.parametrize("ground_truth,message", [
-    ([None], r"field 'reward_model.ground_truth\[0\]' must be a string or a number, got NoneType"),
+    ([None], r"field 'reward_model.ground_truth\[0\]' is missing \(null\)"),
     ({"a": 1}, "field 'reward_model.ground_truth' must be a string or a number, got dict"),
     (True, "must be a string or a number, got bool"),
     ([], "field 'reward_model.ground_truth' is an empty list"),
     ("  ", "field 'reward_model.ground_truth' is empty"),
-    (None, "must be a string or a number, got NoneType"),
+    (None, r"field 'reward_model.ground_truth' is missing \(null\)"),
 ])
 def test_bad_references_in_jsonl(tmp_path, ground_truth, message):
     path = tmp_path / "d.jsonl"
     path.write_text(json.dumps(verl_row("Paris")) + "\n" + json.dumps(verl_row(ground_truth)) + "\n")
     with pytest.raises(DataError, match=f"{path}: row 2: .*{message}"):
+        load_examples(str(path))
+
+
+def test_verl_parquet_row_without_ground_truth_says_missing(tmp_path):
+    """A struct column takes its keys from all rows: a row without ground_truth reads as null."""
+    path = tmp_path / "d.parquet"
+    bad = verl_row("Paris")
+    del bad["reward_model"]["ground_truth"]
+    pq.write_table(pa.Table.from_pylist([verl_row("Paris"), bad]), path)
+    with pytest.raises(DataError, match=r"row 2: field 'reward_model.ground_truth' is missing \(null\)"):
         load_examples(str(path))
 
 

@@ -55,6 +55,8 @@ def answer_texts(value, where: str, field: str) -> list[str]:
     out = []
     for j, v in enumerate(values):
         name = f"{field}[{j}]" if isinstance(value, (list, tuple)) else field
+        if v is None:  # a parquet struct or a table column without this key in some rows reads as null
+            raise DataError(f"{where}: field '{name}' is missing (null)")
         if isinstance(v, bool) or not isinstance(v, (str, int, float)):
             raise DataError(f"{where}: field '{name}' must be a string or a number, got {type(v).__name__}")
         if isinstance(v, float) and not math.isfinite(v):
