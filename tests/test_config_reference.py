@@ -8,7 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from rlpr.config import SECTIONS, Config, field_docs
+from rlpr.cli.config_reference import SECTIONS, field_docs
+from rlpr.config import Config
 
 pytestmark = pytest.mark.unit
 

@@ -67,7 +67,7 @@ def shorthands(parser: argparse.ArgumentParser) -> dict[str, list[str]]:
 def cmd_config(args) -> int:
     import yaml
 
-    from rlpr.config import config_reference
+    from rlpr.cli.config_reference import config_reference
 
     if args.reference:
         print(config_reference(shorthands(build_parser())), end="")
