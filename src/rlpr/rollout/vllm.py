@@ -23,6 +23,7 @@ import json
 import os
 import shutil
 import tempfile
+from contextlib import nullcontext
 from pathlib import Path
 
 import torch
@@ -101,10 +102,8 @@ class VLLMRollout:
             cpu_environment(rollout.vllm_kv_cache_gb)
         self._dir = Path(tempfile.mkdtemp(prefix="rlpr-vllm-"))
         try:
-            if self.lora_rank:
-                with policy.disable_adapter():  # the base weights; the adapter follows in sync()
-                    write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
-            else:
+            # vllm_lora: the base weights (adapter off); the adapter follows in sync()
+            with policy.disable_adapter() if self.lora_rank else nullcontext():
                 write_checkpoint(lm, merged_weights(policy), self._dir, dtype)
             lora = {"enable_lora": True, "max_lora_rank": self.lora_rank, "max_loras": 1} if self.lora_rank else {}
             # under torchrun: one engine per rank (tensor parallel 1) on the process group torchrun set
@@ -135,10 +134,9 @@ class VLLMRollout:
         tick = time.perf_counter()
         if self.lora_rank:
             self._sync_adapter(policy)
-            self.sync_s = time.perf_counter() - tick
-            return
-        weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
-        self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
+        else:
+            weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
+            self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - tick
 
@@ -152,7 +150,6 @@ class VLLMRollout:
         if old is not None:
             self.llm.llm_engine.remove_lora(old.lora_int_id)  # max_loras=1: the previous step's adapter goes
             old_dir.cleanup()
-        self.llm.reset_prefix_cache()
 
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
                  top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:

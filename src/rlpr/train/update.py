@@ -228,7 +228,7 @@ UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sf
                "gap_tokens", "is_weight", "is_outside")
 
 
-def optional_metrics(sums: dict, ref_sft: bool, rollout_is: bool = False) -> dict:
+def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool = False) -> dict:
     """The update's metrics that exist only in some runs: the reference-SFT log-prob, the mean
     |engine log-prob - trainer log-prob| per sampled token when the engine reports its own (vllm),
     and with algorithm.rollout_is the mean weight and the fraction of tokens clipped or masked."""
@@ -236,7 +236,6 @@ def optional_metrics(sums: dict, ref_sft: bool, rollout_is: bool = False) -> dic
     if sums.get("gap_tokens"):
         out["rollout/logprob_gap"] = sums["logprob_gap"] / sums["gap_tokens"]
     if rollout_is and sums.get("gap_tokens"):  # over the tokens the policy loss covers
-        tokens = sums["tokens"] or float("nan")
         out["rollout/is_weight_mean"] = sums["is_weight"] / tokens
         out["rollout/is_outside_frac"] = sums["is_outside"] / tokens
     return out
@@ -247,7 +246,7 @@ def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: Algori
     rank calls it). A step with no update (every group filtered out) has no per-token values: NaN."""
     sums = dict(zip(UPDATE_SUMS, dist.sum_values([totals.get(k, 0.0) for k in UPDATE_SUMS])))
     tokens = sums["tokens"] or float("nan")
-    return {**optional_metrics(sums, bool(cfg.ref_sft_coef), cfg.rollout_is != "none"),
+    return {**optional_metrics(sums, tokens, bool(cfg.ref_sft_coef), cfg.rollout_is != "none"),
             "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
             "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
             "policy/ratio_gap": sums["ratio_gap"] / tokens, "policy/grad_norm": mean(grad_norms),
