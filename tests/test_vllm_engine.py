@@ -188,25 +188,6 @@ def lora_policy(policy, seed):
     return lora
 
 
-def test_vllm_lora_adapter_mode_follows_the_adapter(policy, prompts, tokenizer):
-    """rollout.vllm_lora: base weights in vLLM, the adapter served through vLLM's LoRA support; its
-    greedy continuation equals the merged model's, and follows a changed adapter after sync."""
-    lora = lora_policy(policy, seed=3)
-    engine = build_engine(lora, tokenizer, RolloutConfig(engine="vllm", vllm_lora=True, batch_sequences=64,
-                                                         vllm_kv_cache_gb=1), torch.float32)
-    greedy = dict(max_new_tokens=12, temperature=0.0)
-    got = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]  # built from the adapter as it is
-    assert got == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
-    with torch.no_grad():
-        for name, p in lora.named_parameters():
-            if "lora_B" in name:
-                p.mul_(-1.0)
-    engine.sync(lora)
-    again = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]
-    assert again != got and again == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
-    assert engine._lora.lora_int_id == 2 and engine.sync_s > 0
-
-
 def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
     """A LoRA policy (as the demo trains): vLLM samples from base + merged adapter deltas, so its
     greedy continuation equals the merged model's once the adapters are non-zero."""
@@ -248,3 +229,25 @@ def test_torchrun_two_ranks_with_an_engine_each(tokenizer, tmp_path):
         assert math.isfinite(r["reward/mean"]) and r["perf/sync_s"] > 0 and r["policy/updates"] >= 1
         assert r["rollout/logprob_gap"] < 1e-3 and r["rollout/is_weight_mean"] == pytest.approx(1.0, abs=1e-3)
         assert r["rollout/is_outside_frac"] == 0.0
+
+
+def test_vllm_lora_adapter_mode_follows_the_adapter(policy, prompts, tokenizer):
+    """rollout.vllm_lora: base weights in vLLM, the adapter served through vLLM's LoRA support; its
+    greedy continuation equals the merged model's, and follows a changed adapter after sync.
+    Last in the module: a second in-process engine, once freed, tears down vLLM's global
+    parallel groups under the module's `engines` ("pipeline model parallel group is not
+    initialized" in the tests after it)."""
+    lora = lora_policy(policy, seed=3)
+    engine = build_engine(lora, tokenizer, RolloutConfig(engine="vllm", vllm_lora=True, batch_sequences=64,
+                                                         vllm_kv_cache_gb=1), torch.float32)
+    greedy = dict(max_new_tokens=12, temperature=0.0)
+    got = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]  # built from the adapter as it is
+    assert got == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
+    with torch.no_grad():
+        for name, p in lora.named_parameters():
+            if "lora_B" in name:
+                p.mul_(-1.0)
+    engine.sync(lora)
+    again = [r.token_ids for r in engine.generate(prompts, 1, **greedy)]
+    assert again != got and again == greedy_of(copy.deepcopy(lora).merge_and_unload(), prompts, tokenizer)
+    assert engine._lora.lora_int_id == 2 and engine.sync_s > 0
