@@ -104,6 +104,9 @@ class RolloutConfig:
     max_new_tokens: int = 256
     """Longest response in tokens (rlpr eval's default: 1024; rlpr serve: the cap on a request's
     max_tokens)."""
+    min_new_tokens: int = 0
+    """Training rollouts: the end-of-sequence token cannot end a response before this many tokens
+    (vLLM's min_tokens; for load tests and the scaling benchmark; 0: off)."""
     temperature: float = 1.0
     """Sampling temperature (logits / T); eval and reward-quality also take 0 (greedy decoding)."""
     top_p: float = 1.0
@@ -279,7 +282,13 @@ class TrainerConfig:
     mini_batch_prompts: int = 2
     """Prompts (whole groups) per optimizer update."""
     micro_batch_sequences: int = 8
-    """Sequences per forward/backward (gradient accumulation)."""
+    """Sequences per forward/backward (gradient accumulation); with micro_batch_tokens > 0, the token
+    budget decides instead."""
+    micro_batch_tokens: int = 0
+    """> 0: micro-batches by a token budget instead of a sequence count (verl's ppo_max_token_len_per_gpu):
+    sequences packed by length so that each forward holds at most this many tokens, padding
+    included (a longer sequence goes alone). The same budget bounds the scoring forwards (score B and
+    A: min with reward.max_batch_tokens) and the old/reference log-probs. 0: micro_batch_sequences."""
     epochs_per_step: int = 1
     """Passes over a step's batch."""
     lr: float = 1e-6
@@ -307,6 +316,9 @@ class TrainerConfig:
     processes) or deepspeed (DeepSpeed ZeRO; see rlpr/parallel/sharding.py). One process: all the same."""
     zero_stage: int = 2
     """With strategy=deepspeed: 1 (optimizer states sharded) or 2 (and gradients)."""
+    cpu_offload: bool = False
+    """With strategy=fsdp or deepspeed: keep the optimizer states (AdamW moments) on the CPU between
+    steps, copied to the device for the optimizer step (frees 8 bytes per trained parameter on a GPU)."""
     share_prompt_prefix: bool = True
     """Run each prompt once for its responses, whatever the micro-batch (exact; not combined with
     model.gradient_checkpointing)."""
@@ -524,7 +536,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "data.max_prompt_tokens": (1, INF, True, False),
     "rollout.responses_per_prompt": (2, INF, True, False), "rollout.max_new_tokens": (1, INF, True, False),
     "rollout.temperature": (0, INF, False, False), "rollout.top_p": (0, 1, False, True),
-    "rollout.batch_sequences": (1, INF, True, False),
+    "rollout.batch_sequences": (1, INF, True, False), "rollout.min_new_tokens": (0, INF, True, False),
     "rollout.vllm_kv_cache_gb": (0, INF, False, False), "rollout.vllm_gpu_memory_utilization": (0, 1, False, True),
     "rollout.vllm_max_model_len": (0, INF, True, False), "rollout.vllm_max_batched_tokens": (1, INF, True, False),
     "reward.pr_weight": (0, INF, True, False), "reward.vr_weight": (0, INF, True, False),
@@ -539,7 +551,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "algorithm.kl_coef": (0, INF, True, False), "algorithm.ref_sft_coef": (0, INF, True, False),
     "algorithm.rollout_is_min": (0, INF, True, False), "algorithm.rollout_is_max": (0, INF, False, True),
     "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
-    "trainer.micro_batch_sequences": (1, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
+    "trainer.micro_batch_sequences": (1, INF, True, False),
+    "trainer.micro_batch_tokens": (0, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
     "trainer.lr": (0, INF, False, False), "trainer.weight_decay": (0, INF, True, False),
     "trainer.adam_beta1": (0, 1, True, False), "trainer.adam_beta2": (0, 1, True, False),
     "trainer.grad_clip": (0, INF, False, True),  # 0 would zero every gradient; inf: no clipping
