@@ -11,6 +11,7 @@ from typing import Callable
 
 import torch
 
+from rlpr.model.batching import token_budget_batches
 from rlpr.model.forward import shared_prefix_logprobs, token_logprobs
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, pad_batch, tokenize_scored
@@ -85,21 +86,6 @@ def group_scores(logps: list[torch.Tensor | None], keys: list, groups: list, how
     return [s if s is not None and math.isfinite(s) else 0.0 for s in scores]
 
 
-def _micro_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Indices grouped (longest first) so that each group's padded size stays within max_tokens."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
-    batches, current = [], []
-    for i in order:
-        width = lengths[current[0]] if current else lengths[i]
-        if current and width * (len(current) + 1) > max_tokens:
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
-
-
 def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[tuple[list[int], list[int]]], list[int]]:
     """Split `keep` (indices into enc) into groups whose tokens start with their prompt's own
     tokenization (so the prompt can run once for the group), and the rest.
@@ -155,8 +141,8 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     try:
         for prefix, ks in groups:
             p = len(prefix)
-            conts = [len(enc.input_ids[k]) - p for k in ks]
-            for batch in _micro_batches(conts, max_batch_tokens):
+            # the prompt's keys/values are repeated for every row: a row counts its full length
+            for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
                 batch_ks = [ks[j] for j in batch]
                 logp, _ = shared_prefix_logprobs(model, prefix, [enc.input_ids[k][p:] for k in batch_ks],
                                                  [enc.ref_mask[k][p:] for k in batch_ks], temperature)
@@ -164,7 +150,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
                 for k, piece in zip(batch_ks, torch.split(logp.float().cpu(), counts)):
                     out[todo[k]] = piece
         lengths = [len(enc.input_ids[k]) for k in rest]
-        for batch in _micro_batches(lengths, max_batch_tokens):
+        for batch in token_budget_batches(lengths, max_batch_tokens):
             ks = [rest[j] for j in batch]
             ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
                                           tokenizer.pad_token_id, padding_side)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
 import logging
 import random
 import warnings
@@ -94,6 +95,15 @@ def reference_copy(cfg: Config, policy):
     if (cfg.algorithm.kl_coef or cfg.reward.scorer == "initial") and not cfg.model.lora:
         return copy.deepcopy(causal_lm(policy)).eval().requires_grad_(False)
     return None
+
+
+def scoring_budget(cfg: Config):
+    """The reward section with trainer.micro_batch_tokens (when set) bounding the scoring forwards
+    too (score B and A): no phase of a step holds more tokens than the update's budget."""
+    budget = cfg.trainer.micro_batch_tokens
+    if not budget or budget >= cfg.reward.max_batch_tokens:
+        return cfg.reward
+    return dataclasses.replace(cfg.reward, max_batch_tokens=budget)
 
 
 def std_filter(cfg: Config) -> EMAStdFilter:

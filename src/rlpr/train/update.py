@@ -15,6 +15,7 @@ from rlpr.parallel import distributed as dist
 from rlpr.algorithms.losses import (KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss, ppo_clip_token_loss,
                                    ref_sft_loss, rollout_is_weights)
 from rlpr.config import AlgorithmConfig
+from rlpr.model.batching import split_batches
 from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
 from rlpr.model.memory import release_memory
 from rlpr.reward.parsing import answer_block_start
@@ -140,33 +141,37 @@ def prefix_runs(batches: list[MicroBatch]) -> list[list[MicroBatch]]:
     return runs
 
 
-def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: bool = True) -> list[MicroBatch]:
-    """Split into micro-batches of at most `size` sequences (sums do not depend on the split).
+def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: bool = True,
+                  max_tokens: int = 0) -> list[MicroBatch]:
+    """Split into micro-batches of at most `size` sequences, or with `max_tokens` > 0 of at most
+    that many tokens, padding included (`model.batching`; sums do not depend on the split).
 
-    With `share_prefix`, a micro-batch holds responses to one prompt, whose prefix runs once;
+    With `share_prefix`, a micro-batch holds responses to one prompt, whose prefix runs once
+    (its keys/values are repeated per row, so a row counts its full length against the budget);
     otherwise sequences are length-sorted to reduce padding.
     """
     if not share_prefix:
-        ordered = sorted(samples, key=lambda s: -len(s.input_ids))
-        return [MicroBatch(ordered[i:i + size], pad_id) for i in range(0, len(ordered), size)]
+        parts = split_batches([len(s.input_ids) for s in samples], size, max_tokens)
+        return [MicroBatch([samples[i] for i in part], pad_id) for part in parts]
     groups: dict[tuple[int, ...], list[Sample]] = {}
     for s in samples:
         groups.setdefault(tuple(s.input_ids[:s.prompt_len]), []).append(s)
     out = []
     for prefix, members in groups.items():
-        for i in range(0, len(members), size):
-            out.append(MicroBatch(members[i:i + size], pad_id, list(prefix)))
+        for part in split_batches([len(s.input_ids) for s in members], size, max_tokens, sort=False):
+            out.append(MicroBatch([members[i] for i in part], pad_id, list(prefix)))
     return out
 
 
 @torch.no_grad()
 def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float,
-                  share_prefix: bool = True) -> None:
+                  share_prefix: bool = True, max_tokens: int = 0) -> None:
     """Per-token log-probs of each response under `model`, stored in `sample.<attr>` on the CPU
-    (one copy per micro-batch; they wait there for the update, off the GPU)."""
+    (one copy per micro-batch; they wait there for the update, off the GPU); micro-batches as
+    the update's (`micro_batches`)."""
     was_training = model.training
     model.eval()
-    for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix)):
+    for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix, max_tokens)):
         state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
         for mb in run:
             logp, _ = mb.logprobs(model, temperature, state=state)
@@ -225,7 +230,7 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 # The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
 UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
-               "gap_tokens", "is_weight", "is_outside")
+               "gap_tokens", "is_weight", "is_outside", "micro_batches")
 
 
 def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool = False) -> dict:
@@ -250,13 +255,15 @@ def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: Algori
             "policy/pg_loss": sums["pg_loss"] / tokens, "policy/clip_frac": sums["clipped"] / tokens,
             "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
             "policy/ratio_gap": sums["ratio_gap"] / tokens, "policy/grad_norm": mean(grad_norms),
-            "policy/updates": len(grad_norms), "policy/lr": lr, "policy/tokens": sums["tokens"]}
+            "policy/updates": len(grad_norms), "policy/lr": lr, "policy/tokens": sums["tokens"],
+            "perf/micro_batches": sums["micro_batches"]}
 
 
-def sft_batches(samples: list[Sample], size: int) -> list[list[Sample]]:
-    """The samples that carry an o' (reference-SFT term), longest first, `size` per forward."""
-    todo = sorted((s for s in samples if s.sft is not None), key=lambda s: -len(s.sft[0]))
-    return [todo[i:i + size] for i in range(0, len(todo), size)]
+def sft_batches(samples: list[Sample], size: int, max_tokens: int = 0) -> list[list[Sample]]:
+    """The samples that carry an o' (reference-SFT term), longest first, `size` per forward (or
+    `max_tokens` per forward, padding included)."""
+    todo = [s for s in samples if s.sft is not None]
+    return [[todo[i] for i in part] for part in split_batches([len(s.sft[0]) for s in todo], size, max_tokens)]
 
 
 def sft_micro_batch_loss(model, batch: list[Sample], norm: Normaliser, cfg: AlgorithmConfig, temperature: float,
@@ -280,7 +287,7 @@ def padding_micro_batch(pad_id: int, share_prefix: bool) -> MicroBatch:
 
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
                          temperature: float, share_prefix: bool = True, lockstep: bool = False,
-                         backward=torch.Tensor.backward) -> dict:
+                         backward=torch.Tensor.backward, max_tokens: int = 0) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
     Called on every rank for every update, even with no samples (the normaliser is global).
 
@@ -291,18 +298,19 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     activations more in memory. With `lockstep` (FSDP, DeepSpeed), every rank runs as many
     single-micro-batch forward/backward passes as the busiest one instead. Every loss goes
     through `backward`: the strategy's (DeepSpeed's engine must run each backward itself).
+    `max_tokens` > 0: micro-batches by that token budget instead of `micro_size` sequences.
     With `cfg.ref_sft_coef`, the reference-SFT term follows, over the samples' o' sequences."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
-    batches = micro_batches(samples, micro_size, pad_id, share_prefix)
-    sft = sft_batches(samples, micro_size) if cfg.ref_sft_coef else []
+    batches = micro_batches(samples, micro_size, pad_id, share_prefix, max_tokens)
+    sft = sft_batches(samples, micro_size, max_tokens) if cfg.ref_sft_coef else []
     runs = [[mb] for mb in batches] if lockstep else prefix_runs(batches)
     # agreed before any forward: a collective after them would meet other ranks' FSDP gathers
     passes = len(batches) + len(sft)
     padding = int(dist.max_value(passes)) - passes if lockstep else 0
     def accumulate(loss, stats: dict) -> None:
         backward(loss)
-        for k, v in stats.items():
+        for k, v in {**stats, "micro_batches": 1.0}.items():
             totals[k] = totals.get(k, 0.0) + v
 
     for run in runs:

@@ -1,0 +1,37 @@
+"""How sequences are split into forwards: by a sequence count, or by a token budget.
+
+A forward over a padded batch holds activations for rows x longest-row tokens, so with long
+responses a count of sequences says little about memory: eight 5k-token sequences of a 7B
+model do not fit where eight 500-token ones do. A token budget (verl's `use_dynamic_bsz` /
+`ppo_max_token_len_per_gpu`) packs sequences longest first until the padded size would pass the
+budget. Sums over the pieces do not depend on the split, so the choice changes memory and speed,
+not the numbers (up to float summation order).
+"""
+
+from __future__ import annotations
+
+
+def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices into `lengths`, longest first, grouped so that each group's padded size
+    (rows x its longest length) stays within `max_tokens`; a longer sequence goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        width = lengths[current[0]] if current else lengths[i]
+        if current and width * (len(current) + 1) > max_tokens:
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
+def split_batches(lengths: list[int], sequences: int, max_tokens: int = 0, sort: bool = True) -> list[list[int]]:
+    """Indices grouped for one forward each: by the token budget when `max_tokens` > 0, else
+    `sequences` at a time (longest first with `sort`, to reduce padding; else in order)."""
+    if max_tokens > 0:
+        return token_budget_batches(lengths, max_tokens)
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i]) if sort else list(range(len(lengths)))
+    return [order[i:i + sequences] for i in range(0, len(order), sequences)]

@@ -1,0 +1,48 @@
+"""Token-budget micro-batches (trainer.micro_batch_tokens, reward.max_batch_tokens): every
+sequence once, no forward above the budget (padding included) unless a sequence alone is
+longer, the same number of micro-batches on every rank under lock-step."""
+
+import pytest
+import torch
+from hypothesis import given, settings, strategies as st
+
+from rlpr.model.batching import split_batches, token_budget_batches
+from rlpr.train.update import Sample, micro_batches
+
+pytestmark = pytest.mark.unit
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.integers(1, 300), max_size=40), st.integers(1, 1000))
+def test_token_budget_batches_cover_every_sequence_within_the_budget(lengths, budget):
+    batches = token_budget_batches(lengths, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(lengths)))
+    for b in batches:
+        padded = len(b) * max(lengths[i] for i in b)
+        assert padded <= budget or len(b) == 1
+        assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+
+
+def test_split_batches_by_count_or_budget():
+    lengths = [5, 9, 2, 7, 3]
+    assert split_batches(lengths, 2) == [[1, 3], [0, 4], [2]]  # longest first, 2 at a time
+    assert split_batches(lengths, 2, sort=False) == [[0, 1], [2, 3], [4]]
+    assert split_batches(lengths, 2, max_tokens=18) == [[1, 3], [0, 4, 2]]  # 9 x 2, then 5 x 3
+    assert split_batches(lengths, 2, max_tokens=4) == [[1], [3], [0], [4], [2]]  # a longer one alone
+
+
+@pytest.mark.parametrize("share", [False, True])
+def test_micro_batches_hold_at_most_the_budget(share):
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for k in range(3):
+        prompt = torch.randint(3, 100, (4 + 2 * k,), generator=g).tolist()
+        for i in range(5):
+            samples.append(Sample(prompt + [7] * (1 + (3 * i + k) % 11), len(prompt), 0.0))
+    batches = micro_batches(samples, 1, 0, share, max_tokens=48)
+    assert sorted(id(s) for mb in batches for s in mb.samples) == sorted(id(s) for s in samples)
+    for mb in batches:
+        assert len(mb.samples) * max(len(s.input_ids) for s in mb.samples) <= 48
+        if share:  # one prompt per micro-batch, so it runs once for it
+            assert len({tuple(s.input_ids[:s.prompt_len]) for s in mb.samples}) == 1
+    assert len(batches) < len(samples)  # the budget packs several sequences per forward
