@@ -105,6 +105,12 @@ class ScriptedEngine:
     def __init__(self, tokenizer, responses):
         self.tokenizer, self.responses, self.i = tokenizer, responses, 0
 
+    def sync(self, policy, weights=None):
+        pass  # scripted responses do not depend on the weights
+
+    def sleep(self):
+        pass
+
     def generate(self, prompts, n, **kw):
         from rlpr.rollout.hf import Rollout
 

@@ -28,12 +28,16 @@ def trained(checkpoint):
 # grad_clip=1e-6 (gradient norms here are about 4e-6): DeepSpeed's clipping is what is compared
 # (unclipped, the weights differ by 2e-3 after 2 steps)
 @pytest.mark.skipif(importlib.util.find_spec("deepspeed") is None, reason="pip install deepspeed")
-@pytest.mark.parametrize("stage,extra,resume", [
-    (2, ["model.lora=false", "trainer.lr=1e-3", "trainer.grad_clip=1e-6"], True), (1, [], False)],
-    ids=["zero2-full-resume", "zero1-lora"])
-def test_deepspeed_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path, stage, extra, resume):
+# ckpt-offload: activation checkpointing and ZeRO-Offload on the DeepSpeed side only (the paper's
+# setting, issue 27): the same weights as one process without either
+@pytest.mark.parametrize("stage,extra,resume,sharded", [
+    (2, ["model.lora=false", "trainer.lr=1e-3", "trainer.grad_clip=1e-6"], True, []), (1, [], False, []),
+    (2, ["model.lora=false", "trainer.lr=1e-3", "trainer.grad_clip=1e-6"], False,
+     ["model.gradient_checkpointing=true", "trainer.cpu_offload=true"])],
+    ids=["zero2-full-resume", "zero1-lora", "zero2-full-ckpt-offload"])
+def test_deepspeed_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path, stage, extra, resume, sharded):
     train(load_config("demo", common(tiny_dir, tmp_path, "one", 2) + extra))
-    zero = [*extra, "trainer.strategy=deepspeed", f"trainer.zero_stage={stage}"]
+    zero = [*extra, *sharded, "trainer.strategy=deepspeed", f"trainer.zero_stage={stage}"]
     # with resume: 3 steps, checkpointed after steps 2 and 3
     torchrun(common(tiny_dir, tmp_path, "two", 3 if resume else 2) + zero + ["trainer.save_every=2"])
     at_2 = list_checkpoints(tmp_path / "two")[0]

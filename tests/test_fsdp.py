@@ -46,8 +46,12 @@ def test_fsdp_full_fine_tuning_equals_one_process(tiny_dir, tmp_path):
 def test_fsdp_config_errors_and_one_process():
     with pytest.raises(ConfigError, match="trainer.strategy"):
         load_config("demo", ["trainer.strategy=horovod"])
-    with pytest.raises(ConfigError, match="gradient_checkpointing"):
-        load_config("demo", ["trainer.strategy=fsdp", "model.gradient_checkpointing=true"])
+    # the paper's setting: sharded full fine-tuning with activation checkpointing (issue 27)
+    cfg = load_config("paper", ["trainer.strategy=fsdp", "trainer.cpu_offload=true"])
+    assert cfg.model.gradient_checkpointing and not cfg.model.lora
+    load_config("paper", ["trainer.strategy=deepspeed"])
+    with pytest.raises(ConfigError, match="trainer.cpu_offload .* needs trainer.strategy=fsdp or deepspeed"):
+        load_config("demo", ["trainer.cpu_offload=true"])
     assert isinstance(make_strategy("fsdp", policy=None), Replicated)  # one process: nothing to shard
 
 
@@ -61,14 +65,18 @@ from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
 dist.init_from_env()
 cfg = load_config("demo", [f"model.path={sys.argv[1]}", f"model.lora={sys.argv[2]}"])
+checkpointing, offload = "ckpt" in sys.argv[4:], "offload" in sys.argv[4:]
 
 def precision(strategy):  # as Trainer._precision
     return torch.autocast("cpu", dtype=torch.bfloat16, enabled=sys.argv[3] == "bf16",
                           cache_enabled=strategy.autocast_cache)
 torch.manual_seed(0)  # the same LoRA initialisation on every rank, as the trainer does
 model, _ = load_model(cfg.model.path)
+single = build_policy(cfg, copy.deepcopy(model)).train()  # never checkpointed: the reference gradient
+torch.manual_seed(0)
+cfg.model.gradient_checkpointing = checkpointing
 policy = build_policy(cfg, model).train()
-single = copy.deepcopy(policy)
+assert policy.is_gradient_checkpointing == checkpointing
 g = torch.Generator().manual_seed(1)
 
 def groups(n, plen):
@@ -80,12 +88,14 @@ def groups(n, plen):
     return out
 
 shares = [groups(3, 5), groups(1, 7)]  # rank 0: 6 micro-batches of 2 sequences, rank 1: 2
-strategy = sharding.make_strategy("fsdp", policy)
+strategy = sharding.make_strategy("fsdp", policy, cpu_offload=offload)
 with strategy.gathered():
     for _ in range(dist.rank() + 1):  # unequal numbers of no-grad forwards
         fill_logprobs(policy, shares[dist.rank()], "old_logp", 2, 0, 1.0)
 with precision(strategy), strategy.training():
-    accumulate_gradients(policy, shares[dist.rank()], cfg.algorithm, 2, 0, 1.0, lockstep=True)
+    # as the trainer does: with checkpointing each micro-batch runs its prompt
+    accumulate_gradients(policy, shares[dist.rank()], cfg.algorithm, 2, 0, 1.0, share_prefix=not checkpointing,
+                         lockstep=True)
 grads = {n: p.grad.full_tensor() for n, p in policy.named_parameters() if p.requires_grad}
 
 everything = shares[0] + shares[1]  # the same mini-batch in one process
@@ -101,16 +111,84 @@ print("RELDIFF", (diff / sum(expected[k].norm() ** 2 for k in grads) ** 0.5).ite
 '''
 
 
-@pytest.mark.parametrize("lora,precision", [("true", "fp32"), ("false", "fp32"), ("true", "bf16"), ("false", "bf16")])
-def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, lora, precision):
+@pytest.mark.parametrize("lora,precision,options", [
+    ("true", "fp32", ""), ("false", "fp32", ""), ("true", "bf16", ""), ("false", "bf16", ""),
+    ("false", "fp32", "ckpt"), ("true", "fp32", "ckpt"), ("false", "bf16", "ckpt,offload")])
+def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, lora, precision, options):
     """Ranks with different numbers of forwards and micro-batches: the summed sharded gradient is
     the single-process gradient of the whole mini-batch, in fp32 and under bf16 autocast (where
-    autocast's weight cache lost gradients under FSDP: 32% off)."""
+    autocast's weight cache lost gradients under FSDP: 32% off); with activation checkpointing
+    (`ckpt`: model.gradient_checkpointing on the sharded side only) and FSDP2's CPU offload."""
     script = tmp_path / "worker.py"
     script.write_text(WORKER)
-    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora, precision], capture_output=True,
+    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora, precision,
+                             *options.split(",")], capture_output=True,
                             text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert result.returncode == 0, result.stderr[-3000:]
     diffs = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("RELDIFF")]
     # bf16: rounding of different matmul shapes (one process shares the prompt's forward)
     assert len(diffs) == 2 and max(diffs) < (1e-5 if precision == "fp32" else 0.02), diffs
+
+
+SYNC_WORKER = '''
+import copy, sys, torch
+from torch.distributed.tensor import DTensor
+from rlpr.parallel import distributed as dist, sharding
+from rlpr.config import load_config
+from rlpr.model.loading import load_model
+from rlpr.model.weights import merged_weights
+from rlpr.rollout.hf import HFRollout
+from rlpr.train.setup import build_policy
+
+dist.init_from_env()
+cfg = load_config("demo", [f"model.path={sys.argv[1]}", f"model.lora={sys.argv[2]}"])
+torch.manual_seed(0)
+model, tokenizer = load_model(cfg.model.path)
+policy = build_policy(cfg, model)
+with torch.no_grad():  # non-zero LoRA deltas (lora_B starts at 0) and moved weights
+    for p in policy.parameters():
+        if p.requires_grad:
+            p.add_(0.01 * torch.randn_like(p))
+expected = {k: v.clone() for k, v in merged_weights(policy).items()}
+engine = HFRollout(policy, tokenizer, dtype=torch.float32)  # built before sharding, as the trainer does
+with torch.no_grad():
+    for p in engine.model.parameters():
+        p.zero_()
+strategy = sharding.make_strategy("fsdp", policy)
+layers = strategy.layers
+most = 0
+
+def watched(pairs):  # how many decoder layers are gathered (plain tensors, not DTensor shards) at once
+    global most
+    for pair in pairs:
+        most = max(most, sum(not any(isinstance(p, DTensor) for p in l.parameters()) for l in layers))
+        yield pair
+
+engine.sync(policy, watched(strategy.full_weights(policy)))
+got = engine.model.state_dict()
+assert set(got) == set(expected), set(got) ^ set(expected)
+diff = max((got[k] - expected[k]).abs().max().item() for k in expected)
+after = sum(not any(isinstance(p, DTensor) for p in l.parameters()) for l in layers)
+print("SYNC", most, diff, after)
+'''
+
+
+@pytest.mark.parametrize("lora", ["true", "false"])
+def test_fsdp_sync_gathers_one_layer_at_a_time(tiny_dir, tmp_path, lora):
+    """The rollout copy's weights come from the shards one decoder layer at a time (never the whole
+    model gathered beside the copy): they equal the unsharded policy's (LoRA merged), and every
+    layer is sharded again afterwards."""
+    script = tmp_path / "sync.py"
+    script.write_text(SYNC_WORKER)
+    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora], capture_output=True,
+                            text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    rows = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("SYNC")]
+    assert len(rows) == 2
+    for most, diff, after in rows:
+        assert int(most) == 1 and float(diff) == 0.0 and int(after) == 0
+
+
+def test_vllm_lora_is_refused_under_fsdp():
+    with pytest.raises(ConfigError, match="rollout.vllm_lora .* use trainer.strategy=ddp"):
+        load_config("demo", ["rollout.engine=vllm", "rollout.vllm_lora=true", "trainer.strategy=fsdp"])

@@ -235,14 +235,10 @@ def test_step_with_scripted_r1_responses(tiny_dir, tmp_path):
 
     from helpers import ScriptedEngine, common
 
-    class Scripted(ScriptedEngine):
-        def sync(self, policy):
-            pass
-
     cfg = load_config("nover", [*common(tiny_dir, tmp_path, "nv2", 1), "trainer.progress=false",
                                 "reward.alpha=0"])
     trainer = Trainer(cfg, tmp_path / "nv2")
-    trainer.engine = Scripted(trainer.tokenizer, [R1[0], R1[1], R1[3], R1[2]])
+    trainer.engine = ScriptedEngine(trainer.tokenizer, [R1[0], R1[1], R1[3], R1[2]])
     groups, _ = trainer.collect(1)
     for g in groups:
         assert sorted(o.reward for o in g.rewards) == pytest.approx([0.0, 1 / 3, 2 / 3, 1.0])

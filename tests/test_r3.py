@@ -153,11 +153,6 @@ def test_config_checks():
         load_config("demo", ["reward.aggregation=r3", "reward.debias=false", "reward.invalid_fallback=none"])
 
 
-class Scripted(ScriptedEngine):
-    def sync(self, policy):
-        pass
-
-
 def test_training_step_scores_each_group_on_its_own(tiny_dir, tmp_path):
     """The trainer passes each response's prompt index as its group: the rewards of a step are
     the reward of each group scored alone."""
@@ -167,7 +162,7 @@ def test_training_step_scores_each_group_on_its_own(tiny_dir, tmp_path):
                                "reward.aggregation=r3", "reward.debias=false", "reward.invalid_fallback=free",
                                "reward.shaping=identity", "reward.splice=ids", "algorithm.std_filter=false"])
     trainer = Trainer(cfg, tmp_path / "r3")
-    trainer.engine = Scripted(trainer.tokenizer, R1)
+    trainer.engine = ScriptedEngine(trainer.tokenizer, R1)
     groups = trainer.rollout_groups([0, 1], seed=0)
     for g in groups:
         alone = trainer.reward(trainer.policy, [g.prompt.text] * 4, [g.prompt.response_text(r.text) for r in g.rollouts],

@@ -36,11 +36,6 @@ def test_one_step_through_the_command_line(tiny_dir, tmp_path):
     assert len(steps) == 1 and math.isfinite(steps[0]["policy/ref_sft_logp"])
 
 
-class Scripted(ScriptedEngine):
-    def sync(self, policy):
-        pass
-
-
 def test_step_with_r1_responses_trains_reasoning_and_reference(tiny_dir, tmp_path):
     """Valid responses: only their reasoning tokens enter the policy loss (the invalid one: all of
     its tokens), and every valid response's o' enters the reference-SFT term."""
@@ -50,7 +45,7 @@ def test_step_with_r1_responses_trains_reasoning_and_reference(tiny_dir, tmp_pat
     trainer = Trainer(cfg, tmp_path / "vf2")
     tok = trainer.tokenizer
     valid, invalid = "<think> it is </think>\n<answer> x </answer>", "no idea"
-    trainer.engine = Scripted(tok, [valid, valid, valid, invalid])
+    trainer.engine = ScriptedEngine(tok, [valid, valid, valid, invalid])
     metrics = trainer.train_step(1)
     groups, n = cfg.trainer.prompts_per_step, cfg.rollout.responses_per_prompt
     reasoning = len(tok("<think> it is </think>\n", add_special_tokens=False)["input_ids"])

@@ -41,7 +41,8 @@ class ModelConfig:
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
     """Module names that get a LoRA adapter."""
     gradient_checkpointing: bool = False
-    """Recompute activations in the backward pass (less memory, more time); not with fsdp or deepspeed."""
+    """Recompute activations in the backward pass (less memory, more time; any trainer.strategy). The
+    prompt then runs once per micro-batch (trainer.share_prompt_prefix does not apply)."""
     rollout_dtype: str = "auto"
     """dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16: GPUs, CPUs with
     AVX512-BF16/AMX; else float32), bfloat16 or float32."""
@@ -128,6 +129,11 @@ class RolloutConfig:
     vllm_lora: bool = False
     """engine=vllm with model.lora: serve the LoRA adapter through vLLM's LoRA support (base weights
     loaded once, the adapter saved and loaded every step) instead of syncing merged weights."""
+    vllm_sleep: bool = True
+    """engine=vllm on a GPU: vLLM's sleep mode (TRL's vllm_enable_sleep_mode): once a step's rollouts
+    and rewards are done, the engine frees its KV cache and moves its weights to CPU memory (level 1)
+    so the update has the GPU; it wakes before the next weight sync or generation. Ignored on CPU,
+    where vLLM's sleep does nothing."""
     vllm_max_batched_tokens: int = 16384
     """engine=vllm: tokens per scheduler step; a prefill split over steps crashes per-request seeds on
     vLLM's CPU build, so keep it at least prompts x n x prompt tokens of one rollout."""
@@ -663,8 +669,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             _choice(key, _get(cfg, key), allowed)
     t, r, a, ro = cfg.trainer, cfg.reward, cfg.algorithm, cfg.rollout
     if sections is None:
-        if t.strategy in ("fsdp", "deepspeed") and cfg.model.gradient_checkpointing:
-            raise ConfigError(f"trainer.strategy={t.strategy} cannot be combined with model.gradient_checkpointing yet")
+        from rlpr.parallel.sharding import OFFLOADING
+
+        if t.cpu_offload and t.strategy not in OFFLOADING:
+            raise ConfigError(f"trainer.cpu_offload moves sharded optimizer states to the CPU: it needs "
+                              f"trainer.strategy={' or '.join(OFFLOADING)} (got {t.strategy})")
         if t.zero_stage == 3:
             raise ConfigError("trainer.zero_stage=3 is not offered: use trainer.strategy=fsdp (rlpr's ZeRO-3-like "
                               "sharding); ZeRO-3 gathers weights in hooks that every process must run in step, "
@@ -721,6 +730,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
     if ro.vllm_lora and (ro.engine != "vllm" or not cfg.model.lora):
         raise ConfigError("rollout.vllm_lora serves the LoRA adapter through vLLM: it needs rollout.engine=vllm "
                           "and model.lora=true")
+    if ro.vllm_lora and t.strategy == "fsdp":
+        raise ConfigError("rollout.vllm_lora saves the adapter from each process's full copy, which "
+                          "trainer.strategy=fsdp shards: use trainer.strategy=ddp (a LoRA adapter is small)")
     if a.rollout_is != "none" and ro.engine == "hf":
         raise ConfigError("algorithm.rollout_is corrects for the sampling engine's own log-probs, which "
                           "rollout.engine=hf does not report (it samples with the trainer's model): use rollout.engine=vllm")

@@ -31,6 +31,7 @@ import torch
 from rlpr.parallel import distributed as dist
 from rlpr.errors import ConfigError
 from rlpr.model.forward import causal_lm
+from rlpr.model.weights import merged_weights
 
 
 class Replicated:
@@ -48,6 +49,11 @@ class Replicated:
 
     def training(self):
         return nullcontext()
+
+    def full_weights(self, policy):
+        """(name, tensor) pairs of the policy's full weights, LoRA merged, for the rollout engine's
+        sync; here every process holds them already."""
+        yield from merged_weights(policy).items()
 
     def backward(self, loss: torch.Tensor) -> None:
         loss.backward()
@@ -94,15 +100,18 @@ class FullySharded(Replicated):
     # on the demo's first step; tests/test_fsdp.py). Each forward re-casts instead.
     autocast_cache = False
 
-    def __init__(self, policy):
+    def __init__(self, policy, cpu_offload: bool = False):
         from torch.distributed.device_mesh import init_device_mesh
-        from torch.distributed.fsdp import fully_shard
+        from torch.distributed.fsdp import CPUOffloadPolicy, OffloadPolicy, fully_shard
 
         device = next(policy.parameters()).device
         mesh = init_device_mesh(device.type, (dist.world_size(),))
         lm = causal_lm(policy)
-        self.layers = [fully_shard(layer, mesh=mesh) for layer in decoder_layers(lm)]
-        self.root = fully_shard(lm, mesh=mesh)
+        # trainer.cpu_offload: FSDP2 keeps the shards (weights, gradients, AdamW states) on the CPU
+        # and runs the optimizer step there; each layer is copied to the device for its gather
+        offload = CPUOffloadPolicy(pin_memory=device.type == "cuda") if cpu_offload else OffloadPolicy()
+        self.layers = [fully_shard(layer, mesh=mesh, offload_policy=offload) for layer in decoder_layers(lm)]
+        self.root = fully_shard(lm, mesh=mesh, offload_policy=offload)
         for module in (*self.layers, self.root):
             # rlpr normalises losses by global counts: it needs the SUM over processes, not the mean
             module.set_gradient_divide_factor(1.0)
@@ -134,6 +143,29 @@ class FullySharded(Replicated):
                 # reshards everything and forgets the forward order recorded by this phase's
                 # forwards (their number differs per process; backward prefetching reads it)
                 self.root.reset_iter_state()
+
+    def full_weights(self, policy):
+        """The full weights for the rollout engine's sync, gathered one decoder layer at a time:
+        each layer is all-gathered, its (name, tensor) pairs yielded for the engine to copy, and
+        resharded before the next; the root group (embeddings, final norm, output layer) stays
+        gathered throughout. So the sync never holds the whole model gathered beside the engine's
+        copy. Every process must consume it whole and in step (the gathers are collectives)."""
+        lm = causal_lm(policy)
+        names = {id(module): name for name, module in lm.named_modules()}
+        prefixes = [names[id(layer)] for layer in self.layers]
+
+        def under(prefix):
+            return lambda name: name == prefix or name.startswith(prefix + ".")
+
+        self.root.unshard()
+        try:
+            for layer, prefix in zip(self.layers, prefixes):
+                layer.unshard()
+                yield from merged_weights(policy, under(prefix)).items()
+                layer.reshard()
+            yield from merged_weights(policy, lambda name: not any(under(p)(name) for p in prefixes)).items()
+        finally:
+            self.root.reshard()
 
     @contextmanager
     def training(self):
@@ -188,8 +220,8 @@ class DeepSpeedZero(Replicated):
     # in step, so every process runs as many micro-batches as the busiest one
     lockstep = True
 
-    def __init__(self, policy, stage: int):
-        self.policy, self.stage = policy, stage
+    def __init__(self, policy, stage: int, cpu_offload: bool = False):
+        self.policy, self.stage, self.cpu_offload = policy, stage, cpu_offload
 
     def attach(self, optimizer, params, grad_clip: float) -> None:
         """Wrap the trainer's AdamW (its param groups, so the LambdaLR schedule, stay the same)."""
@@ -198,11 +230,24 @@ class DeepSpeedZero(Replicated):
             # rlpr splits and accumulates micro-batches itself: `step` is the accumulation boundary
             "train_micro_batch_size_per_gpu": 1, "gradient_accumulation_steps": 1,
             "managed_gradient_accumulation": False,
-            "zero_optimization": {"stage": self.stage}, "zero_allow_untested_optimizer": True,
-            "gradient_clipping": grad_clip,
+            "zero_optimization": {"stage": self.stage, **self._offload()}, "zero_allow_untested_optimizer": True,
+            "gradient_clipping": grad_clip, **self._client_optimizer(),
         }
         self.engine, *_ = deepspeed.initialize(model=self.policy, optimizer=optimizer, config=config,
                                                dist_init_required=False)
+
+    def _offload(self) -> dict:
+        """trainer.cpu_offload: ZeRO-Offload keeps the fp32 master weights' shard and the AdamW
+        states on the CPU, where the step runs; rlpr's own AdamW (torch's, not DeepSpeedCPUAdam,
+        whose C++ op would be compiled on first use) does the step."""
+        if not self.cpu_offload:
+            return {}
+        return {"offload_optimizer": {"device": "cpu", "pin_memory": torch.cuda.is_available()}}
+
+    def _client_optimizer(self) -> dict:
+        """ZeRO-Offload refuses a client optimizer unless told: rlpr's AdamW keeps its exact
+        semantics (and needs no compiled op); DeepSpeedCPUAdam would step faster on the CPU."""
+        return {"zero_force_ds_cpu_optimizer": False} if self.cpu_offload else {}
 
     def backward(self, loss: torch.Tensor) -> None:
         # DeepSpeed averages gradients over processes; rlpr's losses are normalised by global
@@ -248,19 +293,20 @@ def _import_deepspeed():
     return deepspeed
 
 
-# trainer.strategy -> how to build it from (policy, zero_stage); the configuration's allowed values
+# trainer.strategy -> how to build it from (policy, zero_stage, cpu_offload); the configuration's allowed values
 STRATEGIES = {
-    "ddp": lambda policy, zero_stage: Replicated(),
-    "fsdp": lambda policy, zero_stage: FullySharded(policy),
-    "deepspeed": lambda policy, zero_stage: DeepSpeedZero(policy, zero_stage),
+    "ddp": lambda policy, zero_stage, cpu_offload: Replicated(),
+    "fsdp": lambda policy, zero_stage, cpu_offload: FullySharded(policy, cpu_offload),
+    "deepspeed": lambda policy, zero_stage, cpu_offload: DeepSpeedZero(policy, zero_stage, cpu_offload),
 }
+OFFLOADING = ("fsdp", "deepspeed")  # the strategies that take trainer.cpu_offload
 
 
-def make_strategy(name: str, policy, zero_stage: int = 2):
+def make_strategy(name: str, policy, zero_stage: int = 2, cpu_offload: bool = False):
     """`ddp` (the default), `fsdp` or `deepspeed`; with one process nothing is sharded and all
     three run as ddp. An unknown name is an error (it used to fall through to ddp)."""
     if name not in STRATEGIES:
         raise ValueError(f"unknown trainer.strategy {name!r}; choose one of {', '.join(STRATEGIES)}")
     if dist.world_size() == 1:
         return Replicated()
-    return STRATEGIES[name](policy, zero_stage)
+    return STRATEGIES[name](policy, zero_stage, cpu_offload)

@@ -17,6 +17,7 @@ import torch
 
 from rlpr.seeding import SEED_MIX
 from rlpr.model.forward import causal_lm, position_ids_from_mask
+from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
 from rlpr.rollout.decode import preallocated_cache, sample
 
 
@@ -32,40 +33,14 @@ class Rollout:
 
 
 class RolloutEngine(Protocol):
-    def sync(self, policy) -> None: ...
+    def sync(self, policy, weights=None) -> None: ...
+
+    def sleep(self) -> None:
+        """Give the device's memory to the update until the next `sync` or `generate` (vLLM's sleep
+        mode; a no-op where the engine has nothing to give back)."""
 
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float,
                  top_p: float, seed: int) -> list[Rollout]: ...
-
-
-def merged_weights(policy) -> dict[str, torch.Tensor]:
-    """The policy's weights as a plain (un-wrapped) state dict, LoRA deltas merged in.
-
-    Read from the modules' tensors rather than `state_dict()`: under FSDP (inside
-    `sharding.gathered`) those are the full weights, while `state_dict()` would reshard them."""
-    lm = causal_lm(policy)
-    try:
-        from peft.tuners.lora import LoraLayer
-    except ImportError:  # pragma: no cover - peft is a dependency
-        LoraLayer = ()
-    out: dict[str, torch.Tensor] = {}
-    lora_prefixes = []
-    for name, module in lm.named_modules():
-        if LoraLayer and isinstance(module, LoraLayer):
-            weight = module.get_base_layer().weight.detach()
-            if not getattr(module, "disable_adapters", False):
-                for adapter in module.active_adapters:
-                    if adapter in module.lora_A:
-                        weight = weight + module.get_delta_weight(adapter).detach()
-            out[f"{name}.weight"] = weight
-            lora_prefixes.append(name + ".")
-    for module_name, module in lm.named_modules(remove_duplicate=False):  # the keys of lm.state_dict()
-        prefix = f"{module_name}." if module_name else ""
-        buffers = [(n, b) for n, b in module._buffers.items() if n not in module._non_persistent_buffers_set]
-        for name, tensor in [*module._parameters.items(), *buffers]:
-            if tensor is not None and not any((prefix + name).startswith(p) for p in lora_prefixes):
-                out.setdefault(prefix + name, tensor.detach())
-    return out
 
 
 def plain_copy(lm, dtype: torch.dtype, device: torch.device | str = "cpu"):
@@ -149,16 +124,22 @@ class HFRollout:
         self.model = plain_copy(lm, dtype, next(lm.parameters()).device)
         self.sync(policy)
 
+    def sleep(self) -> None:
+        """Nothing to give back: the rollout copy is a plain module beside the policy."""
+
     @torch.no_grad()
-    def sync(self, policy) -> None:
-        """Copy the current policy weights (LoRA merged) into the sampling model."""
+    def sync(self, policy, weights=None) -> None:
+        """Copy the current policy weights (LoRA merged) into the sampling model. `weights`: the
+        (name, tensor) pairs to copy instead, consumed one at a time (a sharded policy's, gathered
+        layer by layer: `sharding.FullySharded.full_weights`)."""
         target = self.model.state_dict()
-        weights = merged_weights(policy)
-        missing = set(target) - set(weights)
+        seen = set()
+        for name, tensor in (merged_weights(policy).items() if weights is None else weights):
+            target[name].copy_(tensor.to(target[name].dtype))
+            seen.add(name)
+        missing = set(target) - seen
         if missing:
             raise RuntimeError(f"rollout model has weights the policy lacks: {sorted(missing)[:3]}")
-        for name, tensor in weights.items():
-            target[name].copy_(tensor.to(target[name].dtype))
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,

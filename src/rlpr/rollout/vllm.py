@@ -98,6 +98,8 @@ class VLLMRollout:
         lm = causal_lm(policy)
         device = next(lm.parameters()).device
         os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")  # the engine in this process
+        self._sleeps = rollout.vllm_sleep and device.type == "cuda"  # rollout.vllm_sleep: on GPUs only
+        self._asleep = False
         if device.type == "cpu":
             cpu_environment(rollout.vllm_kv_cache_gb)
         self._dir = Path(tempfile.mkdtemp(prefix="rlpr-vllm-"))
@@ -117,6 +119,7 @@ class VLLMRollout:
                 max_num_seqs=max(rollout.batch_sequences, 1),
                 gpu_memory_utilization=rollout.vllm_gpu_memory_utilization,
                 logprobs_mode="processed_logprobs",  # after temperature: comparable with the trainer's
+                enable_sleep_mode=self._sleeps,
             )
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
@@ -126,19 +129,35 @@ class VLLMRollout:
             self.sync(policy)  # the adapter as it is now (callers that never sync get the policy too)
 
     @torch.no_grad()
-    def sync(self, policy) -> None:
+    def sync(self, policy, weights=None) -> None:
         """The current policy weights (LoRA merged) into vLLM, in place; the prefix cache is dropped.
-        With rollout.vllm_lora: the adapter saved to a new directory, served under a new id."""
+        `weights`: (name, tensor) pairs to load instead, consumed one at a time (a sharded policy's,
+        gathered layer by layer). With rollout.vllm_lora: the adapter saved to a new directory,
+        served under a new id."""
         import time
 
         tick = time.perf_counter()
+        self._wake()
         if self.lora_rank:
             self._sync_adapter(policy)
         else:
-            weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
+            if weights is None:
+                weights = [(k, v.detach()) for k, v in merged_weights(policy).items()]  # plain names, LoRA merged
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - tick
+
+    def sleep(self) -> None:
+        """rollout.vllm_sleep on a GPU: free the KV cache and move the weights to CPU memory (vLLM's
+        sleep level 1) while the trainer updates; `sync` and `generate` wake the engine first."""
+        if self._sleeps and not self._asleep:
+            self.llm.sleep(level=1)
+            self._asleep = True
+
+    def _wake(self) -> None:
+        if self._asleep:
+            self.llm.wake_up()
+            self._asleep = False
 
     def _sync_adapter(self, policy) -> None:
         from vllm.lora.request import LoRARequest
@@ -155,6 +174,7 @@ class VLLMRollout:
                  top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
         """n responses per prompt, grouped by prompt (prompt 0's n first); temperature 0 is greedy.
         Response j of prompt i is seeded by row_seed(seeds[i], j) (reproducible for the same batch)."""
+        self._wake()
         eos = self.tokenizer.eos_token_id
         seeds = list(range(len(prompts))) if seeds is None else seeds
         flat = [(i, j) for i in range(len(prompts)) for j in range(n)]

@@ -41,8 +41,7 @@ def evaluate(trainer) -> dict:
     if dist.is_main():
         log.info("evaluating on %d held-out prompts (greedy%s)", total, f" and {k} samples each" if k else "")
     engine = trainer.engine
-    with trainer.strategy.gathered():
-        engine.sync(trainer.policy)
+    engine.sync(trainer.policy, trainer.strategy.full_weights(trainer.policy))  # under fsdp layer by layer
     prompts = trainer.val_prompts
     max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
     rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)

@@ -45,7 +45,7 @@ from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, wri
                                 write_summary)
 from rlpr.train.signals import finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
-                              seed_everything, std_filter, training_prompts)
+                              scoring_budget, seed_everything, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
 
@@ -91,13 +91,13 @@ class Trainer:
         self.stream = PromptStream(len(self.train_prompts), cfg.trainer.seed, cfg.data.shuffle)
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
-        self.reward = ProbabilityReward(cfg.reward, self.tokenizer, cfg.rollout.temperature, max_length)
+        self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
         # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
-        self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage)
+        self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage, cfg.trainer.cpu_offload)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         self.filter = std_filter(cfg)
         self.length_monitor = LengthMonitor(cfg.trainer.length_warn_ratio)
@@ -272,10 +272,12 @@ class Trainer:
         tick = time.perf_counter()
         with self._precision(), self.strategy.gathered():
             if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
-                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share)
+                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share,
+                              t.micro_batch_tokens)
             if cfg.algorithm.kl_coef:
                 with initial_policy(self.policy, cfg.model.lora, self.ref_model) as ref:
-                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share)
+                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share,
+                                  t.micro_batch_tokens)
         timings["perf/old_logp_s"] = time.perf_counter() - tick
         tick = time.perf_counter()
         totals: dict[str, float] = {}
@@ -287,7 +289,7 @@ class Trainer:
                 with self._precision(), self.strategy.training():  # every rank calls it, even with no groups
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
                                                  pad, temp, share, lockstep=self.strategy.lockstep,
-                                                 backward=self.strategy.backward)
+                                                 backward=self.strategy.backward, max_tokens=t.micro_batch_tokens)
                 grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
                 self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
                 for k, v in stats.items():
@@ -301,10 +303,11 @@ class Trainer:
     def train_step(self, step: int) -> dict:
         start = time.perf_counter()
         self.timings = {"perf/rollout_s": 0.0, "perf/reward_s": 0.0}
-        with self.strategy.gathered():
-            self.engine.sync(self.policy)  # the policy's weights (LoRA merged) into the sampling model
+        # the policy's weights (LoRA merged) into the sampling model; under fsdp gathered layer by layer
+        self.engine.sync(self.policy, self.strategy.full_weights(self.policy))
         self.timings["perf/sync_s"] = time.perf_counter() - start
         kept, info = self.collect(step)
+        self.engine.sleep()  # rollout.vllm_sleep: vLLM's GPU memory goes to the update until the next sync
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start
         metrics = {**info, **rollout_metrics(generated), **self.update(kept), **self.timings}
