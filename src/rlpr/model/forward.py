@@ -52,8 +52,15 @@ def _rows_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     return logp, -(logp_all.exp() * logp_all).sum(-1)
 
 
+def _head_rows_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, softcap,
+                        with_entropy: bool):
+    """`_rows_logprobs` of the output layer's logits for `hidden` [n, H] (recomputed in backward)."""
+    return _rows_logprobs(head(hidden), targets, temperature, softcap, with_entropy)
+
+
 def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, temperature: float = 1.0,
-                     with_entropy: bool = False, chunk: int = 512, softmax_rows: int | None = 64):
+                     with_entropy: bool = False, chunk: int = 512, softmax_rows: int | None = 64,
+                     recompute_head: bool | None = None):
     """Log-prob of `targets` [N] given hidden states [N, H]; logits / temperature, fp32 softmax.
 
     The output layer runs on `chunk` rows at a time; the fp32 softmax part on `softmax_rows` rows
@@ -63,6 +70,13 @@ def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, tempera
     works row by row, so the values and gradients are bit-identical to `softmax_rows=None` (one
     piece per chunk, no checkpoint; tests/test_trainer.py).
 
+    `recompute_head` (default: when the model has gradient checkpointing on) checkpoints the output
+    layer too, per `softmax_rows` piece: backward keeps no logits at all and recomputes them, one
+    extra output-layer matmul per token. The kept logits are otherwise the largest activation under
+    checkpointing (a response token's [vocab] row: 196 KB in fp32 for a 49k vocabulary, against
+    its decoder checkpoints of 69 KB for the 30 layers of SmolLM2-135M), and they grow with the
+    tokens of a micro-batch.
+
     Returns (logp [N], entropy [N] or None).
     """
     from torch.utils.checkpoint import checkpoint
@@ -70,6 +84,18 @@ def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, tempera
     lm = causal_lm(model)
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
+    if recompute_head is None:
+        recompute_head = bool(getattr(lm, "is_gradient_checkpointing", False))
+    if recompute_head and torch.is_grad_enabled() and hidden.requires_grad and softmax_rows:
+        logps, ents = [], []
+        for piece, tgt in zip(hidden.split(softmax_rows), targets.split(softmax_rows)):
+            logp, ent = checkpoint(_head_rows_logprobs, head, piece, tgt, temperature, softcap, with_entropy,
+                                   use_reentrant=False)
+            logps.append(logp)
+            ents.append(ent)
+        empty = hidden.new_zeros(0, dtype=torch.float32)
+        logp = torch.cat(logps) if logps else empty
+        return logp, ((torch.cat(ents) if ents else empty) if with_entropy else None)
     logps, ents = [], []
     for start in range(0, hidden.shape[0], chunk):
         logits = head(hidden[start:start + chunk])
