@@ -55,3 +55,25 @@ def test_demo_preset_two_steps_end_to_end(tmp_path):
     ids = tokenizer("Hello", return_tensors="pt")["input_ids"]
     assert model(input_ids=ids).logits.shape[-1] == len(tokenizer)
     assert summary["after"]["eval/questions"] == 2
+
+
+@pytest.mark.parametrize("gguf_type", ["f16", "q8_0"])
+def test_gguf_export_of_the_embedded_model_answers_the_same(real_model, tmp_path, gguf_type):
+    """The embedded model written back as a GGUF (rlpr export's writer; the tokenizer's fields copied
+    from the embedded GGUF) reloads with transformers' GGUF loader and gives the same greedy answers."""
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    from rlpr.model.export import write_gguf
+    from rlpr.model.loading import embedded_gguf_path
+
+    model, tokenizer = real_model
+    write_gguf(model, tokenizer, tmp_path / "m.gguf", gguf_type, embedded_gguf_path())
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32).eval()
+    for question in ("What is the capital of France?", "What color is the sky?", "What is 2 + 3?"):
+        text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
+                                             add_generation_prompt=True)
+        ids = torch.tensor([tokenizer(text, add_special_tokens=False)["input_ids"]])
+        a = model.generate(ids, max_new_tokens=12, do_sample=False)
+        b = exported.generate(ids, max_new_tokens=12, do_sample=False)
+        assert torch.equal(a, b), (tokenizer.decode(a[0, ids.shape[1]:]), tokenizer.decode(b[0, ids.shape[1]:]))

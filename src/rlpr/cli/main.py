@@ -13,6 +13,7 @@ import sys
 
 from rlpr.cli.evaluation import register as register_evaluation
 from rlpr.cli.options import Shorthand, add_config_options, command_config, shorthand
+from rlpr.cli.export import register as register_export
 from rlpr.cli.report import register as register_report
 
 
@@ -131,6 +132,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_evaluation(sub)  # eval, grade, serve, reward-quality
     register_report(sub)
+    register_export(sub)
 
     p = sub.add_parser("config", help="print the effective configuration (YAML), or every key (--reference)")
     add_config_options(p, default_preset="demo")
