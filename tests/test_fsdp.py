@@ -76,7 +76,8 @@ single = build_policy(cfg, copy.deepcopy(model)).train()  # never checkpointed: 
 torch.manual_seed(0)
 cfg.model.gradient_checkpointing = checkpointing
 policy = build_policy(cfg, model).train()
-assert policy.is_gradient_checkpointing == checkpointing
+from rlpr.model.forward import causal_lm, checkpointing_on
+assert checkpointing_on(causal_lm(policy)) == checkpointing
 g = torch.Generator().manual_seed(1)
 
 def groups(n, plen):

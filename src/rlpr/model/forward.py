@@ -10,6 +10,7 @@ right-padded batches give the same numbers as unpadded single sequences.
 from __future__ import annotations
 
 import copy
+import inspect
 
 import torch
 
@@ -18,6 +19,34 @@ def causal_lm(model):
     """The transformers model under a peft wrapper (LoRA layers stay injected and active)."""
     get_base = getattr(model, "get_base_model", None)
     return get_base() if callable(get_base) else model
+
+
+def cache_kwargs(model, cache) -> dict:
+    """The keyword that passes a KV cache to `model`'s forward: `cache` (transformers >= 5.20; it
+    deprecates `past_key_values` with a FutureWarning on every call) or `past_key_values` (older 5.x,
+    whose forward would take `cache` into **kwargs and silently ignore it)."""
+    forward = type(model).forward
+    name = _CACHE_KWARG.get(forward)
+    if name is None:
+        name = _CACHE_KWARG[forward] = "cache" if "cache" in inspect.signature(forward).parameters else "past_key_values"
+    return {name: cache}
+
+
+_CACHE_KWARG: dict = {}
+
+
+def checkpointing_on(lm) -> bool:
+    """Whether `lm` recomputes activations in backward (transformers renamed the property; the old
+    name warns on every read)."""
+    for name in ("is_activation_checkpointing", "is_gradient_checkpointing"):
+        if hasattr(type(lm), name):
+            return bool(getattr(lm, name))
+    return False
+
+
+def output_cache(output):
+    """The KV cache a forward returned, under either transformers 5.x name."""
+    return output["cache"] if "cache" in output else output["past_key_values"]
 
 
 def position_ids_from_mask(attention_mask: torch.Tensor) -> torch.Tensor:
@@ -85,7 +114,7 @@ def project_logprobs(model, hidden: torch.Tensor, targets: torch.Tensor, tempera
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
     if recompute_head is None:
-        recompute_head = bool(getattr(lm, "is_gradient_checkpointing", False))
+        recompute_head = checkpointing_on(lm)
     if recompute_head and torch.is_grad_enabled() and hidden.requires_grad and softmax_rows:
         logps, ents = [], []
         for piece, tgt in zip(hidden.split(softmax_rows), targets.split(softmax_rows)):
@@ -141,7 +170,7 @@ class PrefixState:
         self.length = len(prefix)
         device = next(lm.parameters()).device
         head = lm.get_decoder()(input_ids=torch.tensor([prefix], device=device), use_cache=True)
-        self.kv = [(layer.keys, layer.values) for layer in head.past_key_values.layers]
+        self.kv = [(layer.keys, layer.values) for layer in output_cache(head).layers]
         self.last_hidden = head.last_hidden_state[:, -1:]
 
     def tensors(self) -> list[torch.Tensor]:
@@ -185,9 +214,10 @@ def continuation_logprobs(model, state: PrefixState, continuations: list[list[in
     device = next(lm.parameters()).device
     ids, mask, target = ids.to(device), mask.to(device), target.to(device)
     p = state.length
-    out = lm.get_decoder()(input_ids=ids, attention_mask=torch.cat([mask.new_ones(n, p), mask], dim=1),
-                           position_ids=p + position_ids_from_mask(mask), past_key_values=state.cache(n),
-                           use_cache=True)
+    decoder = lm.get_decoder()
+    out = decoder(input_ids=ids, attention_mask=torch.cat([mask.new_ones(n, p), mask], dim=1),
+                  position_ids=p + position_ids_from_mask(mask), **cache_kwargs(decoder, state.cache(n)),
+                  use_cache=True)
     # the hidden state before continuation token j: the prefix's last one for j = 0
     before = torch.cat([state.last_hidden.expand(n, 1, -1), out.last_hidden_state[:, :-1]], dim=1)
     return project_logprobs(model, before[target], ids[target], temperature, with_entropy, chunk)

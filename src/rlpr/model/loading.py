@@ -13,6 +13,8 @@ import logging
 import os
 import shutil
 import tempfile
+import warnings
+from contextlib import contextmanager
 from pathlib import Path
 
 import torch
@@ -147,6 +149,15 @@ def tiny_llama(tokenizer, *, layers: int = 2, hidden: int = 64, seed: int = 0):
     return LlamaForCausalLM(config).eval()
 
 
+@contextmanager
+def peft_quiet():
+    """peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing` alias, which warns on
+    every read: a notice about peft's code, not the user's, kept off their console."""
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+        yield
+
+
 def find_checkpoint(path: str | os.PathLike) -> Path:
     """A complete checkpoint directory from a run directory (its latest complete
     `checkpoints/step_N`) or a step dir; incomplete ones (a write or removal killed midway) are
@@ -176,5 +187,6 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.Pa
     from peft import PeftModel
 
     model, tokenizer = load_model(path, dtype, device)
-    model = PeftModel.from_pretrained(model, ckpt / "adapter").merge_and_unload()
+    with peft_quiet():
+        model = PeftModel.from_pretrained(model, ckpt / "adapter").merge_and_unload()
     return model.to(device).eval(), tokenizer

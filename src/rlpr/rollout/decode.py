@@ -17,7 +17,7 @@ from __future__ import annotations
 import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
-from rlpr.model.forward import position_ids_from_mask
+from rlpr.model.forward import cache_kwargs, position_ids_from_mask
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -125,7 +125,7 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
     done = torch.zeros(batch, dtype=torch.bool)
     length = width
     for step in range(max_new_tokens):
-        logits = model(input_ids=feed, attention_mask=mask[:, :length], position_ids=pos, past_key_values=cache,
+        logits = model(input_ids=feed, attention_mask=mask[:, :length], position_ids=pos, **cache_kwargs(model, cache),
                        use_cache=True, logits_to_keep=1).logits[:, -1]
         tokens = draw(logits.float(), rows).cpu()
         live = ~done

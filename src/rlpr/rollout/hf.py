@@ -16,7 +16,7 @@ from typing import Callable, Protocol
 import torch
 
 from rlpr.seeding import SEED_MIX
-from rlpr.model.forward import causal_lm, position_ids_from_mask
+from rlpr.model.forward import cache_kwargs, causal_lm, output_cache, position_ids_from_mask
 from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
 from rlpr.rollout.decode import preallocated_cache, sample
 
@@ -81,7 +81,7 @@ def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, p
     gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
                                   do_sample=False)
     processors = LogitsProcessorList([sampler] if sampler is not None else [])
-    return model.generate(input_ids=ids, attention_mask=attn, past_key_values=cache,
+    return model.generate(input_ids=ids, attention_mask=attn, **cache_kwargs(model, cache),
                           generation_config=gen_config, logits_processor=processors)[:, ids.shape[1]:]
 
 
@@ -199,8 +199,8 @@ class HFRollout:
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
         cache = preallocated_cache(self.model.config, capacity) if capacity else None
         out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
-                         past_key_values=cache, use_cache=True, logits_to_keep=1)
-        cache = out.past_key_values
+                         **cache_kwargs(self.model, cache), use_cache=True, logits_to_keep=1)
+        cache = output_cache(out)
         cache.reorder_cache(rows)  # an index_select per layer: row r gets its prompt's keys/values
         return cache
 

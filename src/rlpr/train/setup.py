@@ -6,7 +6,6 @@ import copy
 import dataclasses
 import logging
 import random
-import warnings
 
 import numpy as np
 import torch
@@ -71,20 +70,25 @@ def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Promp
 def build_policy(cfg: Config, model):
     """Wrap the base model for training: a LoRA adapter (peft) or all weights."""
     if cfg.model.gradient_checkpointing:
-        model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
+        # transformers >= 5.20 renamed it (the old name warns); older 5.x has only the old one
+        if hasattr(model, "activation_checkpointing_enable"):
+            model.activation_checkpointing_enable(activation_checkpointing_kwargs={"use_reentrant": False})
+        else:
+            model.gradient_checkpointing_enable(gradient_checkpointing_kwargs={"use_reentrant": False})
         model.config.use_cache = False
     if not cfg.model.lora:
         model.requires_grad_(True)
         return model
     from peft import LoraConfig, get_peft_model
 
+    from rlpr.model.loading import peft_quiet
+
     lora = LoraConfig(r=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
                       lora_dropout=cfg.model.lora_dropout, target_modules=list(cfg.model.lora_target_modules),
                       task_type="CAUSAL_LM")
     if cfg.model.gradient_checkpointing:
         model.enable_input_require_grads()
-    with warnings.catch_warnings():  # peft 0.21 reads transformers 5's deprecated alias: not the user's concern
-        warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+    with peft_quiet():
         return get_peft_model(model, lora)
 
 

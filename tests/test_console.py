@@ -1,0 +1,39 @@
+"""A normal run's console carries no deprecation noise (issue 30): `rlpr train` (LoRA, and full
+fine-tuning with gradient checkpointing), `rlpr eval` and `rlpr score` in fresh processes with
+Python's default warning filters, as a user runs them; stderr has no FutureWarning,
+DeprecationWarning or transformers' "deprecated" notices (they used to print
+"`past_key_values` is deprecated ... Use `cache` instead" several times per command)."""
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.integration
+
+ROOT = Path(__file__).resolve().parents[1]
+NOISE = ("FutureWarning", "DeprecationWarning", "deprecated", "UserWarning")
+
+
+def rlpr(*args, cwd):
+    result = subprocess.run([sys.executable, "-m", "rlpr", *args], capture_output=True, text=True, cwd=cwd,
+                            timeout=600, env={"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "2"})
+    assert result.returncode == 0, result.stderr[-2000:]
+    noise = [line for line in result.stderr.splitlines() if any(word in line for word in NOISE)]
+    assert not noise, noise
+    return result
+
+
+def test_train_eval_and_score_print_no_deprecation_warnings(tiny_dir, tmp_path):
+    common = [f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}", "trainer.max_steps=1",
+              "rollout.max_new_tokens=8", "data.demo_train_size=40", "data.demo_val_size=4",
+              "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "rollout.responses_per_prompt=2",
+              "trainer.eval_samples=2", "trainer.progress=false"]
+    rlpr("train", *common, "trainer.name=lora", cwd=tmp_path)
+    rlpr("train", *common, "trainer.name=full", "model.lora=false", "model.gradient_checkpointing=true", cwd=tmp_path)
+    rlpr("eval", "--model", tiny_dir, "--checkpoint", str(tmp_path / "lora"), "--data",
+         str(ROOT / "examples" / "my_questions_val.jsonl"), "--limit", "3", "--samples", "2",
+         "--max-new-tokens", "8", "--output", str(tmp_path / "eval"), cwd=tmp_path)
+    rlpr("score", "--model", tiny_dir, "--input", str(ROOT / "examples" / "score_example.jsonl"),
+         "--output", str(tmp_path / "scored.jsonl"), cwd=tmp_path)
