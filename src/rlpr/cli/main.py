@@ -1,4 +1,4 @@
-"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, report, config.
+"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, report, plan, config.
 
 Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
 mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
@@ -13,6 +13,7 @@ import sys
 
 from rlpr.cli.evaluation import register as register_evaluation
 from rlpr.cli.options import Shorthand, add_config_options, command_config, shorthand
+from rlpr.cli.plan import register as register_plan
 from rlpr.cli.export import register as register_export
 from rlpr.cli.report import register as register_report
 
@@ -132,6 +133,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     register_evaluation(sub)  # eval, grade, serve, reward-quality
     register_report(sub)
+    register_plan(sub)  # memory per GPU before a run
     register_export(sub)
 
     p = sub.add_parser("config", help="print the effective configuration (YAML), or every key (--reference)")
