@@ -343,3 +343,79 @@ def test_judge_deadline_covers_a_trickling_reply():
     finally:
         stop.set()
         server.shutdown()
+
+
+@pytest.mark.parametrize("declared", [True, False], ids=["content-length", "chunked"])
+def test_judge_reply_size_is_capped(declared, caplog):
+    """Issue 29, item 12: a judge reply had no size limit (a 400 MB reply took 1.6 GB of RSS). A
+    reply over `max_reply_bytes` (4 MiB by default) is a failed judgment with a one-line warning;
+    the client stops reading it (a declared size is refused before reading)."""
+    sent = []
+    total = 40 * 1024 * 1024  # a valid reply, "YES" and 40 MiB of spaces
+
+    class Huge(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            head, tail = b'{"choices": [{"message": {"content": "YES', b'"}}]}'
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            if declared:
+                self.send_header("Content-Length", str(len(head) + total + len(tail)))
+            else:
+                self.send_header("Transfer-Encoding", "chunked")
+            self.end_headers()
+            chunk = b" " * 65536
+            try:
+                for part in [head] + [chunk] * (total // len(chunk)) + [tail]:
+                    self.wfile.write(part if declared else b"%x\r\n%s\r\n" % (len(part), part))
+                    sent.append(len(part))
+                if not declared:
+                    self.wfile.write(b"0\r\n\r\n")
+            except OSError:  # the client hung up
+                pass
+            self.close_connection = True
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Huge)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = _client(f"http://127.0.0.1:{server.server_port}", timeout=30.0, retries=2)
+        with caplog.at_level(logging.WARNING, logger="rlpr.evaluation.judge"):
+            assert client.judge("q", "r", "a") is None and client.failed == 1
+    finally:
+        server.shutdown()
+        server.server_close()
+    assert sum(sent) < total // 2  # the client stopped reading near the cap
+    warnings = [r.getMessage() for r in caplog.records if "limit" in r.getMessage()]
+    assert len(warnings) == 1 and "over the 4194304-byte limit" in warnings[0] and "\n" not in warnings[0]
+
+
+@pytest.mark.parametrize("reply", [b"[" * 100_000 + b"]" * 100_000, b'{"choices": ' + b"7" * 5000 + b"}"],
+                         ids=["100k-deep", "5000-digit-integer"])
+def test_judge_reply_that_json_cannot_hold_is_a_failed_judgment(reply):
+    """A reply json.loads raises RecursionError or a plain ValueError on is a counted failure, not a
+    crash of the evaluation."""
+
+    class Odd(BaseHTTPRequestHandler):
+        def do_POST(self):
+            self.rfile.read(int(self.headers.get("Content-Length", 0)))
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(reply)))
+            self.end_headers()
+            self.wfile.write(reply)
+
+        def log_message(self, *args):
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Odd)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        client = _client(f"http://127.0.0.1:{server.server_port}", retries=0)
+        assert client.judge_many(ITEMS[:2]) == [None, None] and client.failed == 2
+    finally:
+        server.shutdown()
+        server.server_close()

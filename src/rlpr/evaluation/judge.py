@@ -5,6 +5,8 @@ The judge is only asked about responses the rule grader marked wrong, so it can 
 retries with exponential backoff; a request that still fails is counted and keeps the rule
 verdict, so a flaky judge never crashes an evaluation. The API key is read from an environment
 variable and only ever placed in the Authorization header: it is never logged or returned.
+A reply larger than `max_reply_bytes` (4 MiB by default; a verdict needs a few hundred bytes) is a
+failed judgment, refused from its Content-Length or cut as it arrives (issue 29, item 12).
 """
 
 from __future__ import annotations
@@ -41,6 +43,7 @@ formatting; only the final answer matters. Reply with exactly one word: YES or N
 # The final answer sits at the end; a long rambling response is cut from the front.
 MAX_RESPONSE_CHARS = 6_000
 _VERDICT = re.compile(r"\b(YES|NO)\b")
+MAX_REPLY_BYTES = 4 * 1024 * 1024
 
 
 @dataclass
@@ -53,15 +56,17 @@ class JudgeConfig:
     retries: int = 3  # extra attempts after the first
     max_tokens: int = 8
     backoff: float = 0.5  # seconds before the first retry; doubles each time
+    max_reply_bytes: int = MAX_REPLY_BYTES  # a larger reply is a failed judgment, never read whole
 
     def validate(self) -> None:
         if not self.url.startswith(("http://", "https://")):
             raise ValueError(f"--judge-url must start with http:// or https://, got {self.url!r}")
         if not self.model:
             raise ValueError("--judge-model is required with --judge-url")
-        if self.concurrency < 1 or self.retries < 0 or self.timeout <= 0 or self.backoff < 0:
-            raise ValueError("need --judge-concurrency >= 1, --judge-retries >= 0, --judge-timeout > 0 "
-                             "and --judge-backoff >= 0")
+        if self.concurrency < 1 or self.retries < 0 or self.timeout <= 0 or self.backoff < 0 \
+                or self.max_reply_bytes < 1:
+            raise ValueError("need --judge-concurrency >= 1, --judge-retries >= 0, --judge-timeout > 0, "
+                             "--judge-backoff >= 0 and a reply size limit >= 1 byte")
 
 
 class JudgeError(Exception):
@@ -113,6 +118,7 @@ class JudgeClient:
         self._lock = threading.Lock()
         self.calls = 0
         self.failed = 0
+        self._warned_size = False
 
     def judge_many(self, items: list[tuple[str, str, str]]) -> list[bool | None]:
         """Verdicts in order; None where the judgment failed after all retries."""
@@ -176,11 +182,18 @@ class JudgeClient:
         if self._key:
             headers["Authorization"] = f"Bearer {self._key}"
         request = urllib.request.Request(self.url, data=body, headers=headers, method="POST")
+        limit = self.cfg.max_reply_bytes
         try:
             with self._opener.open(request, timeout=self.cfg.timeout) as reply:
-                chunks = []
+                declared = (reply.headers.get("Content-Length") or "").strip()
+                if declared.isascii() and declared.isdigit() and len(declared) < 20 and int(declared) > limit:
+                    raise self._too_large(f"{int(declared)} bytes declared")
+                chunks, size = [], 0
                 while chunk := reply.read1(65536):  # what has arrived, so the deadline is checked often
                     chunks.append(chunk)
+                    size += len(chunk)
+                    if size > limit:  # no Content-Length (chunked), or more than it said
+                        raise self._too_large(f"cut after {size} bytes")
                     if time.monotonic() > deadline:
                         raise TimeoutError
                 data = json.loads(b"".join(chunks).decode("utf-8"))
@@ -194,9 +207,19 @@ class JudgeClient:
             raise JudgeError(what, retry=True) from None
         except (ConnectionError, http.client.HTTPException, OSError) as e:
             raise JudgeError(f"connection error ({type(e).__name__})", retry=True) from None
-        except (json.JSONDecodeError, UnicodeDecodeError):
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, a 5000-digit number, 100k-deep nesting
             raise JudgeError("reply is not JSON", retry=True) from None
         try:
             return str(data["choices"][0]["message"]["content"] or "")
         except (KeyError, IndexError, TypeError):
             raise JudgeError("reply has no choices[0].message.content", retry=False) from None
+
+    def _too_large(self, size: str) -> JudgeError:
+        """A reply over the size limit: not retried (the same question gets the same reply), and
+        one warning per client, so a misconfigured judge URL is seen without -v."""
+        reason = f"reply over the {self.cfg.max_reply_bytes}-byte limit ({size})"
+        with self._lock:
+            warn, self._warned_size = not self._warned_size, True
+        if warn:
+            log.warning("judge: %s; counted as a failed judgment", reason)  # the URL may hold a key
+        return JudgeError(reason, retry=False)
