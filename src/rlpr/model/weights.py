@@ -29,12 +29,17 @@ def merged_weights(policy, keep: Callable[[str], bool] | None = None) -> dict[st
             lora_prefixes.append(name + ".")
             if not keep(name):
                 continue
-            weight = module.get_base_layer().weight.detach()
+            base = module.get_base_layer()
+            weight = base.weight.detach()
             if not getattr(module, "disable_adapters", False):
                 for adapter in module.active_adapters:
                     if adapter in module.lora_A:
                         weight = weight + module.get_delta_weight(adapter).detach()
             out[f"{name}.weight"] = weight
+            # the wrapped layer's other tensors as they are (Qwen2's q/k/v biases: LoRA leaves them alone)
+            for key, tensor in base.named_parameters():
+                if key != "weight":
+                    out[f"{name}.{key}"] = tensor.detach()
     for module_name, module in lm.named_modules(remove_duplicate=False):  # the keys of lm.state_dict()
         if not keep(module_name):
             continue
