@@ -141,9 +141,12 @@ def count_parameters(config, lora=None) -> dict:
     from peft import LoraConfig, get_peft_model
     from peft.tuners.lora import LoraLayer
 
+    from rlpr.model.lora import lora_targets
+
     embedding = model.get_input_embeddings().weight
     config = LoraConfig(r=lora.lora_rank, lora_alpha=lora.lora_alpha, lora_dropout=lora.lora_dropout,
-                        target_modules=list(lora.lora_target_modules), task_type="CAUSAL_LM")
+                        target_modules=lora_targets(model, lora.lora_target_modules),  # as training resolves them
+                        task_type="CAUSAL_LM")
     with torch.device("meta"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:

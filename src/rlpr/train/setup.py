@@ -68,7 +68,8 @@ def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Promp
 
 
 def build_policy(cfg: Config, model):
-    """Wrap the base model for training: a LoRA adapter (peft) or all weights."""
+    """Wrap the base model for training: a LoRA adapter (peft) or all weights. The adapter's modules
+    follow model.lora_target_modules as `rlpr.model.lora.lora_targets` resolves them for this model."""
     if cfg.model.gradient_checkpointing:
         # transformers >= 5.20 renamed it (the old name warns); older 5.x has only the old one
         if hasattr(model, "activation_checkpointing_enable"):
@@ -82,10 +83,11 @@ def build_policy(cfg: Config, model):
     from peft import LoraConfig, get_peft_model
 
     from rlpr.model.loading import peft_quiet
+    from rlpr.model.lora import lora_targets
 
     lora = LoraConfig(r=cfg.model.lora_rank, lora_alpha=cfg.model.lora_alpha,
-                      lora_dropout=cfg.model.lora_dropout, target_modules=list(cfg.model.lora_target_modules),
-                      task_type="CAUSAL_LM")
+                      lora_dropout=cfg.model.lora_dropout,
+                      target_modules=lora_targets(model, cfg.model.lora_target_modules), task_type="CAUSAL_LM")
     if cfg.model.gradient_checkpointing:
         model.enable_input_require_grads()
     with peft_quiet():
