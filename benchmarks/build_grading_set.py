@@ -1,0 +1,237 @@
+"""Responses of the embedded model to grade by hand: the candidates of tests/data/grading/.
+
+The hand-labeled grading set (tests/data/grading/labeled_responses.jsonl, issue 28) needs real
+responses of the model rlpr trains, written the way training and `rlpr eval` see them. This script
+generates them with rlpr's own machinery and grades nothing (the labels are a person's):
+
+- prompts: the demo preset's (`data.template=plain`, the model's chat template, no prefill), on
+  three sets of questions: the demo preset's held-out questions (`demo_examples("val", ...)` with
+  the preset's families, size, seed and `demo_val_every`: what `rlpr train` evaluates),
+  examples/general_questions.jsonl (general short-answer questions of other kinds, written for the
+  project) and examples/family_new_items.jsonl (new items of the demo families, not in the demo
+  dictionaries);
+- models: the base model (`model.path=default`) and, with `--run`, a trained run's latest
+  checkpoint (`rlpr.model.loading.load_policy`, its LoRA adapter merged);
+- decoding: greedy, and `--samples` samples per question at the preset's rollout temperature and
+  top_p, seeded as `rlpr eval` seeds them (`seed * SEED_MIX + question index`, one RNG per
+  sample), through rlpr's rollout engine (`rollout.engine`, `model.rollout_dtype`).
+
+    rlpr train trainer.name=grading-demo model.threads=1 trainer.output_dir=/tmp/rlpr-grading-runs
+    python benchmarks/build_grading_set.py --run /tmp/rlpr-grading-runs/grading-demo
+    python benchmarks/build_grading_set.py --pick 540 --more-greedy 72 --more-forms 30   # the subset to label
+
+Writes tests/data/grading/candidates.jsonl (every response, unlabeled) and candidates.meta.json
+(settings, checkpoint, timings); `--pick N` writes tests/data/grading/to_label.jsonl: a seeded
+subset stratified over model x decoding x set (one sample per sampled question, duplicates of the
+same response to the same question dropped), then `--more-greedy` greedy rows and `--more-forms`
+rows with a parenthetical or a quoted answer followed by more text (picked by the text, never by a
+grader): the rows that were then labeled by reading them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import random
+import re
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+OUT = ROOT / "tests" / "data" / "grading"
+GENERAL = ROOT / "examples" / "general_questions.jsonl"
+NEW_ITEMS = ROOT / "examples" / "family_new_items.jsonl"
+SETS = ("demo_family", "new_item", "general")
+
+
+def question_sets(cfg) -> dict[str, list[tuple[object, str]]]:
+    """set name -> [(Example, family or kind)], prompts built as the preset's training builds them."""
+    from rlpr.data.demo_tasks import demo_examples
+    from rlpr.data.loading import iter_jsonl, load_examples
+
+    d = cfg.data
+    demo = demo_examples("val", n=d.demo_val_size, seed=d.demo_seed, template=d.template,
+                         families=d.demo_families, val_every=d.demo_val_every)
+    out = {"demo_family": [(e, e.data_source.removeprefix("demo/")) for e in demo]}
+    for name, path, field in (("new_item", NEW_ITEMS, "family"), ("general", GENERAL, "kind")):
+        rows = [row for _, row in iter_jsonl(path)]
+        out[name] = list(zip(load_examples(path, template=d.template), (r[field] for r in rows)))
+    return out
+
+
+def generate(cfg, checkpoint, sets, samples: int, max_new_tokens: int, seed: int, model_name: str) -> list[dict]:
+    """Greedy and sampled responses of one model to every question of every set."""
+    from rlpr.data.demo_tasks import acceptable_answers
+    from rlpr.evaluation.benchmark import prompt_ids
+    from rlpr.model.loading import load_policy
+    from rlpr.model.precision import resolve_rollout_dtype
+    from rlpr.rollout.engines import build_engine
+    from rlpr.seeding import SEED_MIX
+
+    model, tokenizer = load_policy(cfg.model.path, checkpoint)
+    engine = build_engine(model, tokenizer, cfg.rollout,
+                          resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device))
+    rows = []
+    for set_name in SETS:
+        items = sets[set_name]
+        ids = [prompt_ids(tokenizer, e.prompt) for e, _ in items]
+        for decoding, k, temperature in (("greedy", 1, 0.0), ("sampled", samples, cfg.rollout.temperature)):
+            if not k:
+                continue
+            t0 = time.time()
+            rollouts = engine.generate(ids, k, max_new_tokens=max_new_tokens, temperature=temperature,
+                                       top_p=cfg.rollout.top_p,
+                                       seeds=[seed * SEED_MIX + i for i in range(len(ids))])
+            counts = [0] * len(items)
+            for r in rollouts:
+                e, kind = items[r.prompt_index]
+                j = counts[r.prompt_index]
+                counts[r.prompt_index] += 1
+                acceptable = e.acceptable or (acceptable_answers(e.reference) if set_name == "demo_family" else [])
+                rows.append({
+                    "id": f"{model_name}-{decoding}-{e.uid}-{j}", "model": model_name, "decoding": decoding,
+                    "sample": j, "set": set_name, "family_or_kind": kind, "question": e.prompt[-1]["content"],
+                    "reference": e.reference, "aliases": [a for a in acceptable if a != e.reference],
+                    "response": r.text, "n_tokens": len(r.token_ids), "finished": r.finished})
+            print(f"{model_name} {decoding} {set_name}: {len(rollouts)} responses in {time.time() - t0:.0f} s",
+                  flush=True)
+    return rows
+
+
+def pick(rows: list[dict], n: int, seed: int) -> list[dict]:
+    """A seeded subset of about n rows, stratified over model x decoding x set: one random sample
+    per sampled question, and a response already picked for the same question left out."""
+    rng = random.Random(seed)
+    strata: dict[tuple, list[dict]] = {}
+    by_q: dict[tuple, list[dict]] = {}
+    for r in rows:
+        by_q.setdefault((r["model"], r["decoding"], r["set"], r["question"]), []).append(r)
+    for (model, decoding, set_name, _), group in by_q.items():
+        strata.setdefault((model, decoding, set_name), []).append(rng.choice(group))
+    per = -(-n // len(strata))
+    seen: set[tuple] = set()
+    out = []
+    for key in sorted(strata):
+        pool = strata[key][:]
+        rng.shuffle(pool)
+        taken = 0
+        for r in pool:
+            if taken == per:
+                break
+            k = (r["question"], " ".join(r["response"].split()))
+            if k in seen:
+                continue
+            seen.add(k)
+            out.append(r)
+            taken += 1
+    rng.shuffle(out)
+    return out
+
+
+# Forms the issue names as hard for a rule grader, picked by the response text alone (never by a
+# grader's verdict): a parenthetical after a word, a quoted phrase ending in a period and more text.
+FORMS = re.compile(r"\w \([^)]{1,30}\)|[\"'][^\"']{1,30}[.!][\"']\s+\S")
+
+
+def pick_more(rows: list[dict], chosen: list[dict], greedy: int, forms: int, seed: int) -> list[dict]:
+    """A second seeded batch beside `chosen`: `greedy` more greedy rows (stratified over model x set,
+    to raise the share of correct responses: sampled ones are mostly wrong) and `forms` rows whose
+    response has a form of FORMS; rows already chosen, or the same response to the same question,
+    left out."""
+    rng = random.Random(seed + 1)
+    seen = {(r["question"], " ".join(r["response"].split())) for r in chosen}
+    taken_ids = {r["id"] for r in chosen}
+
+    def fresh(r):
+        return r["id"] not in taken_ids and (r["question"], " ".join(r["response"].split())) not in seen
+
+    def take(r):
+        seen.add((r["question"], " ".join(r["response"].split())))
+        taken_ids.add(r["id"])
+        return r
+
+    out = []
+    strata: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["decoding"] == "greedy":
+            strata.setdefault((r["model"], r["set"]), []).append(r)
+    per = -(-greedy // len(strata)) if greedy else 0
+    for key in sorted(strata):
+        pool = strata[key][:]
+        rng.shuffle(pool)
+        out += [take(r) for r in [r for r in pool if fresh(r)][:per]]
+    pool = [r for r in rows if FORMS.search(r["response"])]
+    rng.shuffle(pool)
+    for r in pool:
+        if len(out) == per * len(strata) + forms:
+            break
+        if fresh(r):
+            out.append(take(r))
+    rng.shuffle(out)
+    return out
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--run", default=None, help="a trained run directory (its latest checkpoint) or checkpoints/step_N")
+    p.add_argument("--preset", default="demo")
+    p.add_argument("--samples", type=int, default=2, help="sampled responses per question")
+    p.add_argument("--max-new-tokens", type=int, default=48)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--threads", type=int, default=1)
+    p.add_argument("--output", default=str(OUT / "candidates.jsonl"))
+    p.add_argument("--pick", type=int, default=0, help="write N seeded, stratified rows of --output to to_label.jsonl")
+    p.add_argument("--more-greedy", type=int, default=0, help="with --pick: a second batch of N more greedy rows")
+    p.add_argument("--more-forms", type=int, default=0,
+                   help="with --pick: a second batch of N rows with a parenthetical or a quoted answer and more text")
+    args = p.parse_args()
+    out = Path(args.output)
+    if args.pick:
+        with open(out, encoding="utf-8") as f:  # not splitlines(): responses may hold U+2028
+            rows = [json.loads(line) for line in f]
+        chosen = pick(rows, args.pick, args.seed)
+        for r in chosen:
+            r["batch"] = 1
+        for r in pick_more(rows, chosen, args.more_greedy, args.more_forms, args.seed):
+            chosen.append({**r, "batch": 2})
+        with open(out.parent / "to_label.jsonl", "w", encoding="utf-8") as f:
+            for r in chosen:
+                f.write(json.dumps(r, ensure_ascii=False) + "\n")
+        print(f"wrote {len(chosen)} rows to {out.parent / 'to_label.jsonl'}")
+        return 0
+
+    import torch
+
+    from rlpr.config import load_config
+    from rlpr.train.setup import seed_everything
+
+    cfg = load_config(args.preset, [f"model.threads={args.threads}"])
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    sets = question_sets(cfg)
+    models = [("base", None)] + ([("trained", args.run)] if args.run else [])
+    rows, timings = [], {}
+    for name, checkpoint in models:
+        t0 = time.time()
+        rows += generate(cfg, checkpoint, sets, args.samples, args.max_new_tokens, args.seed, name)
+        timings[name] = round(time.time() - t0, 1)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for r in rows:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    from rlpr.model.loading import find_checkpoint
+
+    meta = {"preset": args.preset, "template": cfg.data.template, "model": cfg.model.path,
+            "checkpoint": str(find_checkpoint(args.run)) if args.run else None,
+            "samples": args.samples, "temperature": cfg.rollout.temperature, "top_p": cfg.rollout.top_p,
+            "max_new_tokens": args.max_new_tokens, "seed": args.seed, "threads": args.threads,
+            "rollout_dtype": cfg.model.rollout_dtype, "engine": cfg.rollout.engine,
+            "questions": {k: len(v) for k, v in sets.items()}, "responses": len(rows),
+            "generation_seconds": timings}
+    (out.parent / "candidates.meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    print(f"wrote {len(rows)} responses to {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
