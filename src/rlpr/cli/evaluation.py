@@ -12,6 +12,7 @@ from __future__ import annotations
 import sys
 
 from rlpr.cli.options import FilesAndOverrides, add_config_options, command_config, shorthand
+from rlpr.cli.outputs import check_output_dir, check_output_file
 from rlpr.errors import ConfigError
 
 
@@ -51,6 +52,7 @@ def cmd_eval(args) -> int:
     cfg = command_config(args)
     check_rollout(cfg.rollout)  # the flags' own messages first
     validate(cfg, SAMPLING_SECTIONS)
+    check_output_dir(args.output)  # not after the model has loaded and sampled
     judge = None
     if args.judge_url:
         from rlpr.evaluation.judge import JudgeClient, JudgeConfig
@@ -81,6 +83,7 @@ def cmd_eval(args) -> int:
 def cmd_grade(args) -> int:
     from rlpr.evaluation.benchmark import grade_responses
 
+    check_output_dir(args.output)
     results = grade_responses(args.data, args.responses, args.output)
     for name, r in results.items():
         if name not in ("general", "all"):
@@ -104,19 +107,23 @@ def cmd_reward_quality(args) -> int:
         raise ValueError("give exactly one of --input LABELED.jsonl or --build-from DATA_FILE")
     cfg = _sampling_config(args)
     if args.build_from:
-        from rlpr.evaluation.reward_quality import build_labeled
+        from rlpr.evaluation.reward_quality import build_examples, build_labeled
 
         if args.samples is None:
             raise ValueError("--build-from needs --samples N (responses per question)")
+        check_output_file(args.output)
+        # bad rows and duplicate ids fail before the model loads
+        examples = build_examples(args.build_from, limit=args.limit or 0)
         engine, tokenizer = _engine(cfg, args.checkpoint)
-        n = build_labeled(engine, tokenizer, args.build_from, args.output, samples=args.samples,
-                          rollout=cfg.rollout, limit=args.limit or 0, seed=args.seed)
+        n = build_labeled(engine, tokenizer, examples, args.output, samples=args.samples,
+                          rollout=cfg.rollout, seed=args.seed)
         print(f"wrote {n} labeled rows to {args.output}")
         return 0
     from rlpr.evaluation.reward_quality import read_labeled, reward_quality
 
     if args.bootstrap < 0:
         raise ValueError("--bootstrap must be >= 0")
+    check_output_dir(args.output)
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
     model, tokenizer = _load(cfg, args.checkpoint)
     report = reward_quality(model, tokenizer, rows, args.output, reward_cfg=cfg.reward,

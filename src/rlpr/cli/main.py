@@ -79,9 +79,11 @@ def cmd_config(args) -> int:
 
 
 def cmd_data_convert(args) -> int:
+    from rlpr.cli.outputs import check_output_file
     from rlpr.data.convert import convert_file
     from rlpr.data.loading import ColumnMapping
 
+    check_output_file(args.output)
     mapping = ColumnMapping(args.question_column, args.answer_column, args.choices_column)
     skipped: dict[str, int] = {}
     n = convert_file(args.format, args.input, args.output, template=args.template, mapping=mapping,

@@ -4,8 +4,15 @@ from __future__ import annotations
 
 
 def cmd_report(args) -> int:
+    from pathlib import Path
+
+    from rlpr.cli.outputs import check_output_dir, check_output_file
     from rlpr.report import write_report
 
+    # write_report's default output, checked before any plot is drawn
+    check_output_file(args.output or (Path(args.runs[0]) / "report.html" if len(args.runs) == 1 else "report.html"))
+    if args.png_dir:
+        check_output_dir(args.png_dir)
     path = write_report(args.runs, args.output, args.png_dir)
     print(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
     if args.png_dir:

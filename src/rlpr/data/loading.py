@@ -68,7 +68,10 @@ def answer_texts(value, where: str, field: str) -> list[str]:
     return out
 
 
-def _check_messages(prompt, where: str) -> list[dict]:
+def check_messages(prompt, where: str) -> list[dict]:
+    """A row's chat messages, checked: each has a known role and string content, and the last is the
+    user's turn, the one the model answers (issue 29: a prompt of only an assistant turn trained,
+    the policy answering its own words). A string is one user turn."""
     if isinstance(prompt, str):
         prompt = [{"role": "user", "content": prompt}]
     if not isinstance(prompt, list) or not prompt:
@@ -78,11 +81,15 @@ def _check_messages(prompt, where: str) -> list[dict]:
             raise DataError(f"{where}: field 'prompt[{j}]' must have 'role' and string 'content'")
         if m["role"] not in ROLES:
             raise DataError(f"{where}: field 'prompt[{j}].role' is {m['role']!r}; expected one of {', '.join(ROLES)}")
+    if prompt[-1]["role"] != "user":
+        last = len(prompt) - 1
+        raise DataError(f"{where}: field 'prompt[{last}].role' is {prompt[-1]['role']!r}; a prompt must end with "
+                        f"a user turn (the turn the model answers)")
     return prompt
 
 
 def _from_verl(row: dict, where: str, index: int) -> Example:
-    prompt = _check_messages(row.get("prompt"), where)
+    prompt = check_messages(row.get("prompt"), where)
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or "ground_truth" not in rm:
         raise DataError(f"{where}: field 'reward_model.ground_truth' is missing")

@@ -669,18 +669,37 @@ def token_f1(prediction: str, reference: str) -> float:
 # --------------------------------------------------------------------------- dispatch
 
 
-_MC_SOURCES = ("mmlu", "gpqa", "multiplechoice")
-_MATH_SOURCES = ("math", "minerva", "aime", "amc", "gsm8k", "theoremqa")
+# Benchmark names (lowercase, letters and digits) and the grader each gets. A data source matches
+# a name exactly once `benchmark_name` has taken off the conventions around it; never a substring
+# (issue 29: "trivia_reclaimed" went to math by its "aime", "gpqa_like_but_free" to multiple choice).
+_MC_NAMES = frozenset({"mmlu", "mmlupro", "gpqa", "gpqadiamond", "gpqamain", "gpqaextended",
+                       "multiplechoice", "bbhmultiplechoice"})
+_MATH_NAMES = frozenset({"math", "math500", "hendrycksmath", "competitionmath", "minerva", "minervamath",
+                         "aime", "amc", "gsm8k", "theoremqa"})
+_MATH_YEARS = re.compile(r"(?:aime|amc)(?:\d{2}|\d{4})")  # aime24, aime2024, amc23
+# trailing words that name a split, a sample size, a seed or Avg@k, not the benchmark
+_CONVENTION_WORD = re.compile(r"avg\d+|seed\d+|\d+|test|val|valid|validation|dev|train|eval")
+
+
+def benchmark_name(data_source: str) -> str:
+    """The benchmark a data source names, lowercase letters and digits: the part before a "/" (a
+    subset: "mmlu/abstract_algebra"), without its trailing split, size, seed and _AvgK words
+    ("MMLU_Pro_test_1000_seed0_Avg2" -> "mmlupro", "Math-500_Avg2" -> "math", "aime24" stays)."""
+    words = re.findall(r"[a-z0-9]+", data_source.lower().split("/")[0])
+    while len(words) > 1 and _CONVENTION_WORD.fullmatch(words[-1]):
+        words.pop()
+    return "".join(words)
 
 
 def grader_for(data_source: str, ability: str = "", has_choices: bool = False) -> str:
-    """Pick a grader name: has_choices or sources like mmlu/mmlu_pro/gpqa/bbh-multiple-choice ->
-    multiple_choice; math500/math/minerva/aime/amc/gsm8k/theoremqa/ ability 'math' -> math;
-    otherwise short_answer."""
-    source = re.sub(r"[^a-z0-9]", "", data_source.lower())
-    if has_choices or any(s in source for s in _MC_SOURCES):
+    """Pick a grader name: rows with choices, or a benchmark named mmlu, mmlu_pro, gpqa (_diamond,
+    _main, _extended) or multiple_choice -> multiple_choice; ability 'math', or a benchmark named
+    math, math500, minerva(_math), aime, amc (with a year: aime24, amc2023), gsm8k or theoremqa ->
+    math; otherwise short_answer. Names match exactly (`benchmark_name`)."""
+    name = benchmark_name(data_source)
+    if has_choices or name in _MC_NAMES:
         return "multiple_choice"
-    if ability.strip().lower() == "math" or any(s in source for s in _MATH_SOURCES):
+    if ability.strip().lower() == "math" or name in _MATH_NAMES or _MATH_YEARS.fullmatch(name):
         return "math"
     return "short_answer"
 

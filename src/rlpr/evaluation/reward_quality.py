@@ -433,26 +433,43 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
 
 # --------------------------------------------------------------------------- building a labeled file
 
-def build_labeled(engine, tokenizer, data_file: str | Path, output: str | Path, *, samples: int,
+def build_examples(data_file: str | Path, limit: int = 0) -> list:
+    """The questions of a --build-from data file (the first `limit`; 0: all). Their ids become the
+    labeled file's groups, so two questions sharing an id are refused with one line naming it
+    (issue 29: they used to merge into one group, pooling two questions' responses). Refusing,
+    rather than renaming, keeps each group's id the id in the user's data."""
+    from rlpr.data.loading import load_examples
+
+    examples = load_examples(data_file)
+    if limit:
+        examples = examples[:limit]
+    first: dict[str, int] = {}
+    for i, e in enumerate(examples):
+        if e.uid in first:
+            raise DataError(f"{data_file}: rows {first[e.uid] + 1} and {i + 1} share the id {e.uid!r}; "
+                            f"ids must be unique (they name the groups of the labeled file)")
+        first[e.uid] = i
+    return examples
+
+
+def build_labeled(engine, tokenizer, data_file, output: str | Path, *, samples: int,
                   rollout: RolloutConfig | None = None, limit: int = 0, seed: int = 0,
                   progress: bool | None = None) -> int:
     """Sample `samples` responses per question with the rollout settings (max_new_tokens,
     temperature, top_p, batch_sequences; default: the documented defaults) and label them with
-    the rule graders; returns rows.
+    the rule graders; returns rows. `data_file`: a data file (read by `build_examples`, with
+    `limit`) or the examples it already gave.
 
     The labels are the rule verdicts, so the rule verifier's AUC on such a file is 1 by
     construction; relabel (by hand or a judge) to measure the verifier itself.
     """
-    from rlpr.data.loading import load_examples
     from rlpr.evaluation.benchmark import sample_and_grade
     from rlpr.train.progress import progress_bar
 
     if samples < 1:
         raise ValueError(f"--samples must be at least 1, got {samples}")
     rollout = rollout or RolloutConfig()
-    examples = load_examples(data_file)
-    if limit:
-        examples = examples[:limit]
+    examples = data_file if isinstance(data_file, list) else build_examples(data_file, limit)
     with progress_bar(len(examples), "sampling", progress) as advance:
         groups = sample_and_grade(engine, tokenizer, examples, samples, max_new_tokens=rollout.max_new_tokens,
                                   temperature=rollout.temperature, top_p=rollout.top_p, seed=seed,

@@ -8,12 +8,13 @@ at the end, so an interrupted run never leaves a half-written output.
 from __future__ import annotations
 
 import json
+import math
 import os
 import sys
 from pathlib import Path
 
 from rlpr.config import Config
-from rlpr.data.loading import iter_jsonl
+from rlpr.data.loading import check_messages, iter_jsonl
 from rlpr.errors import DataError
 from rlpr.data.templates import build_messages
 from rlpr.data.prompts import chat_text
@@ -48,6 +49,7 @@ def messages_of(row: dict, where: str, template: str) -> list[dict]:
     for j, m in enumerate(prompt):
         if not isinstance(m, dict) or not isinstance(m.get("role"), str) or not isinstance(m.get("content"), str):
             raise DataError(f"{where}: field 'prompt[{j}]' must be an object with string 'role' and 'content'")
+    check_messages(prompt, where)  # known roles (no "robot"), ending with the user's turn
     return [{"role": m["role"], "content": m["content"]} for m in prompt]
 
 
@@ -56,15 +58,31 @@ def check_response_and_reference(row: dict, where: str) -> None:
     _check_text(row, "reference", where)
 
 
+def _finite(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def json_safe(value):
+    """`value` with every non-finite float (NaN, +-inf) as None, so that the output line is strict
+    JSON (json.dumps writes NaN, which other JSON readers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
 def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
     """(row, chat messages) per line, validated; raises DataError naming the row and field."""
     rows = []
     for where, row in iter_jsonl(path):
         messages = messages_of(row, where, template)
         check_response_and_reference(row, where)
-        for key in ("score_a", "scoreA"):
-            if key in row and not isinstance(row[key], (int, float)):
-                raise DataError(f"{where}: field '{key}' must be a number")
+        for key in ("score_a", "scoreA"):  # JSON readers take NaN and Infinity: refused here
+            if key in row and not _finite(row[key]):
+                raise DataError(f"{where}: field '{key}' must be a finite number, got {row[key]!r}")
         rows.append((row, messages))
     if not rows:
         raise DataError(f"{path}: no rows")
@@ -90,6 +108,7 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
         model, tokenizer = load_model(cfg.model.path, device=resolve_device(cfg.model.device))
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
+    reward.warned_too_long = True  # the count is printed at the end instead
     too_long = 0
     with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):
@@ -107,12 +126,10 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
                     "reward": o.reward, "fallback": o.fallback, "delta": o.delta,
                     "ref_tokens": reward.reference_tokens(item), "too_long": False,
                 })
-                if item is not None and max_length and \
-                        len(tokenizer(item.text, add_special_tokens=False)["input_ids"]) > max_length:
-                    # never a silent 0: the row could not be scored at all
+                if o.too_long:  # never a silent 0: the row could not be scored at all
                     record.update(score_b=None, delta=None, reward=None, too_long=True)
                     too_long += 1
-                f.write(json.dumps(record, ensure_ascii=False) + "\n")
+                f.write(json.dumps(json_safe(record), ensure_ascii=False, allow_nan=False) + "\n")
             advance(len(batch))
     os.replace(tmp, out_path)
     print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)

@@ -92,6 +92,9 @@ def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
 
 
 def _one_line(path, what: str, e: Exception) -> ModelError:
+    if "custom code" in str(e) or "trust_remote_code" in str(e):  # transformers refused the folder's .py files
+        return ModelError(f"{path}: the model folder asks to run its own Python code (auto_map in its "
+                          f"config); rlpr never runs code from a model folder")
     return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {error_reason(e)})")
 
 
@@ -100,7 +103,8 @@ def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
 
     model_dir = resolve_model_dir(path)
     try:
-        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True)
+        tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True,
+                                                  trust_remote_code=False)  # never asks, never runs a .py
     except (OSError, ValueError, KeyError, TypeError) as e:
         raise _one_line(path, "tokenizer", e) from None
     if not tokenizer.is_fast:
@@ -121,7 +125,8 @@ def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = tor
     except (OSError, ValueError) as e:
         raise _one_line(path, "config.json", e) from None
     try:
-        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True)
+        model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True,
+                                                     trust_remote_code=False)
     except ValueError as e:  # e.g. not a causal LM: transformers lists ~400 classes
         if "Unrecognized configuration class" in str(e) or "AutoModelForCausalLM" in str(e):
             raise ModelError(f"{path}: not a causal language model (AutoModelForCausalLM cannot load its "

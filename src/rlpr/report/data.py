@@ -1,5 +1,10 @@
 """What a report reads from a run directory: metrics.jsonl, config.yaml, summary.yaml and the last
-samples file. Pure data: no plotting here (rlpr/report/render.py draws)."""
+samples file. Pure data: no plotting here (rlpr/report/render.py draws).
+
+Whatever the files hold, reading them never fails (issue 29): bytes that are not UTF-8 become
+U+FFFD, a line that is not JSON (cut by a crash, too deep, an integer too long to parse) is
+skipped, a record whose step is not an integer is dropped, and a file that is not a mapping reads
+as empty. What is read is not trusted either: render.py escapes every value it shows."""
 
 from __future__ import annotations
 
@@ -47,30 +52,49 @@ class RunData:
 
 
 def _number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    """A finite int or float (not a bool), small enough for a float: what can be plotted."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    try:
+        return math.isfinite(v)
+    except OverflowError:  # an integer beyond float range
+        return False
+
+
+def _read_text(path: Path) -> str:
+    """A file's text; bytes that are not UTF-8 become U+FFFD instead of failing the report."""
+    return path.read_bytes().decode("utf-8", errors="replace")
 
 
 def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(path.read_text())
-    except yaml.YAMLError:
+        data = yaml.safe_load(_read_text(path))
+    except (yaml.YAMLError, ValueError, RecursionError, OSError):  # ValueError: an int over 4300 digits
         return {}
     return data if isinstance(data, dict) else {}
 
 
 def _read_jsonl(path: Path) -> list[dict]:
     rows = []
-    for line in path.read_text(encoding="utf-8").splitlines():
+    for line in _read_text(path).splitlines():
         if line.strip():
             try:
                 row = json.loads(line)
-            except json.JSONDecodeError:
-                continue  # a line cut by a crash: the rest of the log still reads
+            except (ValueError, RecursionError):  # a line cut by a crash, an over-long integer, deep nesting
+                continue  # the rest of the log still reads
             if isinstance(row, dict):
                 rows.append(row)
     return rows
+
+
+def _step(record: dict) -> int | None:
+    """A metrics record's step: an integer (or an integral float), else None (the record is dropped)."""
+    step = record.get("step", 0)
+    if isinstance(step, bool) or not _number(step) or step != int(step):
+        return None
+    return int(step)
 
 
 def load_run(path: str | Path) -> RunData:
@@ -88,7 +112,8 @@ def load_run(path: str | Path) -> RunData:
             samples_step = int(files[-1].stem.split("_")[-1])
         except ValueError:
             samples_step = None
-    return RunData(path=path, name=path.resolve().name, records=_read_jsonl(metrics),
+    records = [{**r, "step": _step(r)} for r in _read_jsonl(metrics) if _step(r) is not None]
+    return RunData(path=path, name=path.resolve().name, records=records,
                    config=_read_yaml(path / "config.yaml"), summary=_read_yaml(path / "summary.yaml"),
                    samples=samples, samples_step=samples_step)
 
@@ -100,7 +125,7 @@ def config_differences(runs: list[RunData]) -> tuple[str, dict[str, list]]:
     keys = sorted(set().union(*flats))
     if len(runs) > 1:
         return "between runs", {k: [f.get(k) for f in flats] for k in keys
-                                if len({json.dumps(f.get(k), sort_keys=True) for f in flats}) > 1}
+                                if len({_canonical(f.get(k)) for f in flats}) > 1}
     from rlpr.config import Config
 
     defaults = flatten(Config().to_dict())
@@ -108,9 +133,19 @@ def config_differences(runs: list[RunData]) -> tuple[str, dict[str, list]]:
                                  if k != "preset" and flats[0].get(k) != defaults.get(k)}
 
 
+def _canonical(value) -> str:
+    """A value as text for comparison (YAML gives dates and mappings with non-string keys too)."""
+    try:
+        return json.dumps(value, sort_keys=True, default=str)
+    except (TypeError, ValueError):
+        return repr(value)
+
+
 def held_out(run: RunData) -> tuple[dict, dict]:
     """(before, after) held-out evaluations: summary.yaml's, else the first and last eval/ lines."""
-    before, after = run.summary.get("before") or {}, run.summary.get("after") or {}
+    before, after = run.summary.get("before"), run.summary.get("after")
+    before = before if isinstance(before, dict) else {}
+    after = after if isinstance(after, dict) else {}
     if not before or not after:
         evals = [{k: v for k, v in r.items() if k.startswith("eval/")} for r in run.records]
         evals = [e for e in evals if e]

@@ -1,6 +1,10 @@
 """One self-contained HTML page for one run or several: plots as base64 PNGs (matplotlib, Agg,
 no pyplot state), tables for the held-out before -> after, the config differences and a sample of
-responses with their scores. Only the keys present in the runs are plotted."""
+responses with their scores. Only the keys present in the runs are plotted.
+
+A run directory is input like any other (issue 29): every value read from it goes through
+`html.escape` before it reaches the page (`_fmt`, `_text`), and every text drawn by matplotlib has
+its `$` escaped (`_mpl`), so that a metric key or run name is never parsed as mathtext."""
 
 from __future__ import annotations
 
@@ -11,7 +15,7 @@ import json
 import time
 
 from rlpr.errors import ConfigError
-from rlpr.report.data import RunData, config_differences, held_out, pick_samples
+from rlpr.report.data import RunData, _number, config_differences, held_out, pick_samples
 
 # (title, [(key, label)], y label): one panel each, drawn when any run has one of its keys.
 TRAIN_PANELS = [
@@ -68,6 +72,11 @@ def _png(fig) -> bytes:
     return buf.getvalue()
 
 
+def _mpl(text: str) -> str:
+    """Text for matplotlib, drawn as written: a `$` would start mathtext (and `$\\frac{$` fails)."""
+    return str(text).replace("$", r"\$")
+
+
 def _figure():
     from matplotlib.figure import Figure
 
@@ -76,10 +85,10 @@ def _figure():
 
 
 def _style(ax, title: str, ylabel: str, legend: bool, steps=()) -> None:
-    ax.set_title(title, fontsize=10)
+    ax.set_title(_mpl(title), fontsize=10)
     ax.set_xlabel("step", fontsize=9)
     if ylabel:
-        ax.set_ylabel(ylabel, fontsize=9)
+        ax.set_ylabel(_mpl(ylabel), fontsize=9)
     ax.tick_params(labelsize=8)
     ax.grid(alpha=0.3)
     from matplotlib.ticker import MaxNLocator
@@ -104,7 +113,7 @@ def line_panel(runs: list[RunData], title: str, keys: list[tuple[str, str]], yla
             if not steps:
                 continue
             all_steps.update(steps)
-            name = " ".join(x for x in (run.name if len(runs) > 1 else "", label if len(keys) > 1 else "") if x)
+            name = _mpl(" ".join(x for x in (run.name if len(runs) > 1 else "", label if len(keys) > 1 else "") if x))
             color = COLORS[(i if len(runs) > 1 else j) % len(COLORS)]
             style = "-" if len(runs) == 1 or j == 0 else "--"
             if se and key in se:
@@ -147,12 +156,20 @@ def _img(png: bytes, alt: str) -> str:
     return f'<img alt="{html.escape(alt)}" src="data:image/png;base64,{base64.b64encode(png).decode()}">'
 
 
+def _text(v, limit: int = 120) -> str:
+    """Any value read from a run directory as escaped HTML text, at most `limit` characters."""
+    try:
+        text = json.dumps(v, default=str, ensure_ascii=False) if isinstance(v, (list, dict)) else str(v)
+    except (TypeError, ValueError, RecursionError):  # a mapping with mixed keys, very deep nesting
+        text = f"<{type(v).__name__}>"
+    return html.escape(text if len(text) <= limit else text[:limit - 3] + "...")
+
+
 def _fmt(v, pct: bool = False) -> str:
     if v is None:
         return "&ndash;"
-    if isinstance(v, bool) or not isinstance(v, (int, float)):
-        text = json.dumps(v) if isinstance(v, (list, dict)) else str(v)
-        return html.escape(text if len(text) <= 120 else text[:117] + "...")
+    if not _number(v):  # text, lists, booleans, NaN, numbers beyond float range: shown as text
+        return _text(v)
     if pct:
         return f"{100 * v:.1f}%"
     return f"{v:.4g}" if isinstance(v, float) else str(v)
@@ -185,7 +202,7 @@ def _held_out_table(runs: list[RunData]) -> str:
                 cells.append(text)
             a, b = before.get(key), after.get(key)
             delta = ""
-            if isinstance(a, (int, float)) and isinstance(b, (int, float)):
+            if _number(a) and _number(b):
                 d = b - a
                 cls = "up" if d > 0 else "down" if d < 0 else ""
                 text = f"{100 * d:+.1f} pp" if pct else f"{d:+.4g}"
@@ -197,7 +214,7 @@ def _held_out_table(runs: list[RunData]) -> str:
         return '<p class="muted">No held-out evaluation in these runs (data.val is empty).</p>'
     head = "<th>run</th>" if len(runs) > 1 else ""
     n = next((held_out(r)[1].get("eval/questions") for r in runs if held_out(r)[1]), None)
-    note = f'<p class="muted">{n} held-out questions; &plusmn; one binomial standard error.</p>' if n else ""
+    note = f'<p class="muted">{_fmt(n)} held-out questions; &plusmn; one binomial standard error.</p>' if n else ""
     return (f"<table><tr>{head}<th>metric</th><th>before</th><th>after</th><th>change</th></tr>"
             + "".join(rows) + "</table>" + note)
 
@@ -213,20 +230,28 @@ def _config_table(runs: list[RunData]) -> str:
             + "".join(f"<th>{h}</th>" for h in heads) + f"</tr>{rows}</table>")
 
 
+def _plain(v) -> str:
+    """A sample's text field as a string (not yet escaped)."""
+    try:
+        return v if isinstance(v, str) else json.dumps(v, default=str, ensure_ascii=False)
+    except (TypeError, ValueError, RecursionError):
+        return f"<{type(v).__name__}>"
+
+
 def _samples_table(run: RunData, limit_chars: int = 700) -> str:
     rows = pick_samples(run.samples)
     if not rows:
         return f'<p class="muted">{html.escape(run.name)}: no samples (trainer.sample_every=0).</p>'
     cols = [c for c in ("reward", "score_b", "score_a", "format", "correct") if any(c in r for r in rows)]
-    out = [f"<p class=muted>{html.escape(run.name)}, step {run.samples_step}: for each of the first "
+    out = [f"<p class=muted>{html.escape(run.name)}, step {_fmt(run.samples_step)}: for each of the first "
            f"prompts, the best and the worst response by reward.</p><table><tr><th>prompt</th>"
            f"<th>reference</th><th>response</th>" + "".join(f"<th>{c}</th>" for c in cols) + "</tr>"]
     for r in rows:
-        response = str(r.get("response", ""))
+        response = _plain(r.get("response", ""))
         if len(response) > limit_chars:
             response = response[:limit_chars] + " [...]"
-        out.append(f"<tr><td>{html.escape(str(r.get('prompt', ''))[:300])}</td>"
-                   f"<td>{html.escape(str(r.get('reference', ''))[:200])}</td>"
+        out.append(f"<tr><td>{html.escape(_plain(r.get('prompt', ''))[:300])}</td>"
+                   f"<td>{html.escape(_plain(r.get('reference', ''))[:200])}</td>"
                    f"<td class=resp>{html.escape(response)}</td>"
                    + "".join(f"<td class=num>{_fmt(r.get(c))}</td>" for c in cols) + "</tr>")
     return "".join(out) + "</table>"
@@ -272,10 +297,14 @@ def render_html(runs: list[RunData], figs: dict | None = None) -> str:
     figs = figs if figs is not None else figures(runs)
     names = ", ".join(r.name for r in runs)
     title = f"rlpr report: {names}"
+    def model_path(r):
+        model = r.config.get("model")
+        return model.get("path", "") if isinstance(model, dict) else ""
+
     meta = "".join(
         f"<tr><td>{html.escape(r.name)}</td><td><code>{html.escape(str(r.path))}</code></td>"
-        f"<td class=num>{r.steps}</td><td>{html.escape(str(r.config.get('preset', '')))}</td>"
-        f"<td><code>{html.escape(str((r.config.get('model') or {}).get('path', '')))}</code></td>"
+        f"<td class=num>{r.steps}</td><td>{_text(r.config.get('preset', ''))}</td>"
+        f"<td><code>{_text(model_path(r), 300)}</code></td>"
         f"<td>{'interrupted' if r.summary.get('interrupted') else 'finished' if r.summary else 'running or crashed'}"
         f"</td></tr>" for r in runs)
 
@@ -311,8 +340,11 @@ def write_pngs(figs: dict, folder) -> list:
     written = []
     for section, items in figs.items():
         for title, png in items:
-            slug = "".join(c if c.isalnum() else "_" for c in title.lower()).strip("_")
+            # ASCII letters and digits only, and short: a title holds metric keys and run names
+            slug = "".join(c if c.isascii() and c.isalnum() else "_" for c in title.lower()).strip("_")[:80]
             path = folder / f"{section}-{slug}.png"
+            if path in written:  # two titles alike once cut
+                path = folder / f"{section}-{slug}-{len(written)}.png"
             path.write_bytes(png)
             written.append(path)
     return written

@@ -13,6 +13,7 @@ the policy's EMA-lagged weights (`ema`, rlpr/reward/lagged.py). A group-level ag
 
 from __future__ import annotations
 
+import logging
 import time
 from contextlib import contextmanager
 from dataclasses import asdict, dataclass
@@ -28,6 +29,8 @@ from rlpr.reward.score_a import ScoreA
 from rlpr.reward.scoring import GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs
 from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored, turn_cue
 from rlpr.reward.shaping import get_shaping
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -45,6 +48,9 @@ class RewardOutput:
     correct: float | None = None  # the grader's verdict (1/0) when a grader applies, else None
     perplexity: float | None = None  # NOVER's reasoning perplexity (reward.kind=nover; None: gated out)
     efficiency: float | None = None  # NOVER's efficiency term R_e (reward.efficiency_weight > 0)
+    # score B's text (prompt, response, reference) was longer than the model's context: B is 0
+    # because it could not be scored, not because the model gave y* no probability
+    too_long: bool = False
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -70,6 +76,7 @@ class ProbabilityReward:
             raise ConfigError(str(e)) from None
         # wall seconds spent in the model forwards of score B and score A (accumulated; reset freely)
         self.seconds = {"score_b": 0.0, "score_a": 0.0}
+        self.warned_too_long = False  # one warning per reward; reward/too_long_frac counts every step
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
@@ -89,24 +96,39 @@ class ProbabilityReward:
     def score_a_text(self, prompt_text: str, reference: str, fallback: bool) -> ScoredText:
         return build_score_a_text(prompt_text, reference, self.eos, cue=self.a_cue(fallback))
 
-    def reference_logprobs(self, model, items: list[ScoredText | None]) -> list:
-        """Per item, the log-probs of its reference tokens under `model` (None: unscored)."""
+    def reference_logprobs(self, model, items: list[ScoredText | None], too_long: list[int] | None = None) -> list:
+        """Per item, the log-probs of its reference tokens under `model` (None: unscored); the
+        indices of items longer than the model's context are appended to `too_long`."""
         return reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                  splice=self.cfg.splice)
+                                  splice=self.cfg.splice, too_long=too_long)
 
-    def score_texts(self, model, items: list[ScoredText | None]) -> list[float]:
+    def score_texts(self, model, items: list[ScoredText | None], too_long: list[int] | None = None) -> list[float]:
         """A per-sequence aggregation of each item's reference log-probs (0.0 where unscored)."""
-        logps = self.reference_logprobs(model, items)
+        logps = self.reference_logprobs(model, items, too_long)
         return [0.0 if lp is None else aggregate(lp, self.cfg.aggregation) for lp in logps]
 
-    def score_b(self, model, items: list[ScoredText | None], groups: list | None) -> list[float]:
+    def score_b(self, model, items: list[ScoredText | None], groups: list | None,
+                too_long: list[int] | None = None) -> list[float]:
         """Score B per item: `score_texts`, or with a group-level aggregation (r3) the scores of
         each group's items weighed together (items of one group with identical reference tokens)."""
         if self.cfg.aggregation not in GROUP_AGGREGATIONS:
-            return self.score_texts(model, items)
-        return group_scores(self.reference_logprobs(model, items), self.reference_keys(items), groups,
+            return self.score_texts(model, items, too_long)
+        return group_scores(self.reference_logprobs(model, items, too_long), self.reference_keys(items), groups,
                             self.cfg.aggregation)
+
+    def flag_too_long(self, outputs: list[RewardOutput], too_long: list[int]) -> list[RewardOutput]:
+        """Mark the outputs whose score B text did not fit the model's context (`too_long`), with one
+        warning per reward the first time (issue 29: they scored B = 0 in silence)."""
+        for i in too_long:
+            outputs[i].too_long = True
+        if too_long and not self.warned_too_long:
+            self.warned_too_long = True
+            log.warning("%d of %d responses are longer with their prompt and reference than the model's context "
+                        "(%d tokens): their score B is 0 because they cannot be scored (reward/too_long_frac counts "
+                        "them each step; shorten data.max_prompt_tokens, rollout.max_new_tokens or the references)",
+                        len(set(too_long)), len(outputs), self.max_length)
+        return outputs
 
     def reference_keys(self, items: list[ScoredText | None]) -> list[tuple[int, ...] | None]:
         """The reference token ids of each item as score B tokenizes it (None for no item): the
@@ -187,8 +209,9 @@ class ProbabilityReward:
         if self.kind.group_transform is not None:
             return self.ranked(model, responses, items, groups, correct)
         tick = time.perf_counter()
+        too_long: list[int] = []
         with self.scorer(model) as scorer:
-            scores_b = self.score_b(scorer, items, groups)
+            scores_b = self.score_b(scorer, items, groups, too_long)
         self.seconds["score_b"] += time.perf_counter() - tick
         fallbacks = [it is not None and it.fallback for it in items]
         a_values = [0.0] * n
@@ -198,7 +221,7 @@ class ProbabilityReward:
                                            fill=fill_a)
         outputs = [self.combine(responses[i], items[i] is not None and not fallbacks[i], fallbacks[i], scores_b[i],
                                 a_values[i], correct[i]) for i in range(n)]
-        return outputs
+        return self.flag_too_long(outputs, too_long)
 
     def ranked(self, model, responses: list[str], items: list[ScoredText | None], groups: list,
                correct: list[bool | None]) -> list[RewardOutput]:
@@ -206,10 +229,11 @@ class ProbabilityReward:
         reasoning length in tokens, gated by the strict format; the reward is the rank within the
         group (`kind.group_transform`). B is reported as the mean log-prob per reference token."""
         tick = time.perf_counter()
+        too_long: list[int] = []
         with self.scorer(model) as scorer:
-            logps = self.reference_logprobs(scorer, items)
+            logps = self.reference_logprobs(scorer, items, too_long)
         self.seconds["score_b"] += time.perf_counter() - tick
-        return self.rank_outputs(responses, items, logps, groups, correct)
+        return self.flag_too_long(self.rank_outputs(responses, items, logps, groups, correct), too_long)
 
     def rank_outputs(self, responses: list[str], items: list[ScoredText | None], logps: list,
                      groups: list, correct: list[bool | None]) -> list[RewardOutput]:

@@ -119,9 +119,10 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
                        padding_side: str = "right", share_prefix: bool = True,
-                       splice: str = "text") -> list[torch.Tensor | None]:
+                       splice: str = "text", too_long: list[int] | None = None) -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
-    reference token, or is longer than `max_length` tokens (these score 0).
+    reference token, or is longer than `max_length` tokens (these score 0; the indices of the
+    last are appended to `too_long`, so that callers can count and flag them, issue 29).
 
     With `share_prefix`, texts that start with the same prompt run it once (exact; see
     `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
@@ -135,6 +136,8 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     enc = tokenize_scored(tokenizer, scored, splice)
     keep = [k for k in range(len(todo))
             if any(enc.ref_mask[k]) and (max_length is None or len(enc.input_ids[k]) <= max_length)]
+    if too_long is not None and max_length is not None:
+        too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     was_training = model.training
     model.eval()

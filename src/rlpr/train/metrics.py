@@ -54,20 +54,22 @@ def rollout_metrics(groups: list[Group]) -> dict:
     outs = [r for g in groups for r in g.rewards]
     rolls = [r for g in groups for r in g.rollouts]
     keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
-            "truncated", "count", "correct", "graded", "distinct", "groups"]
+            "truncated", "count", "correct", "graded", "distinct", "groups", "too_long"]
     local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
              sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
              sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
              sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs),
              sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
              sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
-             len(groups)]
+             len(groups), sum(o.too_long for o in outs)]
     s = dict(zip(keys, dist.sum_values(local)))
     n = max(s["count"], 1)
     return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
             "reward/mean": s["reward"] / n, "reward/format_rate": s["format"] / n,
             "reward/valid_frac": s["valid"] / n, "reward/fallback_frac": s["fallback"] / n,
             "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
+            # responses whose score B text was longer than the model's context (B = 0: unscored)
+            "reward/too_long_frac": s["too_long"] / n,
             "reward/accuracy": s["correct"] / s["graded"] if s["graded"] else float("nan"),
             "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
             # distinct responses per group / group size: falls toward 1/n when the policy collapses
@@ -87,8 +89,13 @@ def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:
 
 def flag_collapse(step: int, m: dict, n: int) -> None:
     """Warn when the groups' responses are nearly all the same text (the policy collapsed onto
-    one answer or template, so the advantages are mostly zero); the metric stays in the log."""
-    if dist.is_main() and m["rollout/distinct_frac"] <= 2.0 / n:
+    one answer or template, so the advantages are mostly zero); the metric stays in the log.
+
+    Collapse: on average at most 2 distinct responses of n per group, and at most 1 (all the same)
+    when n is 2 (issue 29: with 2 responses, "at most 2 distinct" held every step). One response
+    per prompt has nothing to compare: never flagged."""
+    limit = min(2, n - 1)  # distinct responses per group that count as collapse
+    if n > 1 and dist.is_main() and m["rollout/distinct_frac"] * n <= limit + 1e-9:
         log.warning("step %d: collapse? on average only %.1f distinct responses of %d per group "
                     "(rollout/distinct_frac %.2f)", step, m["rollout/distinct_frac"] * n, n, m["rollout/distinct_frac"])
 
