@@ -145,3 +145,42 @@ def test_pruning_is_atomic_and_loaders_skip_incomplete_checkpoints(tiny_dir, tmp
     (root / ".trash-step_9").mkdir()
     ck.save_checkpoint(tmp_path, 4, policy, tok, {"step": 4}, keep_last=2)
     assert sorted(p.name for p in root.iterdir()) == ["step_2", "step_4"]  # no trash, no broken step_3
+
+
+# --------------------------------------------------------------------------- free space (issue 29, item 20)
+
+def test_the_free_space_margin_is_proportional_to_the_checkpoint(tiny_dir, tmp_path, monkeypatch):
+    """A 1 MiB checkpoint saves with 5 MiB free (no fixed 16 MiB margin); twice its size is refused."""
+    import shutil
+
+    from rlpr.train import checkpoint as ck
+
+    policy, tok = _tiny_lora(tiny_dir)
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=5 << 20))
+    state = {"step": 1, "blob": torch.zeros(1 << 18)}  # 1 MiB
+    ck.save_checkpoint(tmp_path / "a", 1, policy, tok, state, keep_last=2)
+    assert ck.list_checkpoints(tmp_path / "a")
+    with pytest.raises(ConfigError, match="not enough free space"):
+        ck.save_checkpoint(tmp_path / "b", 1, policy, tok, {"step": 1, "blob": torch.zeros(5 << 18)}, keep_last=2)
+
+
+def test_the_checkpoint_estimate_covers_a_real_checkpoint(tiny_dir, tmp_path):
+    """The size checked before step 1 (trainable weights + AdamW's two moments) is at least the
+    size of the checkpoint written after an optimizer step, and not far above it."""
+    from rlpr.train import checkpoint as ck
+    from rlpr.train.setup import build_optimizer
+
+    policy, tok = _tiny_lora(tiny_dir)
+    from rlpr.config import load_config
+
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    estimate = ck.checkpoint_estimate(policy, tok)
+    optimizer = build_optimizer(load_config("demo", []), trainable)
+    for p in trainable:
+        p.grad = torch.ones_like(p)
+    optimizer.step()
+    path = ck.save_checkpoint(tmp_path, 1, policy, tok, {"step": 1, "optimizer": optimizer.state_dict(),
+                                                         "rng": rng_state()}, keep_last=1)
+    written = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
+    assert written <= estimate <= 2 * written

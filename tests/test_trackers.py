@@ -100,3 +100,71 @@ def test_wandb_and_mlflow_offline_log_what_metrics_jsonl_holds(tiny_dir, tmp_pat
 
     out = capsys.readouterr()
     assert FAKE_KEY not in out.out + out.err
+
+
+# -- a full disk (issue 29, items 3 and 11) ---------------------------------------------------------
+
+class FullDisk:
+    """`open` for rlpr.train.tracking whose files chosen by `fails(path)` write half of what they
+    are given and then raise ENOSPC, as a full disk does."""
+
+    def __init__(self, fails):
+        self.fails, self.failed = fails, []
+
+    def __call__(self, path, *args, **kwargs):
+        import errno
+
+        f = open(path, *args, **kwargs)
+        if not self.fails(str(path)):
+            return f
+        self.failed.append(str(path))
+        write = f.write
+
+        def half(text):
+            write(text[:len(text) // 2])
+            f.flush()
+            raise OSError(errno.ENOSPC, "No space left on device")
+
+        f.write = half
+        return f
+
+
+def test_a_full_disk_never_leaves_a_cut_record_or_sample_file(tmp_path, monkeypatch, caplog):
+    import json
+    import logging
+
+    from rlpr.train import tracking
+
+    tracker = Tracker(tmp_path, trackers=[])
+    tracker.log(1, {"reward/mean": 0.5})
+    tracker.write_samples(1, [{"prompt": "p", "response": "r"}])
+    full = FullDisk(lambda path: True)
+    monkeypatch.setattr(tracking, "open", full, raising=False)
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        tracker.log(2, {"reward/mean": 0.25})  # no exception: a warning, the run goes on
+        tracker.write_samples(2, [{"prompt": "p", "response": "r" * 1000}])
+    assert len(full.failed) == 2
+    assert "could not write" in caplog.text and "No space left on device" in caplog.text
+    assert (tmp_path / "metrics.jsonl").read_text() == json.dumps({"step": 1, "reward/mean": 0.5}) + "\n"
+    assert sorted(p.name for p in (tmp_path / "samples").iterdir()) == ["step_000001.jsonl"]
+    monkeypatch.undo()  # space again: the log goes on where it was
+    tracker.log(3, {"reward/mean": 0.75})
+    assert [r["step"] for r in tracking.read_metrics(tmp_path)] == [1, 3]
+
+
+def test_resume_drops_a_cut_last_line_and_names_any_other_bad_line(tmp_path, caplog):
+    import logging
+
+    path = tmp_path / "metrics.jsonl"
+    path.write_text('{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n{"step": 3, "a"')
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        Tracker(tmp_path, resume_step=2, trackers=[]).close()
+    assert "line 3 is cut short" in caplog.text
+    assert path.read_text() == '{"step": 1, "a": 1}\n{"step": 2, "a": 2}\n'
+    for text, problem in (('{"step": 1}\n[1, 2]\n', "line 2 is not a JSON record"),
+                          ('{"step": 1}\n{"step": 2\n{"step": 3}\n', "line 2 is not a JSON record"),
+                          ('{"step": "one"}\n', "line 1 has no integer step")):
+        path.write_text(text)
+        with pytest.raises(ConfigError, match=f"{path}: {problem}"):
+            Tracker(tmp_path, resume_step=2, trackers=[])
+        assert path.read_text() == text  # left as it was

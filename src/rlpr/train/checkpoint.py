@@ -8,9 +8,12 @@ written into a temporary directory and renamed, so a crash never leaves a half c
 
 from __future__ import annotations
 
+import logging
 import os
 import random
+import re
 import shutil
+import tempfile
 from pathlib import Path
 
 import numpy as np
@@ -19,9 +22,16 @@ import torch
 from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason
 from rlpr.model.forward import causal_lm
+from rlpr.parallel import distributed as dist
 from rlpr.train.tracking import flatten
 
+log = logging.getLogger("rlpr.train")
+
 STATE_FILE = "trainer_state.pt"
+
+
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint whose files cannot be read back (truncated, malformed); `restore_latest` skips it."""
 
 
 def rng_state() -> dict:
@@ -102,12 +112,20 @@ def _trainable_state(policy) -> dict:
 
 def _bytes_of(obj) -> int:
     if isinstance(obj, torch.Tensor):
-        return obj.numel() * obj.element_size()
+        return obj.numel() * obj.element_size() + 512  # + its record in torch.save's archive
     if isinstance(obj, dict):
-        return sum(_bytes_of(v) for v in obj.values())
+        return sum(_bytes_of(k) + _bytes_of(v) for k, v in obj.items())
     if isinstance(obj, (list, tuple)):
-        return sum(_bytes_of(v) for v in obj)
-    return 64
+        return sum(_bytes_of(v) for v in obj) + 8
+    if isinstance(obj, (str, bytes)):
+        return len(obj) + 16
+    return 16
+
+
+def _enough(free: int, need: int) -> bool:
+    """The margin is proportional to the checkpoint (10%, for file-system overhead and estimation
+    error), plus 256 KiB for the small files written beside the weights (configs, model card)."""
+    return free >= need * 1.1 + (256 << 10)
 
 
 def _check_free_space(root: Path, state: dict, weights: dict) -> None:
@@ -117,8 +135,48 @@ def _check_free_space(root: Path, state: dict, weights: dict) -> None:
     else:
         need = _bytes_of(state) + _bytes_of(weights)
     free = shutil.disk_usage(root).free
-    if free < need * 1.1 + (16 << 20):
-        raise OSError(f"not enough free space: {free / 2**20:.0f} MiB free, about {need / 2**20:.0f} MiB needed")
+    if not _enough(free, need):
+        raise OSError(f"not enough free space: {_mib(free)} free, about {_mib(need)} needed")
+
+
+def _mib(n: float) -> str:
+    return f"{n / 2**20:.1f} MiB" if n < 10 * 2**20 else f"{n / 2**20:.0f} MiB"
+
+
+def checkpoint_estimate(policy, tokenizer, state: dict | None = None) -> int:
+    """The size of a checkpoint before any is written: the saved weights (the trainable ones of a
+    LoRA adapter, else the whole model, plus its tokenizer files), AdamW's two moments per
+    trainable weight (in the weights' dtype), and `state` (caches, RNG states) as it stands."""
+    trainable = [p for p in policy.parameters() if p.requires_grad]
+    saved = trainable if is_peft(policy) else list(causal_lm(policy).parameters())
+    weights = sum(_bytes_of(p) for p in saved)
+    optimizer = sum(2 * _bytes_of(p) + _bytes_of(torch.zeros(())) for p in trainable)
+    files = 0
+    if not is_peft(policy):
+        with tempfile.TemporaryDirectory() as tmp:  # not on the run's disk
+            tokenizer.save_pretrained(tmp)
+            files = sum(f.stat().st_size for f in Path(tmp).rglob("*") if f.is_file())
+    return weights + optimizer + files + _bytes_of(state or {}) + _bytes_of(rng_state())
+
+
+def check_space_before_training(trainer) -> None:
+    """Before step 1 (and on resume, before its first step): refused with one line when the run
+    directory's disk cannot hold one more checkpoint (`checkpoint_estimate`), rather than after
+    every step has run. The main process (which writes the checkpoints) checks; every rank raises."""
+    problem = None
+    if dist.is_main():
+        state = {"stream": trainer.stream.state_dict(), "score_a_cache": trainer.score_a.state_dict(),
+                 "lagged": trainer.lagged.state_dict()}
+        need = checkpoint_estimate(trainer.policy, trainer.tokenizer, state)
+        run_dir = Path(trainer.run_dir)
+        free = shutil.disk_usage(next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())).free
+        if not _enough(free, need):
+            problem = (f"{run_dir}: not enough free space for a checkpoint: {_mib(free)} free, about {_mib(need)} "
+                       f"needed (the trainable weights and their optimizer state); free some space or set "
+                       f"trainer.output_dir")
+    problem = dist.broadcast_object(problem)
+    if problem:
+        raise ConfigError(problem)
 
 
 def is_complete(ckpt: Path) -> bool:
@@ -141,20 +199,29 @@ def latest_checkpoint(run_dir: Path) -> Path:
 
 
 def load_weights(policy, ckpt: Path) -> None:
-    """Load a checkpoint's trained weights into an already-built policy (LoRA or full)."""
+    """Load a checkpoint's trained weights into an already-built policy (LoRA or full). A file that
+    cannot be read (truncated) or whose tensors do not fit the policy is a CorruptCheckpoint."""
     from safetensors.torch import load_file
 
-    if is_peft(policy):
-        from peft import set_peft_model_state_dict
+    path = ckpt / "adapter" / "adapter_model.safetensors" if is_peft(policy) else ckpt / "model" / "model.safetensors"
+    try:
+        tensors = load_file(path)
+    except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError, ...: unreadable all the same
+        raise CorruptCheckpoint(f"{path}: unreadable weights ({error_reason(e)})") from None
+    try:
+        if is_peft(policy):
+            from peft import set_peft_model_state_dict
 
-        set_peft_model_state_dict(policy, load_file(ckpt / "adapter" / "adapter_model.safetensors"))
-    else:
+            set_peft_model_state_dict(policy, tensors)
+            return
         lm = causal_lm(policy)
-        missing, unexpected = lm.load_state_dict(load_file(ckpt / "model" / "model.safetensors"), strict=False)
-        real_missing = [k for k in missing if k not in lm.state_dict() or not _is_tied(lm, k)]
-        if real_missing or unexpected:
-            raise ConfigError(f"{ckpt}: model weights do not match (missing {real_missing[:3]}, "
-                              f"unexpected {unexpected[:3]})")
+        missing, unexpected = lm.load_state_dict(tensors, strict=False)
+    except (RuntimeError, ValueError, KeyError) as e:  # shapes that do not fit
+        raise CorruptCheckpoint(f"{path}: weights that do not fit the model ({error_reason(e)})") from None
+    real_missing = [k for k in missing if k not in lm.state_dict() or not _is_tied(lm, k)]
+    if real_missing or unexpected:
+        raise CorruptCheckpoint(f"{ckpt}: model weights do not match (missing {real_missing[:3]}, "
+                                f"unexpected {unexpected[:3]})")
 
 
 def _is_tied(lm, key: str) -> bool:
@@ -163,16 +230,91 @@ def _is_tied(lm, key: str) -> bool:
         out.weight is lm.get_input_embeddings().weight
 
 
-def load_state(ckpt: Path) -> dict:
+# What every trainer state holds (and its type): a state without them is not rlpr's.
+STATE_KEYS = {"step": int, "optimizer": dict, "scheduler": dict, "filter": dict, "ranks": list}
+
+
+def load_state(ckpt: Path, resumable: bool = False) -> dict:
     """The trainer state, read as plain data only: `weights_only=True` refuses pickled objects, so
-    a crafted trainer_state.pt cannot run code on --resume."""
+    a crafted trainer_state.pt cannot run code on --resume. A file that cannot be read (truncated,
+    empty), or with `resumable` one that is not a whole trainer state (STATE_KEYS), is a
+    CorruptCheckpoint, one line naming the file."""
     import pickle
 
+    path = ckpt / STATE_FILE
     try:
-        return torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as e:
-        raise ConfigError(f"{ckpt / STATE_FILE}: not a plain-data rlpr trainer state; refusing to load it "
-                          f"(checkpoints may not execute code): {error_reason(e)}") from None
+        state = torch.load(path, map_location="cpu", weights_only=True)
+    except pickle.UnpicklingError as e:
+        found = re.search(r"WeightsUnpickler error:\s*(.+)", str(e))
+        reason = found.group(1).strip() if found else error_reason(e)
+        if "unsupported global" in reason.lower():  # an object to build: code a checkpoint must not run
+            raise CorruptCheckpoint(f"{path}: not a plain-data rlpr trainer state; refusing to load it "
+                                    f"(checkpoints may not execute code): {reason}") from None
+        raise CorruptCheckpoint(f"{path}: unreadable trainer state ({reason})") from None
+    except Exception as e:  # noqa: BLE001 - truncated or empty archives fail in many ways; all unreadable
+        raise CorruptCheckpoint(f"{path}: unreadable trainer state ({error_reason(e)})") from None
+    if not resumable:
+        return state
+    if not isinstance(state, dict):
+        raise CorruptCheckpoint(f"{path}: not an rlpr trainer state (a {type(state).__name__}, not a mapping)")
+    for key, kind in STATE_KEYS.items():
+        if key not in state:
+            raise CorruptCheckpoint(f"{path}: not an rlpr trainer state (missing {key})")
+        if not isinstance(state[key], kind) or isinstance(state[key], bool):
+            raise CorruptCheckpoint(f"{path}: not an rlpr trainer state ({key} is a {type(state[key]).__name__})")
+    ranks = state["ranks"]
+    if len(ranks) != state.get("world_size", 1) or not all(
+            isinstance(r, dict) and {"stream", "rng", "score_a_cache"} <= set(r) for r in ranks):
+        raise CorruptCheckpoint(f"{path}: not an rlpr trainer state (malformed per-process states)")
+    return state
+
+
+def restore_latest(run_dir: Path, restore) -> Path:
+    """Resume from the newest checkpoint that loads: `restore(ckpt)` (the trainer's) is tried newest
+    first; a corrupt one (CorruptCheckpoint, or a state that does not apply) is skipped with a
+    warning naming it, and once an older one has loaded it is moved aside to
+    checkpoints/corrupt-step_N (kept for inspection; pruning never keeps it over a good one).
+    Other errors (a different world size or strategy) are not corruption: raised at once. None
+    loadable: one line naming the newest and why."""
+    found = list_checkpoints(run_dir)
+    if not found:
+        raise ConfigError(f"{run_dir}: no complete checkpoint to resume from")
+    skipped: list[tuple[Path, str]] = []
+    for ckpt in reversed(found):
+        try:
+            restore(ckpt)
+        except CorruptCheckpoint as e:
+            skipped.append((ckpt, str(e)))
+        except ConfigError:
+            raise
+        except (KeyError, TypeError, IndexError, ValueError, RuntimeError) as e:
+            skipped.append((ckpt, f"{ckpt / STATE_FILE}: does not load ({type(e).__name__}: {error_reason(e)})"))
+        else:
+            break
+    else:
+        more = f"; {len(skipped) - 1} older one(s) fail too" if len(skipped) > 1 else ""
+        raise ConfigError(f"{run_dir}: no loadable checkpoint: {skipped[0][1]}{more}")
+    if skipped:
+        dist.barrier()  # every rank has read them before the main one moves them
+    for bad, reason in skipped:
+        if dist.is_main():
+            log.warning("skipped the corrupt checkpoint %s (%s); %s; resumed from %s", bad, reason, _set_aside(bad),
+                        ckpt)
+    return ckpt
+
+
+def _set_aside(ckpt: Path) -> str:
+    """Rename a corrupt checkpoint to corrupt-step_N (-2, -3, ... if taken): no loader or pruning
+    looks at it, and nothing is deleted."""
+    aside, n = ckpt.with_name(f"corrupt-{ckpt.name}"), 1
+    while aside.exists():
+        n += 1
+        aside = ckpt.with_name(f"corrupt-{ckpt.name}-{n}")
+    try:
+        os.replace(ckpt, aside)
+    except OSError as e:
+        return f"could not move it aside ({error_reason(e)})"
+    return f"moved it to {aside.name}"
 
 
 # What a resume may change: how long to train, how and how often to evaluate, log and save, and

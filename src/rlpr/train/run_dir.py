@@ -1,4 +1,5 @@
-"""The run directory's own files: its default name, config.yaml, resume_N.yaml, summary.yaml, report.html.
+"""The run directory's own files: its default name, config.yaml, data.yaml, resume_N.yaml, summary.yaml,
+report.html.
 
 (metrics.jsonl and samples/ are the Tracker's, rlpr/train/tracking.py; checkpoints/ is
 rlpr/train/checkpoint.py's.)
@@ -6,8 +7,11 @@ rlpr/train/checkpoint.py's.)
 
 from __future__ import annotations
 
+import hashlib
+import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 
@@ -15,6 +19,8 @@ import yaml
 
 from rlpr.config import Config
 from rlpr.errors import ConfigError, error_reason
+from rlpr.parallel import distributed as dist
+from rlpr.train.tracking import check_metrics, trim_metrics
 
 log = logging.getLogger("rlpr.train")
 
@@ -31,28 +37,127 @@ def check_fresh(run_dir: Path) -> None:
                           f"or choose another trainer.name")
 
 
-def write_config(run_dir: Path, cfg: Config) -> None:
-    """Create the run directory with config.yaml, the run's configuration."""
+def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) -> None:
+    """Before the model loads. A new run: refused where checkpoints exist, then config.yaml and
+    data.yaml are written (main process). A resume writes nothing: refused when the data changed
+    (`check_data`) or metrics.jsonl has a bad line before its last one (`check_metrics`)."""
+    if resume:
+        check_data(run_dir, data_fingerprint(cfg, examples))
+        check_metrics(run_dir / "metrics.jsonl")
+        return
+    check_fresh(run_dir)
+    if dist.is_main():
+        write_config(run_dir, cfg, data_fingerprint(cfg, examples))
+    dist.barrier()
+
+
+def write_config(run_dir: Path, cfg: Config, data: dict | None = None) -> None:
+    """Create the run directory with config.yaml, the run's configuration, and data.yaml, the
+    fingerprint of its data (`data_fingerprint`)."""
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        if data is not None:
+            (run_dir / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
     except OSError as e:
         raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
                           f"set trainer.output_dir") from None
 
 
+def data_fingerprint(cfg: Config, examples: dict) -> dict:
+    """Per split (data.train, data.val): the source, its size and modification time (a file, or a
+    folder's files summed), the number of rows read and a SHA-256 of those rows as rlpr read them."""
+    out = {}
+    for split, source in (("train", cfg.data.train), ("val", cfg.data.val)):
+        if not source:
+            continue
+        digest = hashlib.sha256()
+        for example in examples.get(split) or []:
+            digest.update(json.dumps(vars(example), sort_keys=True, default=str, ensure_ascii=False).encode())
+            digest.update(b"\n")
+        out[split] = {"source": str(source), **_file_facts(str(source)), "rows": len(examples.get(split) or []),
+                      "sha256": digest.hexdigest()}
+    return out
+
+
+def _file_facts(source: str) -> dict:
+    from rlpr.data.sources import parse_source
+
+    path = parse_source(source).path
+    try:
+        files = [path] if path.is_file() else [f for f in path.rglob("*") if f.is_file()]
+        stats = [f.stat() for f in files]
+    except OSError:
+        return {}
+    if not stats:
+        return {}
+    return {"bytes": sum(s.st_size for s in stats),
+            "modified": time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(max(s.st_mtime for s in stats)))}
+
+
+def check_data(run_dir: Path, now: dict) -> None:
+    """A resume reads the same rows as the run did: data.train or data.val whose rows changed at the
+    same path is refused with one line naming the file (the checkpoint's prompt order, re-roll
+    cache and score-A cache refer to the rows by position). The same rows with a new modification
+    time (copied, written again) are the same data. A run from before data.yaml is not checked."""
+    path = run_dir / "data.yaml"
+    if not path.is_file():
+        return
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError) as e:
+        log.warning("%s: unreadable (%s); the data is not checked against the run's", path, error_reason(e))
+        return
+    for split, was in (saved if isinstance(saved, dict) else {}).items():
+        new = now.get(split)
+        if not isinstance(was, dict) or not new or (was.get("rows"), was.get("sha256")) == (new["rows"], new["sha256"]):
+            continue
+        raise ConfigError(f"--resume {run_dir}: data.{split} changed since the run started: {new['source']} "
+                          f"({_describe(was)} -> {_describe(new)}); its checkpoint refers to the old rows: restore "
+                          f"the file or start a new run")
+
+
+def _describe(facts: dict) -> str:
+    parts = [f"{facts.get('rows')} rows, sha256 {str(facts.get('sha256'))[:12]}"]
+    if "bytes" in facts:
+        parts.append(f"{facts['bytes']} bytes, modified {facts.get('modified')}")
+    return ", ".join(parts)
+
+
 def record_resume(run_dir: Path, step: int, changes: dict) -> None:
     """config.yaml stays the run's original configuration; each resume writes resume_N.yaml with
-    the step it resumed at and the keys it changed (old and new values)."""
+    the step it resumed at and the keys it changed (old and new values). metrics.jsonl is trimmed
+    to the checkpoint's step first (`trim_metrics`): a failure there adds no resume_N.yaml."""
+    trim_metrics(run_dir / "metrics.jsonl", step)
     n = 1 + sum(1 for _ in run_dir.glob("resume_*.yaml"))
-    (run_dir / f"resume_{n}.yaml").write_text(yaml.safe_dump(
-        {"resumed_at_step": step, "changed": {k: {"was": a, "now": b} for k, (a, b) in changes.items()}},
-        sort_keys=False))
+    try:
+        _write_atomic(run_dir / f"resume_{n}.yaml", yaml.safe_dump(
+            {"resumed_at_step": step, "changed": {k: {"was": a, "now": b} for k, (a, b) in changes.items()}},
+            sort_keys=False))
+    except OSError as e:
+        raise ConfigError(f"{run_dir}: could not write resume_{n}.yaml ({error_reason(e)})") from None
 
 
 def write_summary(run_dir: Path, summary: dict) -> None:
-    """summary.yaml: the before/after evaluations and the last step's metrics (NaN written as null)."""
-    (run_dir / "summary.yaml").write_text(yaml.safe_dump(_plain(summary), sort_keys=False))
+    """summary.yaml: the before/after evaluations and the last step's metrics (NaN written as null);
+    written atomically, and a failure (a full disk) is a warning: the checkpoint is already saved."""
+    try:
+        _write_atomic(run_dir / "summary.yaml", yaml.safe_dump(_plain(summary), sort_keys=False))
+    except OSError as e:
+        log.warning("could not write %s (%s); the checkpoint is saved", run_dir / "summary.yaml", error_reason(e))
+
+
+def _write_atomic(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_text(text)
+        os.replace(tmp, path)
+    except OSError:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise
 
 
 def _plain(obj):

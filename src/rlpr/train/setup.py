@@ -43,6 +43,18 @@ def load_examples_for(cfg: Config, split: str):
     return load_examples(source, cfg.data.template, mapping, default_split="train" if split == "train" else None)
 
 
+def load_data(cfg: Config) -> dict:
+    """Both splits ({"train": [...], "val": [...]}), read before the model loads: a data error, or
+    more prompts per step than the training data holds, is refused before any model work and
+    before the run directory is written."""
+    examples = {split: load_examples_for(cfg, split) for split in ("train", "val")}
+    n, want = len(examples["train"]), cfg.trainer.prompts_per_step
+    if n < want:
+        raise ConfigError(f"trainer.prompts_per_step ({want}) exceeds the {n} usable training prompts in "
+                          f"data.train ({cfg.data.train}): a step would repeat prompts; lower it or add data")
+    return examples
+
+
 def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Prompt], list[Prompt], int, int]:
     """(training prompts, held-out prompts, skipped training, skipped held-out): prompts longer than
     data.max_prompt_tokens are skipped; `examples` may hold the splits already loaded."""

@@ -12,11 +12,16 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import logging
 import math
 import os
 import re
 import time
 from pathlib import Path
+
+from rlpr.errors import ConfigError, error_reason
+
+log = logging.getLogger("rlpr.train")
 
 
 def _clean(value):
@@ -158,16 +163,19 @@ def active_trackers(trackers, tensorboard: bool = True) -> list[str]:
 
 class Tracker:
     """Append-only metric log, plus the other trackers. On resume, lines after the checkpoint's
-    step are dropped first, so the log reads as if the run had never stopped."""
+    step are dropped first (`trim_metrics`), so the log reads as if the run had never stopped.
+
+    A full disk (or any failed write) outside the checkpoint is a warning, never a failed run: a
+    record that cannot be appended whole is cut back off (metrics.jsonl never holds half a line),
+    and a samples file is written to a temporary name and renamed (never left empty or partial)."""
 
     def __init__(self, run_dir: Path, tensorboard: bool = True, resume_step: int | None = None, *,
                  trackers=("jsonl", "tensorboard"), config: dict | None = None):
         self.run_dir = Path(run_dir)
         self.path = self.run_dir / "metrics.jsonl"
-        if resume_step is not None and self.path.exists():
-            kept = [line for line in self.path.read_text().splitlines()
-                    if line.strip() and json.loads(line).get("step", 0) <= resume_step]
-            self.path.write_text("".join(line + "\n" for line in kept))
+        if resume_step is not None:
+            trim_metrics(self.path, resume_step)
+        self._failed: dict[str, int] = {}  # what could not be written -> how many times in a row
         self.names = active_trackers(trackers, tensorboard)
         self._backends = []
         for name in self.names[1:]:
@@ -177,17 +185,47 @@ class Tracker:
 
     def log(self, step: int, metrics: dict) -> None:
         record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        with open(self.path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(record) + "\n")
+        try:
+            _append(self.path, (json.dumps(record) + "\n").encode("utf-8"))
+            self._written(self.path.name, step)
+        except OSError as e:
+            self._failure(self.path.name, step, e, "its record is missing from the log")
         for backend in self._backends:
-            backend.log(step, metrics)
+            name = type(backend).__name__.removesuffix("Backend").lower()
+            try:
+                backend.log(step, metrics)
+                self._written(name, step)
+            except OSError as e:
+                self._failure(name, step, e, "the other trackers go on")
 
     def write_samples(self, step: int, rows: list[dict]) -> None:
         folder = self.run_dir / "samples"
-        folder.mkdir(parents=True, exist_ok=True)
-        with open(folder / f"step_{step:06d}.jsonl", "w", encoding="utf-8") as f:
-            for row in rows:
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
+        path = folder / f"step_{step:06d}.jsonl"
+        tmp = folder / f".{path.name}.tmp"  # not step_*.jsonl: no reader takes it for a samples file
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            with open(tmp, "w", encoding="utf-8") as f:
+                f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+            os.replace(tmp, path)
+        except OSError as e:
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            self._failure(f"samples/{path.name}", step, e, "training goes on without it", key="samples")
+
+    def _failure(self, what: str, step: int, e: OSError, consequence: str, key: str | None = None) -> None:
+        """One warning when writing `what` starts failing (then debug lines until it works again)."""
+        key = key or what
+        self._failed[key] = self._failed.get(key, 0) + 1
+        (log.warning if self._failed[key] == 1 else log.debug)(
+            "could not write %s at step %d (%s); %s", what, step, error_reason(e), consequence)
+
+    def _written(self, key: str, step: int) -> None:
+        missed = self._failed.pop(key, 0)
+        if missed:
+            log.warning("%s is written again from step %d (%d write%s failed before)", key, step, missed,
+                        "s" if missed > 1 else "")
 
     def close(self) -> None:
         for backend in self._backends:
@@ -195,9 +233,85 @@ class Tracker:
         self._backends = []
 
 
+def _append(path: Path, data: bytes) -> None:
+    """Append `data` whole or not at all: a write that fails midway (ENOSPC) is cut back off."""
+    with open(path, "ab", buffering=0) as f:
+        end = f.seek(0, os.SEEK_END)
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[f.write(view) or 0:]
+        except OSError:
+            try:
+                f.truncate(end)
+            except OSError:  # rare; a resume then drops the cut line (`trim_metrics`)
+                pass
+            raise
+
+
+def _metric_lines(path: Path) -> tuple[list[tuple[bytes, dict]], int | None]:
+    """metrics.jsonl as (line, record) pairs, and the number of a last line cut short (a write that
+    did not finish, e.g. on a full disk), else None. Any other line that is not a JSON record with
+    an integer step is a ConfigError naming the file and the line."""
+    lines = path.read_bytes().split(b"\n")
+    out, cut = [], None
+    for n, line in enumerate(lines, 1):
+        if not line.strip():
+            continue
+        last = n == len(lines)  # the file does not end with a newline here
+        try:
+            record = json.loads(line.decode("utf-8"))
+        except (UnicodeDecodeError, json.JSONDecodeError, RecursionError, ValueError) as e:
+            if last:
+                cut = n
+                continue
+            why = f"{e.msg} at column {e.colno}" if isinstance(e, json.JSONDecodeError) else error_reason(e)
+            raise ConfigError(f"{path}: line {n} is not a JSON record ({why}); fix or remove that line, then "
+                              f"resume") from None
+        if not isinstance(record, dict):
+            raise ConfigError(f"{path}: line {n} is not a JSON record (a {type(record).__name__}); fix or "
+                              f"remove that line, then resume")
+        if not isinstance(record.get("step"), int) or isinstance(record.get("step"), bool):
+            raise ConfigError(f"{path}: line {n} has no integer step; fix or remove that line, then resume")
+        out.append((line, record))
+    return out, cut
+
+
+def check_metrics(path: Path) -> None:
+    """Read-only: a resume refuses, before any model work, a metrics.jsonl it could not trim."""
+    if path.is_file():
+        _metric_lines(path)
+
+
+def trim_metrics(path: Path, step: int) -> None:
+    """On resume: drop the records after the checkpoint's `step`, and a last line cut short (with a
+    warning); rewritten atomically, and only when something changes."""
+    if not path.is_file():
+        return
+    lines, cut = _metric_lines(path)
+    if cut is not None:
+        log.warning("%s: line %d is cut short (a write that did not finish, e.g. on a full disk); dropped it",
+                    path, cut)
+    kept = [line for line, record in lines if record["step"] <= step]
+    data = b"".join(line + b"\n" for line in kept)
+    if cut is None and len(kept) == len(lines) and path.read_bytes() == data:
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        tmp.write_bytes(data)
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise ConfigError(f"{path}: could not rewrite it for the resume ({error_reason(e)}); it is unchanged") \
+            from None
+
+
 def read_metrics(run_dir: str | Path) -> list[dict]:
-    path = Path(run_dir) / "metrics.jsonl"
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    """The records of a run's metrics.jsonl (a last line cut short left out)."""
+    return [record for _, record in _metric_lines(Path(run_dir) / "metrics.jsonl")[0]]
 
 
 class NullTracker:

@@ -36,15 +36,14 @@ from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.rollout.engines import build_engine
 from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
-from rlpr.train.checkpoint import (latest_checkpoint, list_checkpoints, load_state, load_weights, resume_changes,
-                                   rng_state, save_checkpoint, set_rng_state)
+from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints, load_state, load_weights,
+                                   restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
 from rlpr.train.progress import StepDisplay
-from rlpr.train.run_dir import (check_fresh, default_run_dir, record_resume, write_config, write_run_report,
-                                write_summary)
-from rlpr.train.signals import finish_step_on_signal
-from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_examples_for, reference_copy,
+from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
+from rlpr.train.signals import end_of_run, finish_step_on_signal
+from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
                               scoring_budget, seed_everything, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
@@ -110,7 +109,7 @@ class Trainer:
                      len(self.train_prompts), len(val_prompts), cfg.trainer.max_steps, cfg.trainer.prompts_per_step,
                      cfg.rollout.responses_per_prompt, self.run_dir)
         if self.resume:
-            self._restore(latest_checkpoint(self.run_dir))
+            restore_latest(self.run_dir, self._restore)  # a corrupt newest one: the previous, with a warning
         elif self.score_a.needs_upfront:  # full fine-tuning without a reference copy
             with self.strategy.gathered():
                 self.score_a.precompute(self.train_prompts + self.val_prompts)
@@ -354,7 +353,7 @@ class Trainer:
         return path
 
     def _restore(self, ckpt: Path) -> None:
-        state = load_state(ckpt)
+        state = load_state(ckpt, resumable=True)  # a malformed one: CorruptCheckpoint, skipped
         if state.get("world_size", 1) != dist.world_size():
             raise ConfigError(f"{ckpt}: saved with {state.get('world_size', 1)} processes; resume with the same "
                               f"number (now {dist.world_size()})")
@@ -377,6 +376,7 @@ class Trainer:
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:
         t = self.cfg.trainer
+        check_space_before_training(self)  # a disk too small for any checkpoint is found before step 1
         if dist.is_main():
             self.tracker = Tracker(self.run_dir, t.tensorboard, resume_step=self.step if self.resume else None,
                                    trackers=t.trackers, config=self.cfg.to_dict())
@@ -402,18 +402,8 @@ class Trainer:
                     self.display.update(step, metrics)
                     if t.save_every and step % t.save_every == 0 and step < t.max_steps:
                         self.save()
-            if self.stop_requested and self.step < t.max_steps:
-                self.save()
-                if dist.is_main():
-                    print(f"\nstopped at step {self.step}; checkpoint saved. Resume with:\n"
-                          f"  rlpr train --resume {self.run_dir}", file=sys.stderr)
-                summary["interrupted"] = True
-            else:
-                after = self.evaluate()
-                if after:
-                    summary["after"] = after
-                    self.tracker.log(self.step, after)
-                self.save()
+                self.save()  # before the final evaluation: a signal there loses no step
+                summary.update(end_of_run(self))  # the stop message, or the final evaluation (signals.py)
         summary.update(last=metrics, step=self.step, skipped_prompts=self.skipped_prompts,
                        peak_rss_gb=peak_rss_gb())
         self.tracker.close()
@@ -427,13 +417,9 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     # refused before any model work; recorded once the checkpoint loads
     changes = resume_changes(resume, cfg) if resume else {}
     # a data error surfaces before the model loads and before anything is written
-    examples = {split: load_examples_for(cfg, split) for split in ("train", "val")}
+    examples = load_data(cfg)  # and prompts_per_step against the rows read
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
-    if not resume:
-        check_fresh(run_dir)
-    if dist.is_main() and not resume:
-        write_config(run_dir, cfg)
-    dist.barrier()
+    prepare_run_dir(run_dir, cfg, examples, bool(resume))  # config.yaml, data.yaml; a resume: data unchanged
     trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
         record_resume(run_dir, trainer.step, changes)

@@ -1,0 +1,227 @@
+"""Training runs and checkpoints under a careless user and a full disk (issue 29, items 3, 4, 9,
+10, 11, 20 and 22): a cut metrics line, a signal during the final evaluation, a data file changed
+under a run, corrupt checkpoints, a full disk outside the checkpoint, a disk too small for any
+checkpoint, and more prompts per step than the data holds. Tiny model, few steps."""
+
+import json
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+from rlpr.errors import ConfigError
+from rlpr.train import tracking
+from rlpr.train.checkpoint import STATE_FILE, latest_checkpoint, list_checkpoints, load_state, resume_config
+from rlpr.train.tracking import read_metrics
+from rlpr.train.trainer import train
+
+from helpers import tiny_cfg
+from test_trackers import FullDisk
+
+pytestmark = pytest.mark.integration
+
+
+def resume(run, steps):
+    return train(resume_config(run, [f"trainer.max_steps={steps}"]), resume=str(run))
+
+
+def one_line(message):
+    assert len(str(message).strip().splitlines()) == 1, message
+    return str(message)
+
+
+# -- 22: prompts_per_step larger than the data ---------------------------------------------------
+
+def test_more_prompts_per_step_than_the_data_is_refused_before_the_model_loads(tiny_dir, tmp_path, monkeypatch):
+    import rlpr.model.loading
+
+    def no_model(*a, **k):
+        raise AssertionError("the model loaded before the data was checked")
+
+    monkeypatch.setattr(rlpr.model.loading, "load_model", no_model)
+    cfg = tiny_cfg(tiny_dir, tmp_path, "small", "data.demo_train_size=6", "trainer.prompts_per_step=8",
+                   "data.val=")
+    message = r"trainer.prompts_per_step \(8\) exceeds the 6 usable training prompts in data.train"
+    with pytest.raises(ConfigError, match=message) as e:
+        train(cfg)
+    one_line(e.value)
+    assert not (tmp_path / "small").exists()  # no config.yaml, no run directory
+
+
+# -- 3: a cut metrics line -----------------------------------------------------------------------
+
+def test_a_cut_metrics_line_is_dropped_on_resume_and_other_bad_lines_are_named(tiny_dir, tmp_path, caplog):
+    run = tmp_path / "cut"
+    train(tiny_cfg(tiny_dir, tmp_path, "cut", "trainer.max_steps=1", "data.val="))
+    metrics = run / "metrics.jsonl"
+    with open(metrics, "a") as f:  # what a full disk leaves: a record cut before its end
+        f.write('{"step": 2, "reward/mean": 0.1, "reward/sc')
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        resume(run, 2)
+    assert "metrics.jsonl: line 2 is cut short" in caplog.text
+    assert [m["step"] for m in read_metrics(run)] == [1, 2]
+    assert sorted(p.name for p in run.glob("resume_*.yaml")) == ["resume_1.yaml"]
+    # anything else is not guessed at: one line naming the file and the line, and nothing is added
+    lines = metrics.read_text().splitlines(keepends=True)
+    metrics.write_text(lines[0] + '{"step": 2 "reward/mean": 0.1}\n')
+    with pytest.raises(ConfigError, match=r"metrics.jsonl: line 2 is not a JSON record") as e:
+        resume(run, 3)
+    assert str(metrics) in one_line(e.value)
+    assert sorted(p.name for p in run.glob("resume_*.yaml")) == ["resume_1.yaml"]
+    assert metrics.read_text() == lines[0] + '{"step": 2 "reward/mean": 0.1}\n'  # left for the user to see
+
+
+# -- 4: a signal during the final evaluation -----------------------------------------------------
+
+def test_sigterm_during_the_final_evaluation_keeps_the_final_checkpoint(tiny_dir, tmp_path):
+    run = tmp_path / "term"
+    script = textwrap.dedent(f"""
+        import os, signal, sys, time
+        from rlpr.cli.main import main
+        from rlpr.train.trainer import Trainer
+
+        real = Trainer.evaluate
+
+        def evaluate(self):
+            if self.step == self.cfg.trainer.max_steps:  # the final evaluation: stopped midway
+                os.kill(os.getpid(), signal.SIGTERM)
+                time.sleep(2)
+            return real(self)
+
+        Trainer.evaluate = evaluate
+        sys.exit(main(["train", "model.path={tiny_dir}", "trainer.output_dir={tmp_path}", "trainer.name=term",
+                       "trainer.max_steps=2", "rollout.max_new_tokens=4", "rollout.responses_per_prompt=2",
+                       "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.demo_train_size=8",
+                       "data.demo_val_size=2", "trainer.eval_before=false", "trainer.tensorboard=false",
+                       "trainer.progress=false", "trainer.report=false", "model.threads=1"]))
+    """)
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert result.returncode == 0, result.stderr[-3000:]
+    assert "SIGTERM during the final evaluation" in result.stderr
+    assert load_state(latest_checkpoint(run))["step"] == 2  # every step is kept
+    assert [m["step"] for m in read_metrics(run)] == [1, 2]
+
+
+# -- 9: a data file changed under a run ----------------------------------------------------------
+
+def test_resume_refuses_a_data_file_whose_rows_changed(tiny_dir, tmp_path):
+    data = tmp_path / "qa.jsonl"
+    rows = [{"question": f"What is {i} + {i}?", "answer": str(2 * i)} for i in range(8)]
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    run = tmp_path / "data"
+    train(tiny_cfg(tiny_dir, tmp_path, "data", "trainer.max_steps=1", f"data.train={data}", "data.val="))
+    original = data.read_text()
+    rows[3]["answer"] = "7"  # same path, same size, different rows
+    data.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    with pytest.raises(ConfigError, match="data.train changed since the run started") as e:
+        resume(run, 2)
+    assert str(data) in one_line(e.value)
+    assert not list(run.glob("resume_*.yaml"))
+    # the same rows written again (a new mtime) are the same data: the resume goes on
+    data.write_text(original)
+    os.utime(data, (1, 1))
+    resume(run, 2)
+    assert load_state(latest_checkpoint(run))["step"] == 2
+
+
+# -- 10: corrupt checkpoints ---------------------------------------------------------------------
+
+def test_a_corrupt_checkpoint_falls_back_to_the_previous_complete_one(tiny_dir, tmp_path, caplog):
+    from rlpr.model.loading import load_model
+    from rlpr.train.checkpoint import load_weights
+    from rlpr.train.setup import build_policy
+
+    run = tmp_path / "ck"
+    cfg = tiny_cfg(tiny_dir, tmp_path, "ck", "trainer.max_steps=2", "trainer.save_every=1", "data.val=")
+    train(cfg)
+    first, second = list_checkpoints(run)
+    # each kind of corruption is one line naming the file
+    weights = second / "adapter" / "adapter_model.safetensors"
+    good_weights = weights.read_bytes()
+    weights.write_bytes(good_weights[:len(good_weights) // 2])  # truncated
+    policy = build_policy(cfg, load_model(tiny_dir)[0])
+    with pytest.raises(ConfigError, match="adapter_model.safetensors: unreadable weights") as e:
+        load_weights(policy, second)
+    one_line(e.value)
+    state_file = second / STATE_FILE
+    good_state = state_file.read_bytes()
+    for bad in (b"", good_state[:len(good_state) // 2]):
+        state_file.write_bytes(bad)
+        with pytest.raises(ConfigError, match=STATE_FILE) as e:
+            load_state(second)
+        one_line(e.value)
+    torch.save({"step": 2}, state_file)  # readable, but not a trainer state
+    with pytest.raises(ConfigError, match="trainer_state.pt: not an rlpr trainer state .missing optimizer") as e:
+        load_state(second, resumable=True)
+    one_line(e.value)
+    # --resume skips the corrupt newest checkpoint with a warning and goes on from the previous one
+    weights.write_bytes(good_weights[:len(good_weights) // 2])
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        resume(run, 3)
+    assert f"skipped the corrupt checkpoint {second}" in caplog.text
+    assert f"resumed from {first}" in caplog.text
+    assert [p.name for p in list_checkpoints(run)] == ["step_2", "step_3"]  # step_2 trained again
+    assert (run / "checkpoints" / "corrupt-step_2" / STATE_FILE).is_file()  # set aside, not deleted
+    assert [m["step"] for m in read_metrics(run)] == [1, 2, 3]
+    assert yaml_load(run / "resume_1.yaml")["resumed_at_step"] == 1
+
+
+def test_no_loadable_checkpoint_is_one_line_and_changes_nothing(tiny_dir, tmp_path):
+    run = tmp_path / "bad"
+    train(tiny_cfg(tiny_dir, tmp_path, "bad", "trainer.max_steps=1", "data.val="))
+    (ckpt,) = list_checkpoints(run)
+    torch.save([1, 2, 3], ckpt / STATE_FILE)
+    before = sorted(p.relative_to(run) for p in run.rglob("*"))
+    with pytest.raises(ConfigError, match="no loadable checkpoint") as e:
+        resume(run, 2)
+    assert str(ckpt) in one_line(e.value)
+    assert sorted(p.relative_to(run) for p in run.rglob("*")) == before
+
+
+def yaml_load(path):
+    import yaml
+
+    return yaml.safe_load(path.read_text())
+
+
+# -- 11: a full disk outside the checkpoint ------------------------------------------------------
+
+def test_a_full_disk_for_metrics_and_samples_warns_and_training_goes_on(tiny_dir, tmp_path, monkeypatch, caplog):
+    opened = {"metrics": 0}
+
+    def fails(path):
+        if path.endswith("metrics.jsonl"):
+            opened["metrics"] += 1
+            return opened["metrics"] == 2  # step 2's record
+        return "samples" in path
+
+    disk = FullDisk(fails)
+    monkeypatch.setattr(tracking, "open", disk, raising=False)
+    run = tmp_path / "full"
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        train(tiny_cfg(tiny_dir, tmp_path, "full", "trainer.max_steps=3", "trainer.sample_every=1", "data.val="))
+    assert any("metrics.jsonl" in p for p in disk.failed) and any("samples" in p for p in disk.failed)
+    assert "could not write" in caplog.text and "No space left on device" in caplog.text
+    assert "Traceback" not in caplog.text
+    assert [m["step"] for m in read_metrics(run)] == [1, 3]  # step 2's record is missing, never half there
+    assert not list((run / "samples").iterdir()) if (run / "samples").exists() else True  # never empty or partial
+    assert load_state(latest_checkpoint(run))["step"] == 3
+
+
+# -- 20: a disk too small for any checkpoint -----------------------------------------------------
+
+def test_a_disk_too_small_for_a_checkpoint_is_refused_before_step_1(tiny_dir, tmp_path, monkeypatch):
+    real = shutil.disk_usage
+    monkeypatch.setattr(shutil, "disk_usage", lambda p: real(p)._replace(free=4096))
+    run = tmp_path / "tiny-disk"
+    with pytest.raises(ConfigError, match="not enough free space for a checkpoint") as e:
+        train(tiny_cfg(tiny_dir, tmp_path, "tiny-disk", "trainer.max_steps=2", "data.val="))
+    assert str(run) in one_line(e.value)
+    assert not (run / "metrics.jsonl").exists() or not read_metrics(run)  # found before step 1
+    assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
