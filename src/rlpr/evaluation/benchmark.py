@@ -145,7 +145,8 @@ def sample_and_grade(engine, tokenizer, examples: list[Example], k: int, *, max_
         chunk = examples[start:start + questions_per_call]
         rollouts = engine.generate([prompt_ids(tokenizer, e.prompt) for e in chunk], k,
                                    max_new_tokens=max_new_tokens, temperature=temperature, top_p=top_p,
-                                   seeds=[seed * SEED_MIX + start + q for q in range(len(chunk))])
+                                   seeds=[seed * SEED_MIX + start + q for q in range(len(chunk))],
+                                   min_new_tokens=0)  # rollout.min_new_tokens is for training rollouts
         groups: list[list[Sample]] = [[] for _ in chunk]
         for r in rollouts:
             groups[r.prompt_index].append(graded_sample(

@@ -103,7 +103,7 @@ class ChatGenerator:
             if self.engine is not None:
                 seed = seed if seed is not None else int(torch.randint(0, 2**62, ()).item())
                 tokens = self.engine.generate([ids[0].tolist()], 1, max_new_tokens=limit, temperature=temperature,
-                                              top_p=top_p, seeds=[seed])[0].token_ids
+                                              top_p=top_p, seeds=[seed], min_new_tokens=0)[0].token_ids
             else:
                 if seed is not None:
                     torch.manual_seed(seed)

@@ -100,13 +100,15 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
 
 @torch.no_grad()
 def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens: int, eos: int, pad: int,
-           cache=None, compact_every: int = 8) -> torch.Tensor:
+           cache=None, compact_every: int = 8, min_new_tokens: int = 0) -> torch.Tensor:
     """Sampled continuations [B, max_new_tokens] (pad after a row's EOS) of left-padded prompts.
 
     `draw(logits [b, V] fp32, rows [b] long) -> tokens [b]` picks the next token of the original
     rows `rows`. `cache`: the KV cache of every prompt but its last token (the shared prefill), or
     None to run the whole prompts first. Finished rows are dropped once they are at least
-    1/`compact_every` of the rows still running.
+    1/`compact_every` of the rows still running. `min_new_tokens`: EOS's logit is -inf for the
+    first that many tokens (every row has drawn the same number of tokens at each step), so no
+    response ends before it (vLLM's min_tokens; one column written in place, no copy).
     """
     batch, width = ids.shape
     device = ids.device
@@ -127,7 +129,10 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
     for step in range(max_new_tokens):
         logits = model(input_ids=feed, attention_mask=mask[:, :length], position_ids=pos, **cache_kwargs(model, cache),
                        use_cache=True, logits_to_keep=1).logits[:, -1]
-        tokens = draw(logits.float(), rows).cpu()
+        scores = logits.float()  # the model's fresh output (or its fp32 copy): free to write into
+        if step < min_new_tokens:
+            scores[:, eos] = float("-inf")
+        tokens = draw(scores, rows).cpu()
         live = ~done
         out[rows[live], step] = tokens[live]
         done |= tokens == eos

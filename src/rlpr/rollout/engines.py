@@ -16,7 +16,8 @@ from rlpr.rollout.hf import HFRollout
 
 
 def build_hf(policy, tokenizer, rollout, dtype: torch.dtype):
-    return HFRollout(policy, tokenizer, dtype, rollout.batch_sequences, rollout.share_prefill, rollout.decode_loop)
+    return HFRollout(policy, tokenizer, dtype, rollout.batch_sequences, rollout.share_prefill, rollout.decode_loop,
+                     rollout.min_new_tokens)
 
 
 def build_vllm(policy, tokenizer, rollout, dtype: torch.dtype):
@@ -29,7 +30,10 @@ ENGINES: dict[str, Callable] = {"hf": build_hf, "vllm": build_vllm}
 
 
 def build_engine(policy, tokenizer, rollout, dtype: torch.dtype):
-    """The rollout engine named by `rollout.engine` (a `RolloutConfig`), synced to `policy`."""
+    """The rollout engine named by `rollout.engine` (a `RolloutConfig`), synced to `policy`.
+
+    `rollout.min_new_tokens` becomes the engine's default for `generate(min_new_tokens=None)`: the
+    trainer's rollouts get it without passing it; evaluation and serving pass min_new_tokens=0."""
     try:
         build = ENGINES[rollout.engine]
     except KeyError:

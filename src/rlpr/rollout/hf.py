@@ -40,7 +40,10 @@ class RolloutEngine(Protocol):
         mode; a no-op where the engine has nothing to give back)."""
 
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float,
-                 top_p: float, seed: int) -> list[Rollout]: ...
+                 top_p: float, seeds: list[int] | None = None, min_new_tokens: int | None = None) -> list[Rollout]:
+        """`min_new_tokens`: EOS cannot end a response before this many tokens; None: the engine's
+        configured value (rollout.min_new_tokens, meant for training rollouts), so other callers
+        (held-out evaluation, rlpr eval, serve) pass 0."""
 
 
 def plain_copy(lm, dtype: torch.dtype, device: torch.device | str = "cpu"):
@@ -67,28 +70,45 @@ def _contiguous_reduced_precision_input(module, args):
     return None
 
 
-def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache):
+def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0):
     """rlpr's decode loop (rollout/decode.py): a preallocated KV cache, finished rows leave the batch."""
     draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
-    return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache)
+    return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
+                  min_new_tokens=min_new_tokens)
 
 
-def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache):
+class NoEOSBefore:
+    """A `generate` logits processor: EOS's score is -inf until `min_new_tokens` new tokens (in place:
+    `generate` hands processors its own fp32 copy of the last position's logits)."""
+
+    def __init__(self, prompt_length: int, min_new_tokens: int, eos: int):
+        self.prompt_length, self.min_new_tokens, self.eos = prompt_length, min_new_tokens, eos
+
+    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
+        if input_ids.shape[-1] - self.prompt_length < self.min_new_tokens:
+            scores[:, self.eos] = float("-inf")
+        return scores
+
+
+def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache,
+                  min_new_tokens: int = 0):
     """Hugging Face `generate` (the plain path), drawing with the same per-row sampler."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     # argmax over our processor's output = the token it sampled (greedy when temperature is 0)
     gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
                                   do_sample=False)
-    processors = LogitsProcessorList([sampler] if sampler is not None else [])
+    processors = [NoEOSBefore(ids.shape[1], min_new_tokens, eos)] if min_new_tokens > 0 else []
+    processors = LogitsProcessorList(processors + ([sampler] if sampler is not None else []))
     return model.generate(input_ids=ids, attention_mask=attn, **cache_kwargs(model, cache),
                           generation_config=gen_config, logits_processor=processors)[:, ids.shape[1]:]
 
 
 @dataclass(frozen=True)
 class DecodeLoop:
-    """A decode loop: `run(model, ids, attn, sampler, max_new_tokens=, eos=, pad=, cache=)` returns
-    the new tokens [rows, <= max_new_tokens]; `preallocated`: the shared-prefill cache is allocated
+    """A decode loop: `run(model, ids, attn, sampler, max_new_tokens=, eos=, pad=, cache=,
+    min_new_tokens=)` returns the new tokens [rows, <= max_new_tokens] (no EOS among the first
+    min_new_tokens); `preallocated`: the shared-prefill cache is allocated
     for the whole response up front (else the loop grows its own)."""
 
     run: Callable
@@ -114,8 +134,9 @@ class HFRollout:
     policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
-                 share_prefill: bool = True, loop: str = "rlpr"):
+                 share_prefill: bool = True, loop: str = "rlpr", min_new_tokens: int = 0):
         self.tokenizer = tokenizer
+        self.min_new_tokens = min_new_tokens  # rollout.min_new_tokens: generate's default (training rollouts)
         self.loop = loop  # a key of DECODE_LOOPS: "rlpr" (rollout/decode.py) or "generate" (transformers')
         self._decode = decode_loop(loop)
         self.batch_sequences = batch_sequences
@@ -143,12 +164,16 @@ class HFRollout:
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
+                 top_p: float = 1.0, seeds: list[int] | None = None,
+                 min_new_tokens: int | None = None) -> list[Rollout]:
         """n responses per prompt, grouped by prompt (prompt 0's n first).
 
         Response j of prompt i is sampled from its own RNG seeded by (seeds[i], j), so it does not
         depend on which other prompts share the batch or the process. Temperature 0 is greedy.
+        `min_new_tokens`: EOS cannot end a response before this many tokens (None: the configured
+        rollout.min_new_tokens, for training rollouts; evaluation and serving pass 0).
         """
+        min_new = self.min_new_tokens if min_new_tokens is None else min_new_tokens
         eos = self.tokenizer.eos_token_id
         pad = self.tokenizer.pad_token_id
         seeds = list(range(len(prompts))) if seeds is None else seeds
@@ -168,7 +193,7 @@ class HFRollout:
             capacity = width + max_new_tokens if self._decode.preallocated else 0
             cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
             new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
-                                   cache=cache).cpu()
+                                   cache=cache, min_new_tokens=min_new).cpu()
             for r, (i, _, _) in enumerate(chunk):
                 tokens = new[r].tolist()
                 finished = eos in tokens

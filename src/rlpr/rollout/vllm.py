@@ -124,6 +124,7 @@ class VLLMRollout:
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
         self._sampling = vllm.SamplingParams
+        self.min_new_tokens = rollout.min_new_tokens  # generate's default (training rollouts)
         self.sync_s = 0.0
         if self.lora_rank:
             self.sync(policy)  # the adapter as it is now (callers that never sync get the policy too)
@@ -171,15 +172,19 @@ class VLLMRollout:
             old_dir.cleanup()
 
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
-                 top_p: float = 1.0, seeds: list[int] | None = None) -> list[Rollout]:
+                 top_p: float = 1.0, seeds: list[int] | None = None,
+                 min_new_tokens: int | None = None) -> list[Rollout]:
         """n responses per prompt, grouped by prompt (prompt 0's n first); temperature 0 is greedy.
-        Response j of prompt i is seeded by row_seed(seeds[i], j) (reproducible for the same batch)."""
+        Response j of prompt i is seeded by row_seed(seeds[i], j) (reproducible for the same batch).
+        `min_new_tokens`: vLLM's min_tokens (None: the configured rollout.min_new_tokens)."""
         self._wake()
+        min_new = self.min_new_tokens if min_new_tokens is None else min_new_tokens
         eos = self.tokenizer.eos_token_id
         seeds = list(range(len(prompts))) if seeds is None else seeds
         flat = [(i, j) for i in range(len(prompts)) for j in range(n)]
         params = [self._sampling(n=1, temperature=temperature, top_p=top_p if temperature > 0 else 1.0,
-                                 max_tokens=max_new_tokens, stop_token_ids=[eos], detokenize=False, logprobs=0,
+                                 max_tokens=max_new_tokens, min_tokens=min(min_new, max_new_tokens),
+                                 stop_token_ids=[eos], detokenize=False, logprobs=0,
                                  seed=row_seed(seeds[i], j) if temperature > 0 else None) for i, j in flat]
         requests = [{"prompt_token_ids": list(prompts[i])} for i, _ in flat]
         outputs = self.llm.generate(requests, params, use_tqdm=False, lora_request=self._lora)
