@@ -13,6 +13,7 @@ import argparse
 import copy
 import json
 import sys
+from dataclasses import replace
 
 from rlpr.cli.options import _record, add_config_options, command_config
 from rlpr.errors import ConfigError
@@ -118,9 +119,7 @@ def render(arch, cfg, p, rows, best, out=None) -> None:
     console.print(f"peak: [bold]{p.peak / mp.GiB:.2f} GiB[/bold] in the {p.peak_phase} phase of "
                   f"{s.device_bytes / mp.GiB:g} GiB: [bold]{p.verdict()}[/bold]"
                   + (f"; CPU memory per process for offloaded states: {p.host / mp.GiB:.2f} GiB" if p.host else ""))
-    alt = Table(title=f"peak per {where} by strategy and gradient checkpointing "
-                      f"(FITS: <= {mp.FIT_MARGIN:.0%} of {s.device_bytes / mp.GiB:g} GiB; TIGHT: <= 100%)",
-                title_justify="left")
+    alt = Table(title=f"peak per {where} (GiB) by strategy", title_justify="left")
     alt.add_column("trainer.strategy")
     alt.add_column("checkpointing off", justify="right")
     alt.add_column("checkpointing on", justify="right")
@@ -131,7 +130,14 @@ def render(arch, cfg, p, rows, best, out=None) -> None:
             cells.append(f"{q.peak / mp.GiB:7.2f} {q.verdict():12s}{mark}")
         alt.add_row(setup.label, *cells)
     console.print(alt)
-    console.print("* this configuration" + ("" if s.processes > 1 else "; with one process every strategy runs as ddp"))
+    console.print(f"* this configuration; FITS: <= {mp.FIT_MARGIN:.0%} of {s.device_bytes / mp.GiB:g} GiB, TIGHT: "
+                  f"<= 100%" + ("" if s.processes > 1 else "; with one process every strategy runs as ddp"))
+    if s.engine == "hf" and p.peak_phase == "rollout":
+        v = mp.plan(arch, replace(s, engine="vllm"))
+        console.print(f"with rollout.engine=vllm (paged KV cache in {s.vllm_gpu_fraction:g} of the GPU, asleep during "
+                      f"the update): {v.peak / mp.GiB:.2f} GiB in the {v.peak_phase} phase, {v.verdict()}"
+                      if s.device == "cuda" else
+                      f"with rollout.engine=vllm: {v.peak / mp.GiB:.2f} GiB in the {v.peak_phase} phase, {v.verdict()}")
     smaller = mp.smaller_batches(arch, s) if best is None else None
     if best is None and smaller is None:
         console.print("recommended: none fits, even with smaller batches: more GPUs, LoRA (model.lora=true) or "

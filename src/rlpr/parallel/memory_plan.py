@@ -4,12 +4,13 @@ Pure arithmetic: no torch, no files. An `Architecture` (the model's shapes and e
 counts, read from its config.json by `rlpr.model.architecture`) and a `Setup` (the settings of a
 `Config` that move memory, resolved for a number of processes and a device) give a `Plan`: a list
 of `Term`s, each the bytes one process holds for one reason, with the phases of a training step in
-which it is held. A step passes through four phases, one after the other:
+which it is held. A step passes through five phases, one after the other:
 
 - ``sync``: the policy's weights (LoRA merged) are copied into the rollout engine;
 - ``rollout``: responses are sampled (also the held-out evaluation's generation);
 - ``scoring``: forwards without backward: score B and A, old and reference log-probs;
-- ``update``: forwards and backwards over micro-batches, then the AdamW step.
+- ``update``: forwards and backwards over micro-batches (the activations);
+- ``step``: the AdamW step (the activations are gone, the gradients and the step's temporaries not).
 
 The peak of a process is the largest phase total, not the sum of every term (the KV cache is gone
 before the update's activations exist). Each function below says why its term exists in rlpr's
@@ -29,7 +30,7 @@ from dataclasses import dataclass, field, replace
 
 GiB = 1024 ** 3
 FP32, BF16 = 4, 2
-PHASES = ("sync", "rollout", "scoring", "update")
+PHASES = ("sync", "rollout", "scoring", "update", "step")
 
 # rlpr/model/forward.py: the output layer runs on LOGIT_CHUNK rows at a time, its fp32 softmax on
 # SOFTMAX_ROWS rows (checkpointed under autograd)
@@ -41,7 +42,7 @@ DEEPSPEED_BUCKET_ELEMENTS = 500_000_000
 # CPU: the process before any model (Python, torch, transformers, peft, the tokenizer, tensorboard,
 # the grader): measured here as RSS after importing rlpr's trainer and loading the embedded
 # tokenizer (benchmarks/memory_plan.py measures it again on each run of the benchmark)
-CPU_RUNTIME_BYTES = int(0.42 * GiB)
+CPU_RUNTIME_BYTES = int(0.45 * GiB)
 # GPU: the CUDA context, cuBLAS/cuDNN workspaces and NCCL's buffers of one process: an estimate
 # (no GPU was available to measure it), added on GPUs only
 CUDA_RUNTIME_BYTES = int(1.0 * GiB)
@@ -261,7 +262,7 @@ def gradients(arch: Architecture, s: Setup) -> list[Term]:
     shards move to CPU memory (ZeRO-1 still accumulates whole gradients on the GPU)."""
     t = arch.trainable(s.lora)
     n = s.processes
-    upd = ("update",)
+    upd = ("update", "step")
     if not s.sharded:
         return [Term("gradients (fp32)", FP32 * t, upd, f"4 B x {_count(t)} trainable")]
     out = []
@@ -297,11 +298,11 @@ def optimizer_step(arch: Architecture, s: Setup) -> Term:
     t = arch.trainable(s.lora)
     n = s.processes if s.sharded else 1
     if s.device == "cpu":
-        return Term("AdamW step temporaries", 2 * FP32 * arch.largest_param, ("update",),
+        return Term("AdamW step temporaries", 2 * FP32 * arch.largest_param, ("step",),
                     f"2 x 4 B x {_count(arch.largest_param)} (largest tensor)")
     if s.offloaded:
-        return Term("AdamW step temporaries", 0.0, ("update",), "on the CPU", host=FP32 * t / n)
-    return Term("AdamW step temporaries", FP32 * t / n, ("update",), f"4 B x {_count(t)}" + (f" / {n}" if n > 1 else ""))
+        return Term("AdamW step temporaries", 0.0, ("step",), "on the CPU", host=FP32 * t / n)
+    return Term("AdamW step temporaries", FP32 * t / n, ("step",), f"4 B x {_count(t)}" + (f" / {n}" if n > 1 else ""))
 
 
 def reference_copy(arch: Architecture, s: Setup) -> Term | None:
@@ -542,7 +543,8 @@ def activations(arch: Architecture, s: Setup, checkpointing: bool | None = None)
     dtype: its 64-row pieces' gradients and their concatenation; under checkpointing one 64-row
     piece's recomputed logits), one 64-row piece's recomputed fp32 softmax with its gradients (about
     six [64, vocab] fp32 tensors) and, in the layer being differentiated, the gradients of its
-    hidden and MLP tensors (query tokens x (2 x hidden + 3 x intermediate))."""
+    hidden and MLP tensors (query tokens x (2 x hidden + 3 x intermediate)); under full fine-tuning
+    of a model with tied embeddings, the second gradient of the embedding (vocab x hidden x 4 B)."""
     s = replace(s, gradient_checkpointing=s.gradient_checkpointing if checkpointing is None else checkpointing)
     mb = micro_batch(s)
     h, v = arch.hidden, arch.vocab
@@ -570,12 +572,14 @@ def activations(arch: Architecture, s: Setup, checkpointing: bool | None = None)
     out.append(Term("final norm, head input, attention mask", outside + mask, ("update",),
                     f"{mb.query_tokens} tok x (2H+1) x 4 B + mask"))
     rows = min(SOFTMAX_ROWS, targets)
-    softmax = 6 * rows * v * FP32
+    softmax = (6 + (m == BF16)) * rows * v * FP32  # under bf16 also the piece's fp32 copy (logits.float())
     logits = rows * v * m if s.gradient_checkpointing else 2 * min(LOGIT_CHUNK, targets) * v * m
     backward = logits + softmax + mb.query_tokens * (2 * h + 3 * arch.intermediate) * m
+    if arch.tied and not s.lora:  # the shared embedding gets two gradients (lookup and output layer), summed
+        backward += FP32 * arch.vocab * h
     out.append(Term("backward working set", backward, ("update",),
                     (f"{rows} x {v} x {m} B" if s.gradient_checkpointing else f"2 x {min(LOGIT_CHUNK, targets)} x {v} x {m} B")
-                    + f" + 6 x {rows} x {v} x 4 B + one layer's grads"))
+                    + f" + {6 + (m == BF16)} x {rows} x {v} x 4 B + one layer's grads"))
     return out
 
 
