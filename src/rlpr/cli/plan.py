@@ -157,7 +157,8 @@ def render(arch, cfg, p, rows, best, out=None) -> None:
     overrides += [f"{k}={v}" for k, v in changes.items()]
     console.print(f"recommended: {setup.label}, checkpointing {'on' if ckpt else 'off'}"
                   f"{''.join(f', {k}={v}' for k, v in changes.items())} "
-                  f"({q.peak / mp.GiB:.2f} GiB, peak in the {q.peak_phase} phase, {q.verdict()}): {' '.join(overrides)}")
+                  f"({q.peak / mp.GiB:.2f} GiB, peak in the {q.peak_phase} phase, {q.verdict()}): "
+                  f"{' '.join(overrides)}")
 
 
 def as_dict(arch, p, rows, best) -> dict:
@@ -172,7 +173,8 @@ def as_dict(arch, p, rows, best) -> dict:
     return {"architecture": asdict(arch), "setup": asdict(p.setup), **plan_dict(p),
             "terms": [{"name": t.name, "gib": t.bytes / mp.GiB, "phases": list(t.phases), "formula": t.formula,
                        "host_gib": t.host / mp.GiB} for t in p.terms],
-            "alternatives": [{"strategy": s.label, "checkpointing_off": plan_dict(off), "checkpointing_on": plan_dict(on)}
+            "alternatives": [{"strategy": s.label, "checkpointing_off": plan_dict(off),
+                              "checkpointing_on": plan_dict(on)}
                              for s, off, on in rows],
             "recommended": None if best is None else {"strategy": best[0].label, "checkpointing": best[1]}}
 

@@ -269,7 +269,8 @@ def gradients(arch: Architecture, s: Setup) -> list[Term]:
     if s.strategy == "fsdp":
         shard = FP32 * t / n
         if s.offloaded and s.device == "cuda":
-            out.append(Term("gradients (fp32, fsdp shard)", 0.0, upd, f"4 B x {_count(t)} / {n} on the CPU", host=shard))
+            out.append(Term("gradients (fp32, fsdp shard)", 0.0, upd, f"4 B x {_count(t)} / {n} on the CPU",
+                            host=shard))
         else:
             out.append(Term("gradients (fp32, fsdp shard)", shard, upd, f"4 B x {_count(t)} / {n}"))
         return out
@@ -398,7 +399,8 @@ def vllm_engine(arch: Architecture, s: Setup) -> list[Term]:
     awake = ("sync", "rollout", "scoring") if s.vllm_sleep else ALL
     kv = max(0.0, share - w)
     tokens = kv / arch.kv_bytes_per_token(s.rollout_bytes)
-    return [Term("vLLM weights", w, awake, f"{s.rollout_bytes} B x {_count(arch.params)}", host=w if s.vllm_sleep else 0),
+    return [Term("vLLM weights", w, awake, f"{s.rollout_bytes} B x {_count(arch.params)}",
+                 host=w if s.vllm_sleep else 0),
             Term("vLLM KV cache + activations", kv, awake,
                  f"{s.vllm_gpu_fraction:g} x {s.device_bytes / GiB:.0f} GiB - weights (~{_count(tokens)} tokens)")]
 
@@ -416,7 +418,8 @@ def sync_transient(arch: Architecture, s: Setup) -> Term:
                     ("sync",), f"4 B x ({_count(arch.root_params)} + {_count(arch.layer_params)})")
     return Term("sync: merged LoRA weights" if s.lora else "sync: cast of one tensor",
                 lora + s.rollout_bytes * arch.vocab * arch.hidden, ("sync",),
-                (f"4 B x {_count(arch.lora_base_params)} adapted" if s.lora else f"{s.rollout_bytes} B x vocab x hidden"))
+                (f"4 B x {_count(arch.lora_base_params)} adapted" if s.lora
+                 else f"{s.rollout_bytes} B x vocab x hidden"))
 
 
 # -- activations ----------------------------------------------------------------------------------
@@ -446,7 +449,9 @@ class MicroBatch:
         return self.rows * self.targets
 
     def describe(self) -> str:
-        return f"{self.rows} x ({self.prefix} + {self.length}) tok" if self.prefix else f"{self.rows} x {self.length} tok"
+        if self.prefix:
+            return f"{self.rows} x ({self.prefix} + {self.length}) tok"
+        return f"{self.rows} x {self.length} tok"
 
 
 def micro_batch(s: Setup) -> MicroBatch:
@@ -561,7 +566,8 @@ def activations(arch: Architecture, s: Setup, checkpointing: bool | None = None)
         out.append(Term("activations: all layers", arch.layers * layer, ("update",), f"{arch.layers} layers x {shape}"))
         if mb.prefix:
             prompt = arch.layers * _full_layer_bytes(arch, s, mb.prefix, mb.prefix)
-            out.append(Term("activations: shared prompt", prompt, ("update",), f"{arch.layers} layers x {mb.prefix} tok"))
+            out.append(Term("activations: shared prompt", prompt, ("update",),
+                            f"{arch.layers} layers x {mb.prefix} tok"))
     targets = mb.target_tokens
     outside = mb.query_tokens * (2 * h + 1) * FP32 + targets * h * m
     mask = mb.rows * mb.length * (mb.prefix + mb.length) * _mask_bytes(s)
@@ -578,7 +584,8 @@ def activations(arch: Architecture, s: Setup, checkpointing: bool | None = None)
     if arch.tied and not s.lora:  # the shared embedding gets two gradients (lookup and output layer), summed
         backward += FP32 * arch.vocab * h
     out.append(Term("backward working set", backward, ("update",),
-                    (f"{rows} x {v} x {m} B" if s.gradient_checkpointing else f"2 x {min(LOGIT_CHUNK, targets)} x {v} x {m} B")
+                    (f"{rows} x {v} x {m} B" if s.gradient_checkpointing
+                     else f"2 x {min(LOGIT_CHUNK, targets)} x {v} x {m} B")
                     + f" + {6 + (m == BF16)} x {rows} x {v} x 4 B + one layer's grads"))
     return out
 
@@ -598,8 +605,8 @@ def _no_grad_bytes(arch: Architecture, tokens: int, length: int, rows: int, dtyp
 
 def scoring(arch: Architecture, s: Setup) -> list[Term]:
     """The no-grad phase: reward scoring (score B and A) in padded batches of reward.max_batch_tokens
-    (trainer.micro_batch_tokens when smaller; at most the sequences of one rollout round), and the old/reference log-probs in the update's
-    micro-batches; the larger working set (`_no_grad_bytes`). Under fsdp every process gathers the full
+    (trainer.micro_batch_tokens when smaller; at most the sequences of one rollout round), and the
+    old/reference log-probs in the update's micro-batches; the larger working set (`_no_grad_bytes`). Under fsdp every process gathers the full
     fp32 weights for the whole phase (`FullySharded.gathered`): 4 B x P beside its shard."""
     length = s.prompt_tokens + s.response_tokens
     rows = max(1, min(s.scoring_tokens // length, s.round_rows))
