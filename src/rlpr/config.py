@@ -16,6 +16,8 @@ import typing
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sys
+
 import yaml
 
 from rlpr.errors import ConfigError
@@ -767,3 +769,17 @@ def validate_world(cfg: Config, world_size: int) -> None:
         if value % world_size:
             raise ConfigError(f"{key} ({value}) must be divisible by the number of processes ({world_size}): "
                               f"every process owns whole groups")
+
+
+class _CallableModule(__import__("types").ModuleType):
+    """`rlpr.config(...)` is the Python API's call (rlpr/api.py). Importing this module binds the
+    name `config` on `rlpr` to the module, hiding rlpr/__init__'s __getattr__; so the module
+    itself is callable (as rlpr.train is), and its contents are unaffected."""
+
+    def __call__(self, *args, **kwargs):
+        from rlpr.api import config
+
+        return config(*args, **kwargs)
+
+
+sys.modules[__name__].__class__ = _CallableModule

@@ -19,6 +19,10 @@ from typing import Callable
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
+# The graders' version: results graded by different versions never mix (benchmarks record it).
+# Bump it whenever a grader accepts or rejects differently.
+GRADER_VERSION = 1
+
 LETTERS = string.ascii_uppercase
 
 # math-verify's timeouts use signal.alarm, which only works in the main thread (seconds).

@@ -230,8 +230,9 @@ def _is_tied(lm, key: str) -> bool:
         out.weight is lm.get_input_embeddings().weight
 
 
-# What every trainer state holds (and its type): a state without them is not rlpr's.
-STATE_KEYS = {"step": int, "optimizer": dict, "scheduler": dict, "filter": dict, "ranks": list}
+# What every trainer state holds (and its type): a state without them is not rlpr's. The
+# optimizer's is a dict, or under ZeRO a list of every rank's partition (parallel/sharding.py).
+STATE_KEYS = {"step": int, "optimizer": (dict, list), "scheduler": dict, "filter": dict, "ranks": list}
 
 
 def load_state(ckpt: Path, resumable: bool = False) -> dict:
