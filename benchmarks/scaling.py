@@ -339,7 +339,7 @@ def markdown(res: dict) -> str:
                            f"the {vc['growth_512_gb']:.3f} GiB at L=512 (limit {vc['limit']:.1f}x): criterion "
                            f"{'holds' if vc['holds'] else 'does NOT hold'}.")]
         lines.append("")
-    else:
+    if not c:
         lines += ["Linearity criterion: not evaluated (the L=512 and L=4096 points at n=2 and model_gb are all "
                   "needed).", ""]
     if res.get("notes"):
@@ -374,6 +374,11 @@ def plot(res: dict, path: Path) -> None:
             continue
         x = [r[xkey] for r in sel]
         ax.plot(x, [r["peak_rss_gb"] for r in sel], "o-", color="tab:blue", label="peak RSS during the step")
+        vsel = sorted((r for r in (res.get("variant") or {}).get("rows", []) if r[fixed_key] == fixed),
+                      key=lambda r: r[xkey])
+        if vsel:
+            ax.plot([r[xkey] for r in vsel], [r["peak_rss_gb"] for r in vsel], "^-", color="tab:green",
+                    label="peak RSS, fixed mmap threshold")
         if res.get("model_gb") is not None:
             ax.axhline(res["model_gb"], color="tab:blue", ls=":", label=f"model_gb {res['model_gb']:.2f}")
             if xkey == "response_tokens" and len(sel) > 1:
