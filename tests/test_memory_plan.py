@@ -199,7 +199,7 @@ def test_setup_from_the_paper_preset():
     s = mp.setup_from_config(cfg, 8, "cuda", 80 * GiB)
     assert (s.strategy, s.lora, s.gradient_checkpointing, s.bf16, s.rollout_bytes) == ("fsdp", False, True, False, 2)
     assert (s.micro_tokens, s.prompt_tokens, s.response_tokens) == (16384, 2048, 3072)
-    assert s.rollout_rows == 256 and s.mini_rows == 192 // 8 * 8
+    assert s.rollout_rows == 128 and s.mini_rows == 192 // 8 * 8
     assert mp.setup_from_config(cfg, 1, "cuda", 80 * GiB).strategy == "ddp"
 
 

@@ -41,7 +41,8 @@ class ModelConfig:
     """Dropout on the LoRA branch."""
     lora_target_modules: list[str] = field(default_factory=lambda: [
         "q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"])
-    """Module names that get a LoRA adapter."""
+    """Module names that get a LoRA adapter; [all-linear] for every linear layer but the output. The
+    default falls back to all-linear on a model lacking any of these names (Phi-3's fused qkv_proj)."""
     gradient_checkpointing: bool = False
     """Recompute activations in the backward pass (less memory, more time; any trainer.strategy). The
     prompt then runs once per micro-batch (trainer.share_prompt_prefix does not apply)."""
