@@ -98,7 +98,7 @@ def cmd_serve(args) -> int:
 
     serve(_sampling_config(args), args.checkpoint, host=args.host, port=args.port, fault_mode=args.fault_mode,
           fault_delay=args.fault_delay, name=args.served_name, max_prompt_tokens=args.max_prompt_tokens,
-          api_key_env=args.api_key_env, read_timeout=args.read_timeout)
+          api_key_env=args.api_key_env, read_timeout=args.read_timeout, max_connections=args.max_connections)
     return 0
 
 
@@ -211,7 +211,10 @@ def register(sub) -> None:
                    help="longest prompt accepted (0: the model's context minus --max-new-tokens)")
     p.add_argument("--api-key-env", default=None,
                    help="require 'Authorization: Bearer KEY', KEY read from this environment variable")
-    p.add_argument("--read-timeout", type=float, default=30.0, help="seconds a connection may stay silent")
+    p.add_argument("--read-timeout", type=float, default=30.0,
+                   help="seconds a whole request (request line, headers and body) may take to arrive; 408 after")
+    p.add_argument("--max-connections", type=int, default=64,
+                   help="connections served at once (a thread each); as many more wait, the rest get 503 at once")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("reward-quality", help="ROC-AUC of every reward variant against correctness labels")
