@@ -382,3 +382,18 @@ def test_a_step_with_every_group_filtered_logs_no_policy_values(tiny_dir, tmp_pa
     assert last["filter/kept_groups"] == 0 and last["policy/updates"] == 0 and last["policy/tokens"] == 0
     for key in ("policy/pg_loss", "policy/entropy", "policy/kl", "policy/clip_frac", "policy/grad_norm"):
         assert last[key] is None, key
+
+
+def test_a_training_error_is_one_line_on_the_command_line(tiny_dir, tmp_path, monkeypatch, capsys):
+    """A TrainingError (e.g. algorithm.on_insufficient=error and too few kept groups) says what to
+    change: `rlpr train` prints it as one line and exits 2, no traceback."""
+    import rlpr.train.trainer as trainer_module
+    from rlpr.cli.main import main
+
+    def refuse(cfg, resume=None):
+        raise TrainingError("step 3: the std filter kept 0 of 4 groups after 2 rollout rounds; raise ...")
+
+    monkeypatch.setattr(trainer_module, "train", refuse)
+    assert main(["train", f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == "rlpr: error: step 3: the std filter kept 0 of 4 groups after 2 rollout rounds; raise ..."

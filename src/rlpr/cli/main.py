@@ -19,9 +19,10 @@ from rlpr.cli.report import register as register_report
 
 
 def _user_errors():
-    from rlpr.errors import ConfigError, DataError, ModelError
+    """What a user can act on: one line, no traceback (a TrainingError says what to change)."""
+    from rlpr.errors import ConfigError, DataError, ModelError, TrainingError
 
-    return (ConfigError, DataError, ModelError)
+    return (ConfigError, DataError, ModelError, TrainingError)
 
 
 def _validated(args):
