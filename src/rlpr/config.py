@@ -156,6 +156,12 @@ class RewardConfig:
     """Weight of the probability reward (hybrid only)."""
     vr_weight: float = 1.0
     """Weight of the verifier reward (hybrid only)."""
+    verifier: str = "oracle"
+    """Who decides `correct` for kind=verifier and hybrid (rlpr/reward/verifiers.py): oracle (the
+    eval grader's verdict, which also reads answers stated in a sentence: an upper bound for a rule
+    verifier) or exact (normalized exact match of the extracted answer, from <answer> tags,
+    \\boxed{}, "answer is"/"Answer:", else the response's first sentence, against the reference and
+    its aliases: the rule-based verifier a real RLVR user has for free-form answers)."""
     format_mode: str = "r1"
     """Which response format earns the format reward and where the answer is read."""
     aggregation: str = "mean_prob"
@@ -608,6 +614,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
+    from rlpr.reward.verifiers import VERIFIERS
     from rlpr.reward.sequence import FALLBACKS, SCORE_SPANS, SPLICES
     from rlpr.rollout.engines import ENGINES
     from rlpr.rollout.hf import DECODE_LOOPS
@@ -620,6 +627,7 @@ def choices() -> dict[str, tuple]:
         "rollout.engine": tuple(ENGINES),
         "rollout.decode_loop": tuple(DECODE_LOOPS),
         "reward.kind": tuple(REWARD_KINDS),
+        "reward.verifier": tuple(VERIFIERS),
         "reward.format_mode": tuple(FORMAT_MODES),
         "reward.aggregation": aggregation_names(),
         "reward.score_a": SCORE_A_MODELS,

@@ -221,6 +221,7 @@ class ScoredRows:
     block_logps: list  # per row, the log-probs of the whole answer block of o' (VeriFree's span)
     verdicts: list[bool]  # the rule grader's verdicts
     groups: list  # group ids
+    answers: list[list[str]]  # per row, the reference and then its acceptable forms
 
 
 def _aggregated(logps: list, how: str) -> list[float | None]:
@@ -253,8 +254,10 @@ def configured_reward(s: ScoredRows) -> list[float]:
         b = _group_aggregated(s, cfg.aggregation) if by_group else _aggregated(s.b_logps, cfg.aggregation)
         b = [v or 0.0 for v in b]
     a = [v or 0.0 for v in _aggregated(s.a_logps, cfg.aggregation)] if scored and cfg.debias else [0.0] * n
+    verified = reward.verify(s.responses, [y[0] for y in s.answers], [y[1:] for y in s.answers],
+                             s.verdicts)  # reward.verifier's verdicts (oracle: the rule verdicts)
     return [reward.combine(r, it is not None and not it.fallback, it is not None and it.fallback, b[i], a[i],
-                           s.verdicts[i]).reward
+                           s.verdicts[i], verified=verified[i]).reward
             for i, (r, it) in enumerate(zip(s.responses, s.items))]
 
 
@@ -380,7 +383,8 @@ def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | No
         verdicts.append(grade(name, r["response"], r["reference"], choices=r.get("choices") or None,
                               acceptable=r.get("acceptable") or None).correct)
     return ScoredRows(reward, responses, items, b_logps, a_logps, block_logps, verdicts,
-                      [r["group_id"] for r in rows])
+                      [r["group_id"] for r in rows],
+                      [[y, *(r.get("acceptable") or [])] for y, r in zip(references, rows)])
 
 
 def variant_columns(scored: ScoredRows) -> dict[str, list[float | None]]:

@@ -4,7 +4,9 @@ Pure arithmetic on one response's scores, in a registry (`reward.kind`):
 
 - `probability` (RLPR, spec section 3): (1 - alpha) * shaping(B - A) + alpha * format.
 - `verifier` (RLVR, the paper's baseline): (1 - alpha) * correct + alpha * format, where
-  `correct` is 1 when the grader of `rlpr eval` accepts the response, else 0.
+  `correct` is 1 when the verifier of `reward.verifier` accepts the response, else 0
+  (rlpr/reward/verifiers.py: `oracle`, the grader of `rlpr eval`, or `exact`, a normalized exact
+  match of the extracted answer).
 - `hybrid` (the official RLPR code's `prob_mix` reward manager, `mix_type=soft`):
   vr_weight * verifier + pr_weight * probability, each with its own format term, so the format
   counts twice (0.1 * 1.0 + 0.1 * 0.5 with the defaults), and debiasing applies to the
@@ -25,10 +27,10 @@ from rlpr.reward.nover import group_rank_rewards
 
 @dataclass(frozen=True)
 class Scores:
-    """What one response was scored with: shaped B - A (`delta`), grader verdict, format."""
+    """What one response was scored with: shaped B - A (`delta`), the verifier's verdict, format."""
 
     delta: float
-    correct: float  # 1.0 / 0.0 (0.0 when no grader applies)
+    correct: float  # 1.0 / 0.0, the verdict of reward.verifier (0.0 when no verifier applies)
     format: float
 
 
@@ -48,7 +50,7 @@ def hybrid(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float
 class RewardKind:
     combine: Callable[[Scores, float, float, float], float]
     needs_score_b: bool  # runs the policy over o' (the probability reward)
-    needs_grader: bool  # the reward depends on the grader's verdict
+    needs_grader: bool  # the reward depends on a verifier's verdict (reward.verifier)
     # group-level step: (per-response pre-scores, None = gated out; group ids) -> per-response delta
     group_transform: Callable[[Sequence[float | None], Sequence[Hashable]], list[float]] | None = None
 

@@ -3,8 +3,9 @@
 reward = (1 - alpha) * shaping(B - A) + alpha * format  (+ repetition penalty), spec sections 1-3.
 B comes from the model passed in (the current policy); A from the reward's `ScoreA`
 (rlpr/reward/score_a.py: the initial or current policy, its cache, a precomputed dataset column).
-`reward.kind` (rlpr/reward/kinds.py) may instead reward a grader's verdict (`verifier`) or both
-(`hybrid`); the verifier kind skips B and A. `nover` ranks the group's responses by reasoning
+`reward.kind` (rlpr/reward/kinds.py) may instead reward a verifier's verdict (`verifier`) or both
+(`hybrid`); the verifier kind skips B and A. `reward.verifier` (rlpr/reward/verifiers.py) picks that
+verdict: the eval grader's (`oracle`) or a normalized exact match (`exact`). `nover` ranks the group's responses by reasoning
 perplexity (rlpr/reward/nover.py) from the same reference log-probs. `reward.scorer` picks the
 model that scores y* after the reasoning: the policy (`current`), the initial one (`initial`) or
 the policy's EMA-lagged weights (`ema`, rlpr/reward/lagged.py). A group-level aggregation
@@ -29,6 +30,7 @@ from rlpr.reward.score_a import ScoreA
 from rlpr.reward.scoring import GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs
 from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored, turn_cue
 from rlpr.reward.shaping import get_shaping
+from rlpr.reward.verifiers import VERIFIERS
 
 log = logging.getLogger(__name__)
 
@@ -45,7 +47,9 @@ class RewardOutput:
     delta: float
     penalty: float
     reward: float
-    correct: float | None = None  # the grader's verdict (1/0) when a grader applies, else None
+    correct: float | None = None  # the eval grader's verdict (1/0) when a grader applies, else None
+    # the verdict the reward used (reward.verifier, 1/0) for kind=verifier and hybrid, else None
+    verified: float | None = None
     perplexity: float | None = None  # NOVER's reasoning perplexity (reward.kind=nover; None: gated out)
     efficiency: float | None = None  # NOVER's efficiency term R_e (reward.efficiency_weight > 0)
     # score B's text (prompt, response, reference) was longer than the model's context: B is 0
@@ -67,6 +71,7 @@ class ProbabilityReward:
         self.max_length = max_length
         self.shaping = get_shaping(cfg.shaping)
         self.kind = REWARD_KINDS[cfg.kind]
+        self.verifier = VERIFIERS[cfg.verifier]
         self.eos = tokenizer.eos_token or ""
         self.score_a = ScoreA(self)  # A's model, cache and state (rlpr/reward/score_a.py)
         # the fallback's answer cue: a follow-up user turn (reward.answer_turn) or a literal string
@@ -186,24 +191,30 @@ class ProbabilityReward:
                  score_a_model=None, fill_a: Callable[[list], None] | None = None,
                  precomputed_a: list[float | None] | None = None,
                  correct: list[bool | None] | None = None,
+                 acceptable: list[list[str]] | None = None,
                  groups: list | None = None) -> list[RewardOutput]:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from `self.score_a`'s cache; missing entries are filled by `fill_a(pairs)`, by default
         computed by the policy `self.score_a` is bound to, else with `score_a_model` (default:
-        `model`). `correct` holds the grader's verdicts (None where no grader applies); the
-        verifier and hybrid kinds need it. `groups`: a group id per response (a kind that ranks
+        `model`). `correct` holds the eval grader's verdicts (None where no grader applies), which
+        the outputs record; the verifier and hybrid kinds reward the verdicts of `reward.verifier`
+        (`verify`: the oracle verifier rewards `correct`, the exact one reads the response against
+        the reference and its `acceptable` forms, a list per response). `groups`: a group id per response (a kind that ranks
         within groups, nover, and a group-level aggregation, r3, need them; default: runs of
         consecutive equal prompt and reference)."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n
-        if self.kind.needs_grader and n and all(c is None for c in correct):
-            raise ValueError(f"reward.kind={self.cfg.kind} needs the grader's verdicts (correct=[...])")
+        if self.kind.needs_grader and self.verifier.needs_grade and n and all(c is None for c in correct):
+            raise ValueError(f"reward.kind={self.cfg.kind} with reward.verifier={self.cfg.verifier} needs the "
+                             "grader's verdicts (correct=[...])")
+        verified = self.verify(responses, references, acceptable, correct)
         items = [self.score_b_text(p, r, y) for p, r, y in zip(prompt_texts, responses, references)]
         if not self.kind.needs_score_b:  # verifier: no forward pass; B and A reported as 0
-            return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c)
-                    for r, it, c in zip(responses, items, correct)]
+            return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c,
+                                 verified=v)
+                    for r, it, c, v in zip(responses, items, correct, verified)]
         if groups is None and (self.kind.group_transform is not None or self.cfg.aggregation in GROUP_AGGREGATIONS):
             groups = consecutive_groups(list(zip(prompt_texts, references)))
         if self.kind.group_transform is not None:
@@ -220,8 +231,19 @@ class ProbabilityReward:
             a_values = self.score_a.values(prompt_texts, references, fallbacks, precomputed_a, model=a_model,
                                            fill=fill_a)
         outputs = [self.combine(responses[i], items[i] is not None and not fallbacks[i], fallbacks[i], scores_b[i],
-                                a_values[i], correct[i]) for i in range(n)]
+                                a_values[i], correct[i], verified=verified[i]) for i in range(n)]
         return self.flag_too_long(outputs, too_long)
+
+    def verify(self, responses: list[str], references: list[str], acceptable: list[list[str]] | None,
+               correct: list[bool | None]) -> list[bool | None]:
+        """The verdict per response that kind=verifier and hybrid reward (`reward.verifier`, over the
+        reference and its `acceptable` forms, and the eval grader's verdict `correct`); None for
+        every response when the kind reads no verdict."""
+        if not self.kind.needs_grader:
+            return [None] * len(responses)
+        acceptable = acceptable or [[] for _ in responses]
+        return [self.verifier.verdict(r, [y, *(acc or [])], c)
+                for r, y, acc, c in zip(responses, references, acceptable, correct)]
 
     def ranked(self, model, responses: list[str], items: list[ScoredText | None], groups: list,
                correct: list[bool | None]) -> list[RewardOutput]:
@@ -258,20 +280,24 @@ class ProbabilityReward:
                 for r, it, b, c, d, p, e in zip(responses, items, means, correct, deltas, perplexities, efficiency)]
 
     def combine(self, response: str, valid: bool, fallback: bool, b: float, a: float,
-                correct: bool | None = None, *, delta: float | None = None,
+                correct: bool | None = None, *, verified: bool | None = None, delta: float | None = None,
                 perplexity: float | None = None, efficiency: float | None = None) -> RewardOutput:
         """Final reward of one response from its scores (pure arithmetic, spec section 3; the
-        reward kind decides what counts, rlpr/reward/kinds.py)."""
+        reward kind decides what counts, rlpr/reward/kinds.py). `correct` is the eval grader's
+        verdict (recorded), `verified` the verifier's (`verify`; what the verifier kinds reward,
+        `correct` when not given)."""
         cfg = self.cfg
         fmt = format_reward(response, cfg.format_mode)
         if delta is None:  # given: a group-level kind's value (nover's rank)
             delta = self.shaping(b - a) if self.kind.needs_score_b else 0.0  # an invalid response has b = 0
         verdict = None if correct is None else float(bool(correct))
-        reward = self.kind.combine(Scores(delta, verdict or 0.0, fmt), cfg.alpha, cfg.pr_weight, cfg.vr_weight)
+        used = verdict if verified is None else float(bool(verified))
+        reward = self.kind.combine(Scores(delta, used or 0.0, fmt), cfg.alpha, cfg.pr_weight, cfg.vr_weight)
         penalty = 0.0
         if cfg.repetition_penalty and (reward != 0.0 or not cfg.repetition_only_nonzero):
             if has_repetition(response, cfg.repetition_window, cfg.repetition_count):
                 penalty = -1.0
         return RewardOutput(valid=valid, format=fmt, fallback=fallback, score_b=b, score_a=a,
                             delta=delta, penalty=penalty, reward=reward + penalty, correct=verdict,
+                            verified=used if self.kind.needs_grader else None,
                             perplexity=perplexity, efficiency=efficiency)

@@ -162,6 +162,7 @@ class Trainer:
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
             return reward(self.policy, [p.text for p in by_index], responses, [p.example.reference for p in by_index],
                           precomputed_a=[p.example.score_a for p in by_index], correct=correct,
+                          acceptable=[p.example.acceptable for p in by_index],
                           groups=[r.prompt_index for r in rollouts])  # nover ranks within a group
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
