@@ -1,0 +1,58 @@
+"""Rule-based graders: decide whether a model response answers a question correctly.
+
+Each grader returns the answer it read out of the response along with the verdict, so an
+evaluation report can show *why* a response was marked wrong. Graders never raise on model
+output: a reward function must score every rollout, however malformed.
+
+One module per rule family:
+- `extraction`: where a final answer is read (`<answer>` tags, `\\boxed{}`, "the answer is",
+  weak cues only from short text);
+- `normalization`: answer keys (SQuAD normalization, numbers in one form), token F1;
+- `free_form`: short answers (an explicit answer, else the answer a response's statement gives);
+- `math_answers`: math answers compared with math-verify;
+- `multiple_choice`: the option letter a response chooses;
+- `dispatch`: which grader a data source gets, the per-benchmark rules, `grade`.
+"""
+
+from __future__ import annotations
+
+# The graders' version: results graded by different versions never mix (benchmarks record it).
+# Bump it whenever a grader accepts or rejects differently.
+GRADER_VERSION = 1
+
+# math-verify's timeouts use signal.alarm, which only works in the main thread (seconds).
+_MATH_TIMEOUT_S = 5
+
+from rlpr.evaluation.graders.dispatch import (  # noqa: E402
+    BENCHMARK_RULES,
+    DEFAULT_RULE,
+    GRADERS,
+    BenchmarkRule,
+    benchmark_name,
+    benchmark_rule,
+    grade,
+    grade_example,
+    grader_for,
+    question_text,
+)
+from rlpr.evaluation.graders.extraction import (  # noqa: E402
+    answer_part,
+    extract_final_answer,
+    weak_cue_text,
+)
+from rlpr.evaluation.graders.free_form import (  # noqa: E402
+    first_statement,
+    grade_short_answer,
+    statement_answers,
+)
+from rlpr.evaluation.graders.math_answers import grade_math, math_equal  # noqa: E402
+from rlpr.evaluation.graders.multiple_choice import LETTERS, grade_multiple_choice  # noqa: E402
+from rlpr.evaluation.graders.normalization import normalize_answer, token_f1  # noqa: E402
+from rlpr.evaluation.graders.verdict import Grade  # noqa: E402
+
+__all__ = [
+    "BENCHMARK_RULES", "DEFAULT_RULE", "GRADERS", "GRADER_VERSION", "LETTERS", "BenchmarkRule", "Grade",
+    "answer_part", "benchmark_name", "benchmark_rule", "extract_final_answer", "first_statement",
+    "grade", "grade_example", "grade_math", "grade_multiple_choice", "grade_short_answer", "grader_for",
+    "math_equal", "normalize_answer", "question_text", "statement_answers", "token_f1", "weak_cue_text",
+]

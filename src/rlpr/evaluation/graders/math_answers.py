@@ -1,0 +1,194 @@
+"""The math grader: the final answer read out of a response, compared with math-verify."""
+
+from __future__ import annotations
+
+import logging
+import re
+import threading
+
+from math_verify import parse, verify
+from math_verify.errors import TimeoutException
+
+from rlpr.evaluation.graders.extraction import answer_part, phrase_answer, weak_cue_text
+from rlpr.evaluation.graders.normalization import LATEX_TEXT, normalize_answer
+from rlpr.evaluation.graders.verdict import Grade
+
+# Longer "answers" are prose, not a formula: let math-verify pick the math out of them rather
+# than parse the whole text as one LaTeX expression (which can take seconds).
+_MAX_FORMULA_CHARS = 1_000
+
+# math-verify logs a warning per timeout that quotes the whole input (possibly a 100k-character
+# rollout) and one when timeouts are disabled, which is expected in worker threads.
+logging.getLogger("math_verify").setLevel(logging.ERROR)
+
+_DELIMITED = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed")
+
+
+def grade_math(response: str, reference: str, acceptable: list[str] | None = None, *,
+               rel_tol: float = 0.0, round_integers: bool = False) -> Grade:
+    """Correct when the final answer equals the reference or any `acceptable` answer.
+
+    The answer is read by the first rule that finds one (reported in `Grade.rule`): the answer
+    part (`<answer>` tags, `\\boxed{}`), else the last "answer is X" / "answer: X" phrase (up to
+    the end of its sentence), else math-verify's search for the last formula, only inside
+    `weak_cue_text` (never in long text without a cue). It is compared by the first rule that
+    applies to the reference (`math_equal`): booleans (case-insensitive, yes/no as true/false),
+    option labels "(a)"-"(f)", bracketed lists (ordered, same length, element by element),
+    numbers within `rel_tol` (relative; `round_integers`: an integer reference equals the
+    rounded answer, TheoremQA's rule), else symbolic equality (math-verify), else the normalized
+    text.
+
+    math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
+    a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
+    """
+    answer, where = _math_answer(response)
+    if answer is None:
+        return Grade(False, None, where)
+    try:
+        correct, how = math_equal(answer, [reference, *(acceptable or [])], rel_tol=rel_tol,
+                                  round_integers=round_integers)
+    except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
+        return Grade(False, answer, f"{where}:error")
+    return Grade(bool(correct), answer, f"{where}:{how}")
+
+
+def _math_answer(response: str) -> tuple[str | None, str]:
+    """The answer a math grader reads and the rule that found it (see `grade_math`)."""
+    answer, where = answer_part(response)
+    phrased = phrase_answer(response if answer is None else answer)
+    if phrased is not None:
+        return phrased, "answer_phrase" if answer is None else where
+    if answer is not None:
+        return answer, where
+    weak = weak_cue_text(response)
+    if weak is None:
+        return None, "none:no_cue_in_long_text"
+    try:
+        pred = parse(weak, parsing_timeout=_math_timeout())
+    except (Exception, TimeoutException):
+        return None, "none"
+    found = next((p for p in pred if isinstance(p, str) and p.strip()), None)
+    return (found, "math_search") if found is not None else (None, "none")
+
+
+_TRUE, _FALSE = frozenset({"true", "yes"}), frozenset({"false", "no"})
+_BOOL_MARKUP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\b|[{}$`*().\s]")
+_OPTION_LABEL = re.compile(r"\(([a-fA-F])\)")
+_SCIENTIFIC = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
+_LIST_WRAP = re.compile(r"\\(?:left|right|big|Big)\s*")
+
+
+def _boolean(text: str) -> bool | None:
+    word = _BOOL_MARKUP.sub("", text).lower()
+    return True if word in _TRUE else False if word in _FALSE else None
+
+
+def _option_label(text: str) -> str | None:
+    """The option label an answer names: "(b)", "b", "\\text{(B)}", or the only "(x)" in it."""
+    bare = _BOOL_MARKUP.sub("", LATEX_TEXT.sub("", text)).lower().rstrip(":")
+    if len(bare) == 1 and bare.isalpha():
+        return bare
+    labels = {m.group(1).lower() for m in _OPTION_LABEL.finditer(text)}
+    return labels.pop() if len(labels) == 1 else None
+
+
+def _bracket_items(text: str) -> list[str] | None:
+    """The items of "[a, b]" or "(a, b)" (one kind of bracket, top-level commas), else None."""
+    t = _LIST_WRAP.sub("", text.strip().strip("$").strip())
+    if len(t) < 2 or (t[0], t[-1]) not in (("[", "]"), ("(", ")")):
+        return None
+    items, depth, current = [], 0, ""
+    for ch in t[1:-1]:
+        if ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            depth -= 1
+        if ch == "," and depth == 0:
+            items.append(current.strip())
+            current = ""
+        else:
+            current += ch
+    items.append(current.strip())
+    return items if all(items) else None
+
+
+def _number(text: str) -> float | None:
+    """The real number an answer is (via math-verify's parse), or None."""
+    for value in _parse_math(text):
+        if isinstance(value, str):
+            continue
+        if getattr(value, "is_Equality", False) or type(value).__name__ == "Equality":
+            value = value.rhs
+        try:
+            if getattr(value, "is_number", False) and value.is_real is not False:
+                number = complex(value.evalf())
+                return number.real if number.imag == 0 else None
+        except (TypeError, ValueError, AttributeError, OverflowError):
+            return None
+        return None
+    return None
+
+
+_INTEGER = re.compile(r"[-+\u2212]?\d+")
+
+
+def math_equal(answer: str, golds: list[str], *, rel_tol: float = 0.0,
+               round_integers: bool = False) -> tuple[bool, str]:
+    """Whether `answer` equals any of `golds`, and how that was decided (see `grade_math`)."""
+    how = "symbolic"
+    for gold in golds:
+        ok, how = _math_equal_one(answer, gold, rel_tol, round_integers)
+        if ok:
+            return True, how
+    return False, how
+
+
+def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool) -> tuple[bool, str]:
+    if _compact(answer) == _compact(gold):  # the reference itself, however math-verify reads it
+        return True, "identical"
+    gold_bool = _boolean(gold)
+    if gold_bool is not None:
+        return _boolean(answer) is gold_bool, "boolean"
+    if _OPTION_LABEL.fullmatch(gold.strip()):
+        return _option_label(answer) == gold.strip()[1].lower(), "option_label"
+    gold_items = _bracket_items(gold)
+    if gold_items is not None and len(gold_items) >= 2:
+        items = _bracket_items(answer)
+        if items is not None:
+            same = len(items) == len(gold_items) and all(
+                _math_equal_one(a, g, rel_tol, round_integers)[0] for a, g in zip(items, gold_items))
+            return same, "ordered_list"
+    if rel_tol > 0 or round_integers:
+        gold_number, number = _number(gold), _number(answer)
+        if gold_number is not None and number is not None:
+            if round_integers and _INTEGER.fullmatch(gold.strip()):
+                return round(number) == round(gold_number), "rounded_integer"
+            return abs(number - gold_number) <= rel_tol * abs(gold_number), f"numeric_rel_tol_{rel_tol:g}"
+    gold_parsed, parsed = _parse_math(gold), _parse_math(answer)
+    if gold_parsed and parsed and verify(gold_parsed, parsed, timeout_seconds=_math_timeout()):
+        return True, "symbolic"
+    if any(ch.isdigit() for ch in gold):  # "1,2" and "12" normalize alike; numbers are math's
+        return False, "symbolic"
+    said = normalize_answer(answer)
+    return bool(said) and said == normalize_answer(gold), "text"
+
+
+def _compact(text: str) -> str:
+    return re.sub(r"\s+|\$|\\[,;!: ]", "", text).rstrip(".")
+
+
+def _parse_math(answer: str) -> list:
+    """Parse a bare answer as LaTeX: math-verify only reads math inside delimiters, so "0.5" or
+    "\\frac12" on its own is wrapped in $...$; "1e-24" is read as 1\\times 10^{-24}."""
+    answer = _SCIENTIFIC.sub(r"\1\\times 10^{\2}", answer)
+    if len(answer) <= _MAX_FORMULA_CHARS and not _DELIMITED.search(answer):
+        answer = f"${answer}$"
+    return parse(answer, parsing_timeout=_math_timeout())
+
+
+def _math_timeout() -> int | None:
+    """math-verify's signal-based timeout raises outside the main thread; disable it there. The
+    number of seconds is the package's `_MATH_TIMEOUT_S` (tests shorten it there)."""
+    from rlpr.evaluation import graders
+
+    return graders._MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
