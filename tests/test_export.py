@@ -42,7 +42,7 @@ def test_hf_folder_loads_with_transformers_and_equals_the_trained_policy(runs, t
             assert torch.equal(a, b)
     assert AutoTokenizer.from_pretrained(tmp_path / "hf")(PROMPTS[2])["input_ids"] == tokenizer(PROMPTS[2])["input_ids"]
     card = (tmp_path / "hf" / "README.md").read_text()
-    assert "| steps | 1 |" in card and "probability (mean_prob)" in card and tiny_dir in card
+    assert "| steps | 1 |" in card and "probability (mean_prob; " in card and tiny_dir in card
     assert (tmp_path / "hf" / "generation_config.json").exists()
 
 

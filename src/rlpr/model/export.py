@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 
 from rlpr.errors import ConfigError
+from rlpr.train.model_card import model_card, run_info
 
 
 @dataclass(frozen=True)
@@ -38,74 +39,6 @@ GGUF_ARCHS = {
 GGUF_PRE_TOKENIZERS = {"qwen2": "qwen2", "llama": "llama-bpe", "mistral": "llama-bpe"}
 GGUF_TYPES = ("f16", "q8_0", "f32")
 FORMATS = ("hf", "gguf")
-
-
-@dataclass
-class RunInfo:
-    """What the model card says: where the model came from and what training did."""
-
-    run: Path
-    checkpoint: Path
-    base: str
-    data: str
-    reward: str
-    steps: int
-    held_out: str
-
-
-def run_info(run: Path, checkpoint: Path) -> RunInfo:
-    """The run's configuration and held-out results, read as data (YAML, never code)."""
-    import yaml
-
-    from rlpr.train.checkpoint import load_state
-
-    cfg = yaml.safe_load((run / "config.yaml").read_text(encoding="utf-8")) or {}
-    summary_file = run / "summary.yaml"
-    summary = yaml.safe_load(summary_file.read_text(encoding="utf-8")) if summary_file.exists() else {}
-    reward = cfg.get("reward", {})
-    kind = reward.get("kind", "probability")
-    describe = f"{kind} ({reward.get('aggregation', 'mean_prob')})" if kind == "probability" else kind
-    return RunInfo(run, checkpoint, str(cfg.get("model", {}).get("path", "default")),
-                   str(cfg.get("data", {}).get("train", "")), describe, int(load_state(checkpoint).get("step", 0)),
-                   held_out_line(summary or {}))
-
-
-def held_out_line(summary: dict) -> str:
-    """'greedy 38.0% -> 46.0%, Avg@4 19.5% -> 28.7%' from summary.yaml's before/after, or a dash."""
-    before, after = summary.get("before") or {}, summary.get("after") or {}
-    parts = []
-    for key, label in (("eval/greedy_accuracy", "greedy"), ("eval/accuracy", f"Avg@{after.get('eval/samples', 'k')}")):
-        if key in before and key in after:
-            parts.append(f"{label} {100 * before[key]:.1f}% -> {100 * after[key]:.1f}%")
-    return ", ".join(parts) or "-"
-
-
-def model_card(info: RunInfo, fmt: str) -> str:
-    """A README.md for the exported model (Hugging Face's model-card layout: YAML front matter)."""
-    base = "SmolLM2-135M-Instruct (embedded in rlpr)" if info.base == "default" else info.base
-    usage = ("llama-cli -m model.gguf -p \"...\"  # llama.cpp; or Ollama / LM Studio"
-             if fmt == "gguf" else "AutoModelForCausalLM.from_pretrained(PATH)  # transformers, vLLM, TGI")
-    return f"""---
-library_name: {'gguf' if fmt == 'gguf' else 'transformers'}
-tags: [rlpr, reinforcement-learning, rlpr-{info.reward.split()[0]}]
----
-# {info.run.name}
-
-Trained with [rlpr](https://github.com/) (Reinforcement Learning with Reference Probability Reward).
-
-| | |
-|---|---|
-| base model | {base} |
-| training data | {info.data or '-'} |
-| reward | {info.reward} |
-| steps | {info.steps} |
-| held-out before -> after | {info.held_out} |
-| checkpoint | {info.checkpoint.name} of run {info.run.name} |
-
-```
-{usage}
-```
-"""
 
 
 def choose_checkpoint(run: Path, step: int | None) -> Path:
@@ -136,7 +69,7 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     if gguf_type not in GGUF_TYPES:
         raise ConfigError(f"--gguf-type: {gguf_type!r} is not one of {', '.join(GGUF_TYPES)}")
     ckpt = choose_checkpoint(run, step)
-    info = run_info(run, ckpt)
+    info = run_info(run, ckpt)  # the card every checkpoint carries, written for this format
     model, tokenizer = load_policy(info.base, ckpt)
     output = Path(output)
     if fmt == "hf":

@@ -23,6 +23,7 @@ from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason
 from rlpr.model.forward import causal_lm
 from rlpr.parallel import distributed as dist
+from rlpr.train.model_card import checkpoint_card, write_card
 from rlpr.train.tracking import flatten
 
 log = logging.getLogger("rlpr.train")
@@ -59,9 +60,11 @@ def is_peft(model) -> bool:
 
 
 def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, keep_last: int,
-                    weights: dict | None = None) -> Path:
+                    weights: dict | None = None, config: dict | None = None) -> Path:
     """Write checkpoints/step_N atomically and keep only the newest `keep_last`. `weights`: the
-    policy's full trainable state dict when the module itself is sharded (FSDP).
+    policy's full trainable state dict when the module itself is sharded (FSDP). The model card
+    (README.md, rlpr/train/model_card.py, from `config` or the run's config.yaml) goes in step_N/
+    and in its adapter/ or model/ folder, in place of peft's empty template.
 
     Free space is checked first (against the size of the previous checkpoint, or of the state to
     write); a failed write (disk full, read-only) removes its partial copy and raises a one-line
@@ -78,6 +81,11 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
         else:
             causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
             tokenizer.save_pretrained(tmp / "model")
+        folder = "adapter" if is_peft(policy) else "model"
+        card = checkpoint_card(Path(run_dir), final, folder, config)
+        if card:
+            write_card(tmp, card)
+            write_card(tmp / folder, card)
         torch.save(state, tmp / STATE_FILE)
         if final.exists():
             _remove(final)

@@ -40,6 +40,7 @@ from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints
                                    restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.model_card import refresh_card
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
@@ -349,7 +350,7 @@ class Trainer:
             return None
         state["ranks"] = states
         path = save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state,
-                               self.cfg.trainer.keep_last, weights)
+                               self.cfg.trainer.keep_last, weights, config=self.cfg.to_dict())
         dist.barrier()
         return path
 
@@ -429,6 +430,8 @@ def train(cfg: Config, resume: str | None = None) -> dict:
         write_summary(run_dir, summary)
         print(held_out_report(summary), file=sys.stderr)
         found = list_checkpoints(run_dir)
+        if found:  # the final checkpoint was saved before the final evaluation: its card gets before -> after
+            refresh_card(found[-1])
         print(f"run directory: {run_dir}" + (f"\nlast checkpoint: {found[-1]}" if found else ""), file=sys.stderr)
         if cfg.trainer.report:
             report = write_run_report(run_dir)
