@@ -148,11 +148,11 @@ def fake_run(path, steps=3, *, lr=1e-6, eval_samples=2, with_samples=True, confi
 
     records = [{"step": 0, **evaluation(0.25)}]
     for s in range(1, steps + 1):
-        records.append({"step": s, "reward/mean": 0.1 * s, "reward/score_b_mean": 0.3, "reward/score_a_mean": 0.2,
-                        "filter/kept_frac": 1.0, "filter/ema_std": None, "policy/entropy": 2.0 - 0.1 * s,
-                        "policy/grad_norm": 0.4, "rollout/response_len_mean": 20.0 + s,
-                        "perf/rollout_s": 2.0, "perf/reward_s": 1.0, "perf/update_s": 3.0, "perf/step_s": 6.5,
-                        "perf/peak_rss_gb": 2.4})
+        records.append({"step": s, "reward/mean": 0.1 * s, "reward/score_b_mean": 0.3 + 0.01 * s,
+                        "reward/score_a_mean": 0.2 + 0.005 * s, "filter/kept_frac": 1.0, "filter/ema_std": None,
+                        "policy/entropy": 2.0 - 0.1 * s, "policy/grad_norm": 0.4 + 0.05 * s,
+                        "rollout/response_len_mean": 20.0 + s, "perf/rollout_s": 2.0, "perf/reward_s": 1.0,
+                        "perf/update_s": 3.0, "perf/step_s": 6.5, "perf/peak_rss_gb": 2.4 + 0.01 * s})
     records.append({"step": steps, **evaluation(0.5)})
     (path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
     (path / "summary.yaml").write_text(yaml.safe_dump({"before": records[0], "after": records[-1], "step": steps}))

@@ -29,11 +29,13 @@ def test_one_run_report_is_self_contained_and_plots_only_present_keys(tmp_path, 
     pngs = images(page)
     assert pngs and all(p.startswith(b"\x89PNG\r\n\x1a\n") for p in pngs)
     assert "http://" not in page and "https://" not in page and "<script" not in page  # nothing fetched
-    for title in ("Reward (mean)", "Score B", "Score A", "Std filter: kept fraction", "Entropy", "Gradient norm",
+    for title in ("Reward (mean)", "Score B", "Score A", "Entropy", "Gradient norm",
                   "Response length", "Peak memory", "Step time", "Held-out: accuracy", "Held-out: pass@2"):
         assert title in page, title
     for absent in ("Clip fraction", "KL to the initial policy", "Format rate", "Accuracy (graded"):
         assert absent not in page, absent  # not logged by this run, not plotted
+    # constant over the run: listed with its value, not drawn
+    assert "Std filter: kept fraction" not in page and "<code>filter/kept_frac</code> 1" in page
     # held-out before -> after with standard errors, and the change in points
     assert "accuracy (Avg@2)" in page and "25.0% &plusmn; 10.0%" in page and "50.0% &plusmn; 10.0%" in page
     assert "+25.0 pp" in page
@@ -100,4 +102,47 @@ def test_train_writes_the_report_and_prints_its_path(tiny_dir, tmp_path, capsys)
     assert f"last checkpoint: {run / 'checkpoints'}" in err  # the end of a run names its last checkpoint
     page = (run / "report.html").read_text()
     assert "Reward (mean)" in page and "Held-out evaluation" in page and "Sample responses" in page
-    assert "Step time" in page and len(images(page)) >= 10
+    folded = re.findall(r'<p class="muted constant">Not drawn, constant over the run: (.*?)</p>', page)
+    assert "Step time" in page and len(images(page)) + sum(line.count("<code>") for line in folded) >= 10
+
+
+def test_panels_constant_over_the_run_are_listed_not_drawn(tmp_path):
+    """Format rate with no format term, KL at kl_coef=0, a clip fraction of 0: one line with their
+    values instead of flat panels. A panel with any series that moves, or logged at one step only,
+    is drawn; several runs fold a panel only when all hold the same value."""
+    import json
+
+    from rlpr.report.render import constant_panels
+
+    def write(run, extra):
+        run.mkdir()
+        rows = [{"step": s, "reward/mean": 0.1 * s, "reward/format_rate": 0.0, "policy/kl": 0, "policy/clip_frac": 0.0,
+                 "filter/threshold": 0.05, "filter/ema_std": 0.1 * s, "perf/peak_rss_gb": 2.0, **extra(s)}
+                for s in (1, 2, 3)]
+        rows.append({"step": 3, "eval/accuracy": 0.5, "eval/format_rate": 1.0})
+        rows.insert(0, {"step": 0, "eval/accuracy": 0.25, "eval/format_rate": 1.0})
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+        return run
+
+    a = write(tmp_path / "a", lambda s: {"policy/entropy": 2.0, "rollout/response_len_mean": 9.0})
+    page = write_report([a]).read_text()
+    line = re.search(r'<p class="muted constant">Not drawn, constant over the run: (.*?)</p>', page.split(
+        "<h2>Training</h2>")[1]).group(1)
+    assert line == ("<code>reward/format_rate</code> 0, <code>rollout/response_len_mean</code> 9, "
+                    "<code>policy/entropy</code> 2, <code>policy/kl</code> 0, <code>policy/clip_frac</code> 0, "
+                    "<code>perf/peak_rss_gb</code> 2")
+    for title in ("Format rate", "Entropy", "KL to the initial policy", "Clip fraction", "Peak memory"):
+        assert f'alt="{title}' not in page, title
+    # a panel drawn when one of its series moves (threshold constant, EMA std not); held-out accuracy moves
+    assert 'alt="Std filter: threshold and EMA std"' in page and 'alt="Reward (mean)"' in page
+    assert 'alt="Held-out: accuracy"' in page and "<code>eval/format_rate</code> 1</p>" in page
+    assert len(images(page)) == 3
+    # two runs: entropy constant in each but different, so drawn (the runs differ); KL 0 in both: folded
+    b = write(tmp_path / "b", lambda s: {"policy/entropy": 3.0, "rollout/response_len_mean": 9.0})
+    folded = dict(constant_panels([load_run(a), load_run(b)])["train"])
+    assert "policy/entropy" not in folded and folded["policy/kl"] == 0 and folded["rollout/response_len_mean"] == 9
+    # one step only: nothing is folded (one point is not "constant over the run")
+    one = tmp_path / "one"
+    one.mkdir()
+    (one / "metrics.jsonl").write_text('{"step": 1, "policy/kl": 0, "reward/mean": 0.2}\n')
+    assert constant_panels([load_run(one)]) == {"train": [], "eval": []}

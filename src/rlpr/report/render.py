@@ -269,19 +269,53 @@ def _last_values(runs: list[RunData]) -> str:
             f"{rows}</table></details>")
 
 
+def constant_value(runs: list[RunData], keys: list[str]) -> float | None:
+    """The one value that every series of `keys` present in `runs` holds at every step (each
+    logged at two steps at least), else None: a flat line that says nothing a number does not."""
+    values, series = set(), 0
+    for run in runs:
+        for key in keys:
+            steps, logged = run.series(key)
+            if not steps:
+                continue
+            if len(steps) < 2:
+                return None
+            values.update(logged)
+            series += 1
+    return values.pop() if series and len(values) == 1 else None
+
+
+def _eval_keys(runs: list[RunData]) -> list[str]:
+    return sorted({k for r in runs for k in r.keys()
+                   if k.startswith("eval/") and not k.endswith("_se") and k not in EVAL_SKIP})
+
+
+def constant_panels(runs: list[RunData]) -> dict[str, list[tuple[str, float]]]:
+    """Section (train, eval) -> [(key, value)] of the panels not drawn because every series in them
+    is constant over the run (format rate without a format term, KL at kl_coef=0, ...)."""
+    train = [(key, value) for _, keys, _ in TRAIN_PANELS
+             if (value := constant_value(runs, [k for k, _ in keys])) is not None
+             for key, _ in keys if any(run.series(key)[0] for run in runs)]
+    evals = [(key, value) for key in _eval_keys(runs) if (value := constant_value(runs, [key])) is not None]
+    return {"train": train, "eval": evals}
+
+
 def figures(runs: list[RunData]) -> dict[str, list[tuple[str, bytes]]]:
-    """Section -> [(title, PNG bytes)]: the training curves, the step time, the held-out curves."""
+    """Section -> [(title, PNG bytes)]: the training curves, the step time, the held-out curves;
+    panels constant over the run are left out (`constant_panels` lists them)."""
     _require_matplotlib()
     train = []
     for title, keys, ylabel in TRAIN_PANELS:
+        if constant_value(runs, [k for k, _ in keys]) is not None:
+            continue
         png = line_panel(runs, title, keys, ylabel)
         if png:
             train.append((title, png))
     perf = [(f"Step time {r.name}", png) for r in runs if (png := phase_panel(r, len(runs) > 1))]
-    eval_keys = sorted({k for r in runs for k in r.keys()
-                        if k.startswith("eval/") and not k.endswith("_se") and k not in EVAL_SKIP})
     evals = []
-    for key in eval_keys:
+    for key in _eval_keys(runs):
+        if constant_value(runs, [key]) is not None:
+            continue
         label = key[5:].replace("_mean", "").replace("_", " ")
         title = f"Held-out: {label}"
         png = line_panel(runs, title, [(key, label)], "", se={key: key + "_se"})
@@ -319,10 +353,18 @@ def render_html(runs: list[RunData], figs: dict | None = None) -> str:
         meta, "</table>",
         "<h2>Held-out evaluation, before &rarr; after</h2>", _held_out_table(runs),
     ]
-    if figs["eval"]:
-        parts += ["<h2>Held-out evaluations over steps</h2>", grid(figs["eval"])]
-    if figs["train"]:
-        parts += ["<h2>Training</h2>", grid(figs["train"])]
+    constant = constant_panels(runs)
+
+    def folded(section):
+        if not constant[section]:
+            return ""
+        listed = ", ".join(f"<code>{html.escape(k)}</code> {_fmt(v)}" for k, v in constant[section])
+        return f'<p class="muted constant">Not drawn, constant over the run: {listed}</p>'
+
+    if figs["eval"] or constant["eval"]:
+        parts += ["<h2>Held-out evaluations over steps</h2>", grid(figs["eval"]), folded("eval")]
+    if figs["train"] or constant["train"]:
+        parts += ["<h2>Training</h2>", grid(figs["train"]), folded("train")]
     if figs["perf"]:
         parts += ["<h2>Step time</h2>", grid(figs["perf"])]
     parts += ["<h2>Configuration</h2>", _config_table(runs), "<h2>Sample responses</h2>"]
