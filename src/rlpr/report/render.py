@@ -49,9 +49,10 @@ body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:24px 
 color:#222;padding:0 16px}h1{font-size:1.5em}h2{font-size:1.2em;border-bottom:1px solid #ddd;padding-bottom:4px;
 margin-top:32px}table{border-collapse:collapse;margin:8px 0;font-size:.9em}td,th{border:1px solid #ddd;
 padding:4px 8px;text-align:left;vertical-align:top}th{background:#f4f4f4}td.num{text-align:right;
-font-variant-numeric:tabular-nums}.grid{display:grid;grid-template-columns:repeat(auto-fill,minmax(360px,1fr));
-gap:8px}.grid img{width:100%;border:1px solid #eee}.muted{color:#777}.resp{white-space:pre-wrap;
-font-family:ui-monospace,monospace;font-size:.85em;max-width:640px}.up{color:#1a7f37}.down{color:#cf222e}
+font-variant-numeric:tabular-nums;white-space:nowrap}.grid{display:grid;
+grid-template-columns:repeat(auto-fill,minmax(360px,1fr));gap:8px}.grid img{width:100%;border:1px solid #eee}
+.muted{color:#777}.resp{white-space:pre-wrap;font-family:ui-monospace,monospace;font-size:.85em;max-width:640px}
+.up{color:#1a7f37}.down{color:#cf222e}
 """
 
 
@@ -90,6 +91,7 @@ def _style(ax, title: str, ylabel: str, legend: bool, steps=()) -> None:
     if ylabel:
         ax.set_ylabel(_mpl(ylabel), fontsize=9)
     ax.tick_params(labelsize=8)
+    ax.ticklabel_format(axis="y", useOffset=False)  # 10.7899, not 0.0009 under "+1.0789e1"
     ax.grid(alpha=0.3)
     from matplotlib.ticker import MaxNLocator
 
