@@ -8,7 +8,9 @@ One module per rule family:
 - `extraction`: where a final answer is read (`<answer>` tags, `\\boxed{}`, "the answer is",
   weak cues only from short text);
 - `normalization`: answer keys (SQuAD normalization, numbers in one form), token F1;
-- `free_form`: short answers (an explicit answer, else the answer a response's statement gives);
+- `free_form`: short answers (an explicit answer, else the answer a response's statements give),
+  read with `wording` (tokens, sentences, the question's focus), `answer_guards` (what keeps a
+  mention of the reference from being the answer) and `answer_slot` (where an answer stands);
 - `math_answers`: math answers compared with math-verify;
 - `multiple_choice`: the option letter a response chooses;
 - `dispatch`: which grader a data source gets, the per-benchmark rules, `grade`.
@@ -18,7 +20,8 @@ from __future__ import annotations
 
 # The graders' version: results graded by different versions never mix (benchmarks record it).
 # Bump it whenever a grader accepts or rejects differently.
-GRADER_VERSION = 1
+# 2: the free-form grader reads a statement's answer slot instead of its last words (issue 28).
+GRADER_VERSION = 2
 
 # math-verify's timeouts use signal.alarm, which only works in the main thread (seconds).
 _MATH_TIMEOUT_S = 5

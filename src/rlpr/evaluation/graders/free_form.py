@@ -1,14 +1,17 @@
 """The free-form (short answer) grader: an explicit answer matched after normalization, else the
-answer a response's first statement gives."""
+answer the response's statements give (answer_slot.py)."""
 
 from __future__ import annotations
 
-import re
-import unicodedata
-
+from rlpr.evaluation.graders.answer_guards import gold_words
+from rlpr.evaluation.graders.answer_slot import Statement
 from rlpr.evaluation.graders.extraction import answer_part, explicit_answer
 from rlpr.evaluation.graders.normalization import answer_key, close_numbers, normalize_answer
 from rlpr.evaluation.graders.verdict import Grade
+from rlpr.evaluation.graders.wording import Question, sentences, words
+
+# How many statements are read while the ones before give no answer at all.
+_MAX_STATEMENTS = 3
 
 
 def grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
@@ -19,12 +22,16 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
     1. an answer part (`<answer>` tags or `\\boxed{}`), else the text after the last
        "answer is"/"answer:" (up to the end of its sentence): normalized exact match (numbers
        keep their sign; with `rel_tol` > 0, two numbers match within that relative error);
-    2. else the response's first statement (its first sentence of two or more words, or a
-       one-word first line), checked by `statement_answers`: it must END with the reference
-       (after cutting a trailing ", which ..." / ", located ..." clause and dropping trailing
-       words the question already contains, e.g. "Paris is the capital of France"), and the reference must not be the last item of an enumeration ("Berlin or
-       Paris", "Rome, Paris"), so listing several candidates is never correct; a statement that
-       is a question (ends with "?", or repeats the question) never answers it.
+    2. else the response's statements (its sentences of two or more words, or a one-word first
+       line), in order: the first that gives an answer decides. It is correct when the reference
+       fills its answer slot (answer_slot.py: the predicate after the main verb, or the subject of
+       an answer-first statement, ...; whole, not one of several candidates, not negated or
+       hedged, not in the role of a term the question gives) and the next statement does not
+       take it back ("However, technically, the opposite ... is ..."). It is wrong when it
+       names the reference otherwise, mentions the word the question asks for without it ("The
+       capital of France is Berlin."), is a question, or repeats the question. A statement that
+       does neither ("Finland is a Scandinavian country.") or names the reference only among
+       other candidates lets the next one decide, up to the third statement.
     """
     golds = [g for g in (reference, *(acceptable or [])) if normalize_answer(g)]
     answer = explicit_answer(response)
@@ -38,76 +45,57 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
         if rel_tol > 0 and close_numbers(said, normalized, rel_tol):
             return Grade(True, answer, f"{where}:numeric_rel_tol_{rel_tol:g}")
         return Grade(False, answer, f"{where}:normalized_match")
-    statement = first_statement(response)
-    if statement is None:
+    return _grade_statements(response, golds, question or "")
+
+
+def _grade_statements(response: str, golds: list[str], question: str) -> Grade:
+    """The first statement that gives an answer decides (see `grade_short_answer`)."""
+    found = statements(response, limit=_MAX_STATEMENTS + 1)
+    if not found:
         return Grade(False, None, "none")
-    return Grade(statement_answers(statement, golds, question or ""), statement, "first_statement")
+    q, forms, asked = Question(question), gold_words(golds), words(question)
+    for n, text in enumerate(found[:_MAX_STATEMENTS], 1):
+        statement = Statement(text, q, forms)
+        if words(text) == asked or text.rstrip().endswith("?"):
+            if statement.spans or words(text) == asked:
+                return Grade(False, text, f"statement{n}:question")
+            continue
+        if statement.answers():
+            following = found[n] if n < len(found) else ""
+            if following and Statement(following, q, forms).takes_back():
+                return Grade(False, f"{text} {following}", f"statement{n + 1}:taken_back")
+            return Grade(True, text, f"statement{n}:answer_slot")
+        if statement.undecided():
+            continue
+        if statement.attempts():
+            return Grade(False, text, f"statement{n}:other_answer")
+    return Grade(False, found[0], "statements:no_answer")
 
 
-# A sentence ends at . ! ? followed by a space or the end (not the point of 3.5), or at a newline.
-_SENTENCE_END = re.compile(r"(?<=[.!?])\s+|\n+|(?<=[.!?])$")
-_WORD_OR_SEPARATOR = re.compile(r"[,;/&]|[^\s,;/&]+")
-_ENUMERATION = frozenset({",", ";", "/", "&", "or", "and", "nor", "vs", "versus"})
-# Words that may follow the answer in a statement without changing it ("8 apples left").
-_TRAILING_FILLER = frozenset({"now", "left", "total", "in", "all", "altogether", "only", "exactly",
-                              "each", "then", "too", "so", "it", "is", "are", "was", "were", "be"})
+def statements(response: str, limit: int | None = None) -> list[str]:
+    """The sentences of two or more words of a response, in order (a first line that is one word,
+    "Paris.", counts too), at most `limit`; an opening interjection ("Sure!") is skipped."""
+    out: list[str] = []
+    lines = [line for line in response[:5_000].splitlines() if line.strip()]
+    for i, line in enumerate(lines):
+        pieces = sentences(line)
+        if i == 0 and len(pieces) == 1 and len(words(pieces[0])) == 1:
+            out.append(pieces[0])
+        out += [p for p in pieces if len(words(p)) >= 2]
+        if limit is not None and len(out) >= limit:
+            return out[:limit]
+    return out
 
 
 def first_statement(response: str) -> str | None:
-    """The first sentence of two or more words, or a first line that is one word ("Paris.");
-    an opening interjection ("Sure!") is skipped."""
-    lines = [line for line in response[:5_000].splitlines() if line.strip()]
-    for i, line in enumerate(lines):
-        pieces = [p.strip() for p in _SENTENCE_END.split(line) if p and p.strip()]
-        if i == 0 and len(pieces) == 1 and len(normalize_answer(pieces[0]).split()) == 1:
-            return pieces[0]
-        for piece in pieces:
-            if len(normalize_answer(piece).split()) >= 2:
-                return piece
-    return None
-
-
-def _statement_tokens(text: str) -> list[str]:
-    """Normalized words, with the separators of an enumeration kept as tokens."""
-    tokens = []
-    for raw in _WORD_OR_SEPARATOR.findall(unicodedata.normalize("NFKC", text)):
-        if raw in ",;/&":
-            tokens.append(raw)
-        else:
-            tokens.extend(normalize_answer(raw).split())
-    return tokens
-
-
-# A comma followed by one of these opens a clause about the answer, not another candidate
-# ("Mount Everest, which is 8,848 m tall"): the statement is read up to that comma.
-_CLAUSE_AFTER_ANSWER = re.compile(r",\s*(?:which|who|whose|where|located|situated|known|famous|being)\b",
-                                  re.IGNORECASE)
+    """The first statement of a response (see `statements`), or None."""
+    found = statements(response, limit=1)
+    return found[0] if found else None
 
 
 def statement_answers(statement: str, golds: list[str], question: str = "") -> bool:
-    """True iff `statement` ends with one of `golds` (see grade_short_answer), not as the last
-    item of an enumeration. A trailing relative or participle clause after a comma (", which
-    ...", ", located ...") is cut first; then words of the question (that are not words of the
-    gold answer) and a few fillers ("now", "left") are dropped from the end."""
-    if statement.rstrip().endswith("?"):  # a question is not an answer ("Mexico City is the capital
-        return False                       # of which country?" must not count for "Mexico")
-    clause = _CLAUSE_AFTER_ANSWER.search(statement)
-    if clause:
-        statement = statement[:clause.start()]
-    tokens = _statement_tokens(statement)
-    asked = set(normalize_answer(question).split())
-    if [t for t in tokens if t not in ",;/&"] == normalize_answer(question).split():
-        return False  # the question repeated
-    for gold in golds:
-        target = normalize_answer(gold).split()
-        droppable = (asked - set(target)) | _TRAILING_FILLER
-        end = len(tokens)
-        while end and (tokens[end - 1] in droppable or tokens[end - 1] in ",;"):
-            end -= 1
-        start = end - len(target)
-        if start < 0 or tokens[start:end] != target:
-            continue
-        if start and tokens[start - 1] in _ENUMERATION:
-            continue
-        return True
-    return False
+    """Whether the reference (`golds`: it and its acceptable forms) fills the answer slot of one
+    statement (answer_slot.py); a question never answers."""
+    if statement.rstrip().endswith("?"):
+        return False
+    return Statement(statement, Question(question), gold_words(golds)).answers()

@@ -1,0 +1,155 @@
+"""Does a statement answer with the reference? It does when a mention of the reference fills the
+statement's ANSWER SLOT and no guard of answer_guards.py rules that mention out (it ends its
+phrase, is not one of several candidates, not in the role of a term the question gives).
+
+The answer slot, in the order a reader looks for it:
+- the predicate: after the main verb, nothing between them opening another role or naming
+  something else, and the subject restating the question ("The Eiffel Tower is located in the
+  city of Paris, France.", "There are 24 hours in a day.", "...was written by J.K. Rowling.");
+- the subject of an answer-first statement whose predicate restates the question ("The heart is
+  the main organ that pumps blood through the body."), also after an apposition ("The Danube
+  River, one of ..., flows through Vienna");
+- the subject when the predicate only repeats what the question gave ("The capital of Denmark
+  is Copenhagen." for "Copenhagen is the capital of which country?");
+- a name between commas after a subject restating the question ("The British Prime Minister
+  ..., Winston Churchill, earned ..."), a by-phrase in the subject ("'Hamlet' by William
+  Shakespeare is ..."), the word right after the one the question asks for ("the chemical symbol
+  (Al)"), a relative clause after it saying it is that ("hydrochloric acid, which is the primary
+  component of stomach acid"), or the whole of a statement without a verb ("a single shelf").
+Negated ("is not"), hedged ("might be", "probably", "must have been") or listed answers fill no
+slot.
+"""
+
+from __future__ import annotations
+
+from rlpr.evaluation.graders.answer_guards import Mentions, skip_parenthetical
+from rlpr.evaluation.graders.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
+                                             PRONOUNS, hedged, is_verb)
+
+
+class Statement(Mentions):
+    """One statement read against a question and the reference forms."""
+
+    def answers(self) -> bool:
+        """Whether some mention of the reference fills the answer slot."""
+        for s, e in self.spans:
+            if self.swapped(s) or self.longer_name(s):
+                continue
+            if self.listed(s, e) and not self.named_by_relative(s, e):
+                continue
+            if any(role(s, e) for role in (self.in_predicate, self.answer_first, self.reversed_form,
+                                           self.apposition, self.by_phrase, self.after_focus,
+                                           self.named_by_relative, self.bare_phrase)):
+                return True
+        return False
+
+    def undecided(self) -> bool:
+        """The statement names the reference only among other candidates ("composed of nitrogen
+        (N2) and oxygen (O2)"): the next statement may still choose."""
+        return bool(self.spans) and all(self.listed(s, e) for s, e in self.spans)
+
+    def attempts(self) -> bool:
+        """Whether the statement gives some answer: it names the reference in another role, or
+        it mentions the word the question asks for ("The capital of France is Berlin.")."""
+        return bool(self.spans) or any(self.q.is_focus(t.norm) for t in self.toks)
+
+    def takes_back(self) -> bool:
+        """The statement withdraws an answer: it opens with "however", "but", "actually" or
+        "technically", its subject names what the question asks for and the reference is not in
+        it ("However, technically, the opposite of 'majority' is 'non-majority'.")."""
+        if not self.toks or self.toks[0].norm not in CONTRAST or self.spans:
+            return False
+        return any(self.q.is_focus(t.norm) for t in self.toks[:self.verb or 0])
+
+    # -- the roles
+    def in_predicate(self, s: int, e: int) -> bool:
+        """After the main verb, nothing between opening another role, naming something else or
+        hedging, the subject restating the question: "There are 24 hours in a day."."""
+        v = self.verb
+        return (v is not None and s > v and not self.breaks_between(v, s) and not self.names_another(v, s)
+                and not hedged(self.toks[v:s]) and self.echoes_question(0, v) and self.ends_phrase(e))
+
+    def _intro_end(self) -> int:
+        """Where the statement proper starts after an opening phrase without a verb and its comma
+        ("At sea level, ...", "However, ...", "In Argentina, ..."), else 0."""
+        if not self.toks or self.toks[0].norm not in FUNCTION | CONTRAST | INTERJECTIONS:
+            return 0
+        for i, t in enumerate(self.toks):
+            if is_verb(t):
+                return 0
+            if t.norm == ",":
+                return i + 1
+        return 0
+
+    def answer_first(self, s: int, e: int) -> bool:
+        """The reference is the subject and the predicate restates the question, not negated or
+        hedged ("The heart is the main organ that pumps blood", "Calcium is a chemical element
+        named Ca", "The electron carries a negative electric charge")."""
+        toks = self.toks
+        if s not in (0, self._intro_end()) and not (s == 1 and toks[0].norm in INTERJECTIONS):
+            return False
+        j = skip_parenthetical(toks, e)
+        if self.word(j) == ",":  # an apposition: ", one of the most iconic rivers in Europe,"
+            k = j + 1
+            while k < len(toks) and toks[k].norm != "," and not is_verb(toks[k]):
+                k += 1
+            j = k + 1 if self.word(k) == "," else j
+        if j >= len(toks) or toks[j].punct:
+            return False
+        nxt = toks[j]
+        if not (is_verb(nxt) or nxt.norm == "'s" or (not nxt.cap and self.q.has(nxt.norm))):
+            return False
+        predicate = toks[j:self.clause_end(j + 1)]
+        return (not NEGATION.intersection(t.norm for t in predicate) and not hedged(predicate)
+                and any(self.q.has(t.norm) and t.norm not in FUNCTION for t in predicate))
+
+    def reversed_form(self, s: int, e: int) -> bool:
+        """The subject, when the predicate only repeats what the question gave: "The capital of
+        Denmark is Copenhagen." for "Copenhagen is the capital of which country?"."""
+        v = self.verb
+        if v is None or skip_parenthetical(self.toks, e) != v or self.toks[v].norm not in BE:
+            return False
+        rest = self.words(v + 1, self.clause_end(v + 1))
+        return bool(rest) and all(self.q.has(w) or w in FILLERS for w in rest)
+
+    def apposition(self, s: int, e: int) -> bool:
+        """Between commas after a subject restating the question: "The British Prime Minister
+        for the Second World War, Winston Churchill, earned ...", "The Sahara Desert, Africa,
+        is ..."."""
+        v = self.verb
+        if v is None or s < 2 or self.word(s - 1) != "," or self.word(e) != "," or e + 1 != v:
+            return False
+        subject = self.toks[:s - 1]
+        return (not any(t.punct for t in subject) and self.echoes_question(0, s - 1)
+                and any(w not in FUNCTION | PRONOUNS for w in self.words(0, s - 1))
+                and not self.names_another(-1, s - 1))
+
+    def by_phrase(self, s: int, e: int) -> bool:
+        """In a by-phrase of the subject: "The novel 'Don Quixote' by Miguel de Cervantes is ..."."""
+        return self.word(s - 1) == "by" and (self.verb is None or s < self.verb) and self.ends_phrase(e)
+
+    def after_focus(self, s: int, e: int) -> bool:
+        """Right after the first mention of the word the question asks for: "Aluminum is a
+        chemical element with the chemical symbol (Al)"."""
+        j = s - 1
+        while j >= 0 and self.toks[j].norm in ("(", ":", "=", "is", "called", "named"):
+            j -= 1
+        if j < 0 or j == s - 1 or not self.q.is_focus(self.toks[j].norm):
+            return False
+        first = next(k for k, t in enumerate(self.toks) if self.q.is_focus(t.norm))
+        return j == first and self.ends_phrase(e)
+
+    def named_by_relative(self, s: int, e: int) -> bool:
+        """A relative clause right after the reference says it is what the question asks for:
+        "..., including hydrochloric acid, which is the primary component of stomach acid"."""
+        j = skip_parenthetical(self.toks, e)
+        if self.word(j) != "," or self.word(j + 1) not in ("which", "who") or self.word(j + 2) not in BE:
+            return False
+        clause = self.words(j + 3, self.clause_end(j + 3))
+        return any(self.q.is_focus(w) for w in clause) and not NEGATION.intersection(clause)
+
+    def bare_phrase(self, s: int, e: int) -> bool:
+        """A statement without a verb is one phrase ending with the reference: "a single shelf"."""
+        start = self._intro_end() - 1
+        return (self.verb is None and not self.breaks_between(start, s) and not self.names_another(start, s)
+                and self.ends_phrase(e))

@@ -1,0 +1,197 @@
+"""The free-form grader against people (issue 28): the forms the issue names, the hand-labeled
+set (tests/data/grading/labeled_responses.jsonl: precision and recall of `correct` >= 0.97), and
+the ways a response could game a lenient grader (lists, hedges, echoes, negations, many words)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from pathlib import Path
+
+import pytest
+
+from rlpr.evaluation.graders import GRADER_VERSION, grade_short_answer
+
+pytestmark = pytest.mark.unit
+
+LABELED = Path(__file__).parent / "data" / "grading" / "labeled_responses.jsonl"
+
+
+def short_id(value):
+    return repr(value)[:50] if isinstance(value, str) else None
+
+
+# --------------------------------------------------------------------------- the issue's forms
+
+@pytest.mark.parametrize("question, reference, response", [
+    # the answer followed by a qualifier or a place
+    ("In which city is the Eiffel Tower?", "Paris",
+     "The Eiffel Tower is located in the city of Paris, France."),
+    ("What is the highest mountain in the world?", "Mount Everest",
+     "The highest mountain in the world is Mount Everest, Nepal's highest peak."),
+    # a parenthetical
+    ("What is the currency of the United States?", "US dollar",
+     "The currency of the United States is the US dollar (USD)."),
+    ("Which gas makes up most of Earth's atmosphere?", "nitrogen",
+     "Most of Earth's atmosphere is nitrogen (N2)."),
+    # the answer first
+    ("Which organ pumps blood through the body?", "heart",
+     "The heart is the main organ that pumps blood through the body."),
+    # a number before its unit
+    ("How many hours are in a day?", "24", "There are 24 hours in a day."),
+    # a quoted answer whose period sits inside the quotes, more text after
+    ("What is the plural of the noun 'person'?", "people",
+     'The plural of "person" is "people." This is a grammatical rule that applies to most nouns.'),
+], ids=short_id)
+def test_the_issues_correct_forms_are_accepted(question, reference, response):
+    grade = grade_short_answer(response, reference, None, question)
+    assert grade.correct, grade
+
+
+@pytest.mark.parametrize("question, reference, response", [
+    ("What is the main language spoken in Brazil?", "Portuguese",
+     "The main language spoken in Brazil is predominantly Spanish, with a significant minority of Portuguese."),
+    ("How many days are in a week?", "7", "There are 7 leap years in a year."),
+], ids=short_id)
+def test_the_issues_wrong_answers_are_rejected(question, reference, response):
+    grade = grade_short_answer(response, reference, None, question)
+    assert not grade.correct, grade
+
+
+# --------------------------------------------------------------------------- the labels' forms
+
+@pytest.mark.parametrize("question, reference, acceptable, response", [
+    ("Which chemical element has the symbol Ca?", "calcium", None, "Calcium is a chemical element named Ca."),
+    ("Who wrote the novel \"Don Quixote\"?", "Miguel de Cervantes", ["Cervantes"],
+     "The novel \"Don Quixote\" by Miguel de Cervantes is a classic Spanish novel."),
+    ("Kabul is the capital of which country?", "Afghanistan", None,
+     "The capital of Afghanistan is Kabul."),
+    ("What is the capital of Croatia?", "Zagreb", None,
+     "The capital of Croatia is Zagreb, also known as the city of Brebbia."),
+    ("What is the main language spoken in Romania?", "Romanian", None,
+     "The main language spoken in Romania is Romanian and is closely related to Hungarian."),
+    ("What is the SI unit of force?", "newton", ["newtons"], "The SI unit of force is Newtons (N)."),
+    ("What is the SI unit of electric current?", "ampere", ["amperes", "amp"],
+     "The current in electricity is measured in units called amperes or AMP."),
+    ("What is the opposite of the word 'open'?", "closed", None,
+     "The opposite of the word \"open\" is \"closed\" or \"closed-ended.\""),
+    ("What is the chemical symbol for aluminum?", "Al", None,
+     "Aluminum is a chemical element with the chemical symbol (Al) and it is a naturally occurring metal."),
+    ("Who wrote the Harry Potter books?", "J. K. Rowling", ["J.K. Rowling"],
+     "The Harry Potter books were written by J.K. Rowling."),
+    ("In which US city was President John F. Kennedy assassinated?", "Dallas", None,
+     "President John F. Kennedy was assassinated on November 22, 1963, in Dallas, Texas."),
+    ("In which year was the United States Declaration of Independence adopted?", "1776", None,
+     "The Declaration of Independence was adopted on July 4, 1776 by the Second Continental Congress."),
+    ("What is the main language spoken in Finland?", "Finnish", None,
+     "Finland is a Scandinavian country with a rich culture. The official language is Finnish, which is "
+     "related to Estonian."),
+    ("Which river flows through Vienna, Budapest and Belgrade?", "Danube", ["Danube River"],
+     "The Danube River, one of the longest rivers in Europe, flows through Vienna, Budapest and Belgrade."),
+    ("Which acid is found in the human stomach?", "hydrochloric acid", None,
+     "The stomach holds many acids, including hydrochloric acid, which is the main acid of the stomach."),
+    ("Tom has 5 apples and gets 3 more. How many apples does he have now?", "8", None,
+     "Tom has 5 apples and gets 3 more, so he has 8 apples now."),
+    ("Which gas makes up most of Earth's atmosphere?", "nitrogen", None,
+     "The atmosphere is made of nitrogen (N2) and oxygen (O2). However, nitrogen is the most abundant gas."),
+    ("At what temperature, in degrees Celsius, does pure water freeze at sea level?", "0", None,
+     "At sea level, pure water freezes at 0 degrees Celsius."),
+    ("What is the singular of the noun 'shelves'?", "shelf", None, "a single shelf"),
+], ids=short_id)
+def test_forms_people_accept(question, reference, acceptable, response):
+    grade = grade_short_answer(response, reference, acceptable, question)
+    assert grade.correct, grade
+
+
+@pytest.mark.parametrize("question, reference, response", [
+    ("What is the singular of the noun 'cacti'?", "cactus",
+     "The singular of the noun 'cactus' is cacti."),
+    ("Which chemical element has the symbol Kr?", "krypton",
+     "The chemical element with the symbol Kr is Kr."),
+    ("What is the plural of the noun 'bench'?", "benches",
+     "The noun \"bench\" is \"bench\", it's the plural form of \"bench\" (Benches!)."),
+    ("What is the opposite of the word 'majority'?", "minority",
+     "The opposite of \"majority\" is \"minority.\" However, technically, the opposite of \"majority\" is "
+     "\"non-majority.\""),
+    ("Who was the first emperor of Rome?", "Augustus", "The first emperor of Rome was Romulus Augustus."),
+    ("What is the name of the puzzle cube invented by Erno Rubik?", "Rubik's Cube",
+     "The puzzle cube is called the Mirror Cube by the creators of the Rubik's Cube."),
+    ("How many weeks are in a fortnight?", "2", "There are 14 days in 2 weeks."),
+], ids=short_id)
+def test_the_reference_in_a_wrong_role_is_rejected(question, reference, response):
+    grade = grade_short_answer(response, reference, None, question)
+    assert not grade.correct, grade
+
+
+# --------------------------------------------------------------------------- still hard to game
+
+CAPITAL = "What is the capital of France?"
+
+
+@pytest.mark.parametrize("response", [
+    # several candidates
+    "Paris or Berlin", "Berlin or Paris", "Rome, Berlin, Paris", "Paris, Berlin, Rome, Madrid",
+    "The capital of France is Paris, Berlin.", "The capital of France is either Paris or Berlin.",
+    "The capital of France is Paris (or Berlin).", "It is K2 or Paris, which are both nice.",
+    "The capital of France is one of London, Paris and Berlin.",
+    # many words
+    "Berlin Rome Madrid Paris", "The capital of France is Berlin Madrid Rome Paris.",
+    "London Paris Berlin Rome Madrid Lisbon Vienna Prague Warsaw Athens Dublin Oslo",
+    # hedged, negated
+    "The capital of France might be Paris.", "The capital of France is probably Paris.",
+    "The capital of France is not Paris.", "Paris is not the capital of France.",
+    "Paris might be the capital of France.",
+    # another answer first, the question echoed or asked back
+    "The capital of France is Berlin. Paris is the capital of France.",
+    "The capital of France is Berlin near Paris.", "What is the capital of France?",
+    "What is the capital of France", "Is it Paris?",
+    # the reference only in another role
+    "Paris is a nice city.", "Paris Hilton is the capital of France.",
+], ids=short_id)
+def test_gaming_forms_are_rejected(response):
+    grade = grade_short_answer(response, "Paris", None, CAPITAL)
+    assert not grade.correct, grade
+
+
+@pytest.mark.parametrize("response", [
+    "The capital of France is Paris.", "Paris is the capital of France.", "Paris.",
+    "The capital of France is Paris, France.", "Sure! The capital of France is Paris. It is lovely.",
+    "France's capital city is Paris, which lies on the Seine.", "Paris, of course.",
+    "The capital of France is Paris or Paris.",
+], ids=short_id)
+def test_plain_answers_stay_correct(response):
+    grade = grade_short_answer(response, "Paris", None, CAPITAL)
+    assert grade.correct, grade
+
+
+def test_the_grader_version_says_the_verdicts_changed():
+    assert GRADER_VERSION == 2
+
+
+# --------------------------------------------------------------------------- the labeled set
+
+def _half(row_id: str) -> str:
+    """The deterministic split of benchmarks/grader_consistency.py: sha256(id) even -> dev."""
+    return "dev" if hashlib.sha256(row_id.encode()).digest()[-1] % 2 == 0 else "held"
+
+
+def _scores(rows) -> tuple[float, float]:
+    tp = fp = fn = 0
+    for r in rows:
+        said = grade_short_answer(r["response"], r["reference"], r["aliases"] or None, r["question"]).correct
+        truth = r["label"] == "correct"
+        tp += said and truth
+        fp += said and not truth
+        fn += truth and not said
+    return tp / (tp + fp), tp / (tp + fn)
+
+
+def test_the_free_form_grader_agrees_with_people():
+    rows = [json.loads(line) for line in LABELED.read_text().splitlines() if line.strip()]
+    scored = [r for r in rows if r["label"] != "ambiguous"]
+    assert len(rows) == 666 and len(scored) == 648
+    precision, recall = _scores(scored)
+    assert precision >= 0.97 and recall >= 0.97, (precision, recall)
+    for half in ("dev", "held"):
+        precision, recall = _scores([r for r in scored if _half(r["id"]) == half])
+        assert precision >= 0.95 and recall >= 0.95, (half, precision, recall)
