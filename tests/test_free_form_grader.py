@@ -50,7 +50,8 @@ def test_the_issues_correct_forms_are_accepted(question, reference, response):
 
 @pytest.mark.parametrize("question, reference, response", [
     ("What is the main language spoken in Brazil?", "Portuguese",
-     "The main language spoken in Brazil is predominantly Spanish, with a significant minority of Portuguese."),
+     "The main language spoken in Brazil is predominantly Spanish, with a significant minority of "
+     "Portuguese."),
     ("How many days are in a week?", "7", "There are 7 leap years in a year."),
 ], ids=short_id)
 def test_the_issues_wrong_answers_are_rejected(question, reference, response):
@@ -97,6 +98,12 @@ def test_the_issues_wrong_answers_are_rejected(question, reference, response):
     ("At what temperature, in degrees Celsius, does pure water freeze at sea level?", "0", None,
      "At sea level, pure water freezes at 0 degrees Celsius."),
     ("What is the singular of the noun 'shelves'?", "shelf", None, "a single shelf"),
+    ("What is the pH of pure water at 25 degrees Celsius?", "7", None,
+     "At 25 degrees Celsius, pure water has a pH of 7."),
+    ("What is the chemical formula of carbon dioxide?", "CO2", None,
+     "The chemical formula of carbon dioxide isCarbon dioxide (CO2)."),
+    ("What is the main language spoken in Armenia?", "Armenian", None,
+     "The main language spoken in Armenia is East Armenian."),
 ], ids=short_id)
 def test_forms_people_accept(question, reference, acceptable, response):
     grade = grade_short_answer(response, reference, acceptable, question)
@@ -117,6 +124,10 @@ def test_forms_people_accept(question, reference, acceptable, response):
     ("What is the name of the puzzle cube invented by Erno Rubik?", "Rubik's Cube",
      "The puzzle cube is called the Mirror Cube by the creators of the Rubik's Cube."),
     ("How many weeks are in a fortnight?", "2", "There are 14 days in 2 weeks."),
+    ("What is the capital of France?", "Paris", "France is the capital of Paris."),
+    ("Which animal says 'neigh'?", "horse", "The horse says moo."),
+    ("What is the main language spoken in Finland?", "Finnish",
+     "Finnish might be the main language spoken in Finland."),
 ], ids=short_id)
 def test_the_reference_in_a_wrong_role_is_rejected(question, reference, response):
     grade = grade_short_answer(response, reference, None, question)
@@ -144,7 +155,8 @@ CAPITAL = "What is the capital of France?"
     # another answer first, the question echoed or asked back
     "The capital of France is Berlin. Paris is the capital of France.",
     "The capital of France is Berlin near Paris.", "What is the capital of France?",
-    "What is the capital of France", "Is it Paris?",
+    "What is the capital of France", "Is it Paris?", "Vienna. The capital of France is Paris.",
+    "Berlin Paris", "Paris, Berlin, Rome: one of these is the capital of France.",
     # the reference only in another role
     "Paris is a nice city.", "Paris Hilton is the capital of France.",
 ], ids=short_id)
@@ -157,7 +169,8 @@ def test_gaming_forms_are_rejected(response):
     "The capital of France is Paris.", "Paris is the capital of France.", "Paris.",
     "The capital of France is Paris, France.", "Sure! The capital of France is Paris. It is lovely.",
     "France's capital city is Paris, which lies on the Seine.", "Paris, of course.",
-    "The capital of France is Paris or Paris.",
+    "The capital of France is Paris or Paris.", "Paris. It is the capital.", "Paris Paris Paris",
+    "Hmm. Paris is the capital of France.",
 ], ids=short_id)
 def test_plain_answers_stay_correct(response):
     grade = grade_short_answer(response, "Paris", None, CAPITAL)

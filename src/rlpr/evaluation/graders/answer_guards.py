@@ -16,9 +16,9 @@ from __future__ import annotations
 import re
 
 from rlpr.evaluation.graders.normalization import normalize_answer
-from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, AUX, BREAK,
+from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, AUX, BE, BREAK,
                                              CONCLUSION, DEMONYM, FILLERS, FUNCTION, MONTHS, PRONOUNS,
-                                             STARTERS, TITLES, WH, Question, Token, is_verb,
+                                             QUALIFIERS, STARTERS, TITLES, WH, Question, Token, is_verb,
                                              main_verb, tokens, words)
 
 _LIST_JOINERS = (",", "or", "and", "nor", "/", "&")
@@ -107,10 +107,11 @@ class Mentions:
         return j == len(toks) or toks[j].punct or toks[j].norm in FUNCTION
 
     def longer_name(self, s: int) -> bool:
-        """A longer name ends with the reference ("Romulus Augustus", "South Atlantic")."""
+        """A longer name ends with the reference ("Romulus Augustus"); a qualifier before it does
+        not make another name ("Standard Persian", "North Africa")."""
         prev = self.toks[s - 1] if s else None
         return (prev is not None and prev.cap and not prev.punct and not self.q.has(prev.norm)
-                and prev.norm not in TITLES | STARTERS | FUNCTION)
+                and prev.norm not in self.gold | TITLES | STARTERS | FUNCTION | QUALIFIERS)
 
     # -- several candidates
     def _item(self, j: int) -> tuple[list[str], int]:
@@ -156,7 +157,7 @@ class Mentions:
                 if others == 1 and last and all(t.cap for t in toks[j + 1:end]) and not in_place:
                     return True
             j = skip_parenthetical(toks, end)
-        return others >= 2 and (j == len(toks) or toks[j].norm in ".!")
+        return others >= 2
 
     def words(self, a: int, b: int) -> list[str]:
         return [t.norm for t in self.toks[max(a, 0):b] if not t.punct]
@@ -164,15 +165,19 @@ class Mentions:
     # -- the role of a given term
     def swapped(self, s: int) -> bool:
         """The reference stands where the question puts a term it gives, and that term stands
-        after it: the two words before the reference come right before a given word in the
-        question, and the statement names that word later ("The singular of the noun 'cactus' is
-        cacti." for "What is the singular of the noun 'cacti'?")."""
+        elsewhere: the two words before the reference come right before a given word in the
+        question, and the statement names that word after the reference ("The singular of the
+        noun 'cactus' is cacti." for "What is the singular of the noun 'cacti'?") or as the
+        subject of "is" ("France is the capital of Paris.")."""
         before = [t.norm for t in self.toks[max(0, s - 2):s] if not t.punct]
-        later = {t.norm for t in self.toks[s + 1:]}
+        if len(before) < 2 or before[-1] in AUX:
+            return False
+        elsewhere = {t.norm for t in self.toks[s + 1:]}
+        if self.verb is not None and self.verb < s and self.toks[self.verb].norm in BE:
+            elsewhere |= set(self.words(0, self.verb))
         qw = self.q.words
-        return len(before) == 2 and before[-1] not in AUX and any(
-            qw[i:i + 2] == before and i + 2 < len(qw) and qw[i + 2] not in WH and qw[i + 2] in later
-            for i in range(len(qw) - 1))
+        return any(qw[i:i + 2] == before and i + 2 < len(qw) and qw[i + 2] not in WH
+                   and qw[i + 2] in elsewhere for i in range(len(qw) - 1))
 
     # -- between the verb and the reference
     def breaks_between(self, a: int, b: int) -> bool:
@@ -209,9 +214,9 @@ class Mentions:
         Persian") or, before a number, another number ("7 days in 2 weeks"; not a date's day)."""
         starts = {x for x, _ in self.spans}
         numeric = self.toks[s].norm.replace(".", "").isdigit()
-        for k in range(max(a + 1, 1), s):
+        for k in range(a + 1, s):
             t = self.toks[k]
-            if t.punct or self.toks[k - 1].punct or self.q.has(t.norm) \
+            if t.punct or (k and self.toks[k - 1].punct) or self.q.has(t.norm) \
                     or t.norm in self.gold | FUNCTION | STARTERS | PRONOUNS:
                 continue
             if t.cap and t.norm not in MONTHS | TITLES and not DEMONYM.search(t.norm) \

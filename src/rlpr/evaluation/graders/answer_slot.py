@@ -24,7 +24,7 @@ from __future__ import annotations
 
 from rlpr.evaluation.graders.answer_guards import Mentions, skip_parenthetical
 from rlpr.evaluation.graders.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
-                                             PRONOUNS, hedged, is_verb)
+                                             PRONOUNS, WH, hedged, is_verb)
 
 
 class Statement(Mentions):
@@ -37,9 +37,12 @@ class Statement(Mentions):
                 continue
             if self.listed(s, e) and not self.named_by_relative(s, e):
                 continue
-            if any(role(s, e) for role in (self.in_predicate, self.answer_first, self.reversed_form,
-                                           self.apposition, self.by_phrase, self.after_focus,
-                                           self.named_by_relative, self.bare_phrase)):
+            roles = [self.in_predicate, self.bare_phrase]
+            # a reference the question itself names ("the plural of 'deer'") answers there only
+            if not all(map(self.q.has, self.words(s, e))):
+                roles += [self.answer_first, self.reversed_form, self.apposition, self.by_phrase,
+                          self.after_focus, self.named_by_relative]
+            if any(role(s, e) for role in roles):
                 return True
         return False
 
@@ -50,8 +53,10 @@ class Statement(Mentions):
 
     def attempts(self) -> bool:
         """Whether the statement gives some answer: it names the reference in another role, or
-        it mentions the word the question asks for ("The capital of France is Berlin.")."""
-        return bool(self.spans) or any(self.q.is_focus(t.norm) for t in self.toks)
+        it mentions the word the question asks for ("The capital of France is Berlin."), or it is
+        one word ("Vienna.")."""
+        return (bool(self.spans) or any(self.q.is_focus(t.norm) for t in self.toks)
+                or len(self.words(0, len(self.toks))) == 1)
 
     def takes_back(self) -> bool:
         """The statement withdraws an answer: it opens with "however", "but", "actually" or
@@ -82,9 +87,10 @@ class Statement(Mentions):
         return 0
 
     def answer_first(self, s: int, e: int) -> bool:
-        """The reference is the subject and the predicate restates the question, not negated or
-        hedged ("The heart is the main organ that pumps blood", "Calcium is a chemical element
-        named Ca", "The electron carries a negative electric charge")."""
+        """The reference is the subject and the predicate restates the question (the word it asks
+        for, or two of its words), not negated or hedged ("The heart is the main organ that pumps
+        blood", "Calcium is a chemical element named Ca", "The electron carries a negative electric
+        charge")."""
         toks = self.toks
         if s not in (0, self._intro_end()) and not (s == 1 and toks[0].norm in INTERJECTIONS):
             return False
@@ -100,8 +106,11 @@ class Statement(Mentions):
         if not (is_verb(nxt) or nxt.norm == "'s" or (not nxt.cap and self.q.has(nxt.norm))):
             return False
         predicate = toks[j:self.clause_end(j + 1)]
+        restated = {t.norm for t in predicate if self.q.has(t.norm) and t.norm not in FUNCTION}
+        asked = {w for w in self.q.words if w not in FUNCTION | WH}
         return (not NEGATION.intersection(t.norm for t in predicate) and not hedged(predicate)
-                and any(self.q.has(t.norm) and t.norm not in FUNCTION for t in predicate))
+                and bool(restated) and (len(restated) >= min(2, len(asked))
+                                        or any(map(self.q.is_focus, restated))))
 
     def reversed_form(self, s: int, e: int) -> bool:
         """The subject, when the predicate only repeats what the question gave: "The capital of
@@ -129,8 +138,12 @@ class Statement(Mentions):
         return self.word(s - 1) == "by" and (self.verb is None or s < self.verb) and self.ends_phrase(e)
 
     def after_focus(self, s: int, e: int) -> bool:
-        """Right after the first mention of the word the question asks for: "Aluminum is a
-        chemical element with the chemical symbol (Al)"."""
+        """Right after the first mention of the word the question asks for ("Aluminum is a
+        chemical element with the chemical symbol (Al)"), or in parentheses right after words of
+        the question ("The chemical formula of carbon dioxide is carbon dioxide (CO2).")."""
+        if self.word(s - 1) == "(" and self.word(e) == ")" and s >= 2 and not self.toks[s - 2].punct \
+                and self.q.has(self.word(s - 2)) and self.word(s - 2) not in FUNCTION:
+            return True
         j = s - 1
         while j >= 0 and self.toks[j].norm in ("(", ":", "=", "is", "called", "named"):
             j -= 1

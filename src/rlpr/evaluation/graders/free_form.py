@@ -12,6 +12,9 @@ from rlpr.evaluation.graders.wording import Question, sentences, words
 
 # How many statements are read while the ones before give no answer at all.
 _MAX_STATEMENTS = 3
+# One-word openings that are not an answer.
+_INTERJECTIONS = frozenset("sure yes no ok okay well hmm hi hello great certainly absolutely indeed "
+                           "correct right exactly alright oh ah wow".split())
 
 
 def grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
@@ -73,13 +76,15 @@ def _grade_statements(response: str, golds: list[str], question: str) -> Grade:
 
 
 def statements(response: str, limit: int | None = None) -> list[str]:
-    """The sentences of two or more words of a response, in order (a first line that is one word,
-    "Paris.", counts too), at most `limit`; an opening interjection ("Sure!") is skipped."""
+    """The sentences of two or more words of a response, in order, at most `limit`; a one-word
+    sentence opening the response counts too ("Paris.", "Vienna. Warsaw is ..."), unless it is an
+    interjection ("Sure!")."""
     out: list[str] = []
     lines = [line for line in response[:5_000].splitlines() if line.strip()]
     for i, line in enumerate(lines):
         pieces = sentences(line)
-        if i == 0 and len(pieces) == 1 and len(words(pieces[0])) == 1:
+        first = words(pieces[0]) if i == 0 and pieces else []
+        if len(first) == 1 and first[0] not in _INTERJECTIONS:
             out.append(pieces[0])
         out += [p for p in pieces if len(words(p)) >= 2]
         if limit is not None and len(out) >= limit:

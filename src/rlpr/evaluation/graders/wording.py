@@ -47,6 +47,8 @@ MONTHS = frozenset("january february march april may june july august september 
 DEMONYM = re.compile(r"(?:ian|ean|can|ish|ese|ic)$")  # Scandinavian, Korean, African, Spanish, Arabic
 TITLES = frozenset("president minister king queen sir dr mr mrs ms prof professor saint st lord lady "
                    "emperor pope general captain".split())
+QUALIFIERS = frozenset("standard modern classical official old north northern south southern east eastern "
+                       "west western central upper lower greater".split())  # "Standard Persian"
 ADJUNCT_PREPOSITIONS = frozenset("in on at near during".split())  # ", in Dallas" adds to the slot
 ALIAS_OPENERS = (["also", "known", "as"], ["known", "as"], ["also", "called"], ["or", "simply"])
 # Capitalized words that start a sentence (after an initial, "F. Kennedy", a name follows instead).
