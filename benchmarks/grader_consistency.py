@@ -11,12 +11,21 @@ given as `<answer> OTHER </answer>`), which must be graded correct no more often
 the rate at which the other row's reference is the same answer (normalized text) as its own,
 exactly for multiple choice, plus at most 2 points for free-form answers.
 
-Writes benchmarks/results/grader_consistency.json and .md. Data is read, never copied.
+Then the free-form grader against people (issue 28): `grade_short_answer` on every row of the
+hand-labeled set tests/data/grading/labeled_responses.jsonl (label correct/wrong; `ambiguous` rows
+left out): precision and recall of `correct`, overall, on each half of a fixed split (sha256 of the
+row id, even: "dev", odd: "held"), by question set, model x decoding and kind of question, the
+confusion counts and every remaining disagreement with its label's reason. `--labeled-only` runs
+this part alone (seconds, no data needed).
+
+Writes benchmarks/results/grader_consistency.json and .md (with GRADER_VERSION). Data is read,
+never copied.
 """
 
 from __future__ import annotations
 
 import argparse
+import hashlib
 import importlib.util
 import json
 import random
@@ -28,6 +37,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
+LABELED = ROOT / "tests" / "data" / "grading" / "labeled_responses.jsonl"
 FORMS = {
     "answer_tag": "<answer> {} </answer>",
     "answer_is": "The answer is {}.",
@@ -161,12 +171,111 @@ def table(results: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+# --------------------------------------------------------------------------- the labeled set
+
+def half(row_id: str) -> str:
+    """The fixed split of the labeled rows: "dev" when sha256(id) is even, else "held"."""
+    return "dev" if hashlib.sha256(row_id.encode()).digest()[-1] % 2 == 0 else "held"
+
+
+def _scores(pairs: list[tuple[bool, bool]]) -> dict:
+    """Confusion counts, precision and recall of `correct` for (graded, labeled) pairs."""
+    tp = sum(g and t for g, t in pairs)
+    fp = sum(g and not t for g, t in pairs)
+    fn = sum(t and not g for g, t in pairs)
+    tn = len(pairs) - tp - fp - fn
+    return {"n": len(pairs), "tp": tp, "fp": fp, "fn": fn, "tn": tn,
+            "precision": tp / (tp + fp) if tp + fp else None,
+            "recall": tp / (tp + fn) if tp + fn else None,
+            "agreement": (tp + tn) / len(pairs) if pairs else None}
+
+
+def labeled_agreement(path: Path = LABELED) -> dict:
+    """`grade_short_answer` against the people's labels (see the module's docstring)."""
+    from rlpr.evaluation.graders import grade_short_answer
+
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    scored, groups, disagreements = [], {}, []
+    for r in rows:
+        if r["label"] == "ambiguous":
+            continue
+        g = grade_short_answer(r["response"], r["reference"], r["aliases"] or None, r["question"])
+        pair = (g.correct, r["label"] == "correct")
+        scored.append(pair)
+        for key in (f"half/{half(r['id'])}", f"set/{r['set']}",
+                    f"model/{r['model']}-{r['decoding']}", f"kind/{r['set']}:{r['family_or_kind']}"):
+            groups.setdefault(key, []).append(pair)
+        if pair[0] != pair[1]:
+            disagreements.append({
+                "id": r["id"], "half": half(r["id"]), "label": r["label"],
+                "graded": "correct" if g.correct else "wrong", "rule": g.rule, "reason": r["reason"],
+                "question": r["question"], "reference": r["reference"], "response": r["response"]})
+    return {"file": path.relative_to(ROOT).as_posix(), "rows": len(rows),
+            "ambiguous_left_out": len(rows) - len(scored), "split": "sha256(id) even: dev, odd: held",
+            "overall": _scores(scored), "groups": {k: _scores(v) for k, v in sorted(groups.items())},
+            "disagreements": disagreements}
+
+
+def _pct(x) -> str:
+    return "n/a" if x is None else f"{x:.3f}"
+
+
+def labeled_table(result: dict) -> str:
+    """The labeled-set part of the .md report."""
+    def line(name, r):
+        return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
+                f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
+
+    head = ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    groups = result["groups"]
+    out = head[:]
+    out.append(line("**all**", result["overall"]))
+    out += [line(f"{k.split('/', 1)[1]} half", groups[k]) for k in ("half/dev", "half/held") if k in groups]
+    out += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith(("set/", "model/"))]
+    kinds = head[:]
+    kinds += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith("kind/")]
+    dis = ["| id | half | label | graded | rule | label's reason | response |",
+           "|---|---|---|---|---|---|---|"]
+    for d in result["disagreements"]:
+        text = " ".join(d["response"].split())[:160].replace("|", "\\|")
+        dis.append(f"| {d['id']} | {d['half']} | {d['label']} | {d['graded']} | {d['rule']} | "
+                   f"{d['reason'].replace('|', '/')} | {text} |")
+    return ("\n".join(out) + "\n\nBy kind of question (set:family or kind):\n\n" + "\n".join(kinds)
+            + f"\n\nThe {len(result['disagreements'])} remaining disagreements:\n\n" + "\n".join(dis) + "\n")
+
+
+def labeled_markdown(result: dict) -> str:
+    return (f"## The free-form grader against people\n\n`grade_short_answer` on `{result['file']}` "
+            f"({result['rows']} rows, {result['ambiguous_left_out']} labeled ambiguous left out): precision "
+            "and recall of `correct`; halves by sha256(id) parity (even: dev, odd: held).\n\n"
+            + labeled_table(result))
+
+
 def main(argv: list[str] | None = None) -> int:
+    from rlpr.evaluation.graders import GRADER_VERSION
+
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=0, help="rows per file (0: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", default=str(RESULTS / "grader_consistency"))
+    parser.add_argument("--labeled-only", action="store_true",
+                        help="only the hand-labeled set (written to OUTPUT_labeled.json/.md)")
     args = parser.parse_args(argv)
+    labeled = labeled_agreement()
+    overall = labeled["overall"]
+    print(f"labeled set: precision {_pct(overall['precision'])} recall {_pct(overall['recall'])} "
+          f"({len(labeled['disagreements'])} disagreements)", flush=True)
+    out = Path(args.output)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    if args.labeled_only:
+        out = out.with_name(out.name + "_labeled")
+        out.with_suffix(".json").write_text(json.dumps(
+            {"meta": {"grader_version": GRADER_VERSION}, "labeled": labeled}, indent=2) + "\n")
+        out.with_suffix(".md").write_text(
+            f"# Grader against people (GRADER_VERSION {GRADER_VERSION})\n\n"
+            + labeled_markdown(labeled).split("\n", 2)[2])
+        return 0
     if not DATA.is_dir():
         print(f"{DATA} is absent: nothing to check", file=sys.stderr)
         return 1
@@ -182,17 +291,18 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as tmp:
         for fmt in FIXTURES:
             results[f"{fmt} (fixture)"] = check(load_fixture(fmt, Path(tmp)), workers=1)
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
     meta = {"seconds": round(time.time() - start), "limit": args.limit, "shuffle_seed": SHUFFLE_SEED,
-            "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK}
-    out.with_suffix(".json").write_text(json.dumps({"meta": meta, "results": results}, indent=2) + "\n")
+            "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK,
+            "grader_version": GRADER_VERSION}
+    out.with_suffix(".json").write_text(
+        json.dumps({"meta": meta, "results": results, "labeled": labeled}, indent=2) + "\n")
     out.with_suffix(".md").write_text(
-        "# Grader self-consistency\n\n`python benchmarks/grader_consistency.py` "
-        f"({meta['seconds']} s). Each row's own reference as a response in three forms must be "
-        "graded correct (>= 99%); another row's reference (fixed shuffle within each file) no more "
-        "often than chance (the rate at which the two references are the same answer; +2 points "
-        "for free-form answers).\n\n" + table(results))
+        f"# Grader self-consistency (GRADER_VERSION {GRADER_VERSION})\n\n"
+        f"`python benchmarks/grader_consistency.py` ({meta['seconds']} s). Each row's own reference as "
+        "a response in three forms must be graded correct (>= 99%); another row's reference (fixed "
+        "shuffle within each file) no more often than chance (the rate at which the two references "
+        "are the same answer; +2 points for free-form answers).\n\n"
+        + table(results) + "\n" + labeled_markdown(labeled))
     print(table(results))
     return 0 if all(r["passes"] for r in results.values()) else 1
 
