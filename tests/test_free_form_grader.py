@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from pathlib import Path
 
 import pytest
@@ -175,6 +176,15 @@ def test_gaming_forms_are_rejected(response):
 def test_plain_answers_stay_correct(response):
     grade = grade_short_answer(response, "Paris", None, CAPITAL)
     assert grade.correct, grade
+
+
+@pytest.mark.parametrize("response", ["Paris, " * 900, "Paris " * 1000, "Paris and " * 600,
+                                      "The capital of France is " + "very " * 1200 + "Paris.", "(" * 3000],
+                         ids=short_id)
+def test_degenerate_text_is_graded_fast(response):
+    start = time.perf_counter()
+    grade_short_answer(response, "Paris", None, CAPITAL)
+    assert time.perf_counter() - start < 0.5
 
 
 def test_the_grader_version_says_the_verdicts_changed():

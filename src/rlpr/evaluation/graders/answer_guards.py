@@ -22,6 +22,10 @@ from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS
                                              main_verb, tokens, words)
 
 _LIST_JOINERS = (",", "or", "and", "nor", "/", "&")
+# A statement is read up to this many tokens, and its first mentions of the reference only, so
+# that degenerate text ("Paris, Paris, Paris, ...") costs milliseconds.
+_MAX_TOKENS = 200
+_MAX_MENTIONS = 10
 
 
 def gold_words(golds: list[str]) -> list[list[str]]:
@@ -72,7 +76,7 @@ class Mentions:
     verb and the spans where the reference is mentioned."""
 
     def __init__(self, statement: str, question: Question, forms: list[list[str]]):
-        toks = tokens(statement)
+        toks = tokens(statement)[:_MAX_TOKENS]
         start = max([i + 1 for i in range(1, len(toks) - 1)
                      if toks[i].norm in CONCLUSION and toks[i - 1].norm in (",", ";")], default=0)
         self.toks = toks[start:]
@@ -80,7 +84,7 @@ class Mentions:
         self.forms = forms
         self.gold = {w for f in forms for w in f}
         self.verb = main_verb(self.toks)
-        self.spans = occurrences(self.toks, forms)
+        self.spans = occurrences(self.toks, forms)[:_MAX_MENTIONS]
 
     def word(self, j: int) -> str:
         return self.toks[j].norm if 0 <= j < len(self.toks) else ""
