@@ -1,6 +1,8 @@
 """The learning benchmark end to end, in a smoke setting on a tiny in-process model (the real
-`--quick` run on the embedded model takes minutes; this checks the pipeline and its output)."""
+`--quick` run on the embedded model takes minutes; this checks the pipeline and its output): the
+three main variants, the transfer sets, the saved responses, the grader version and --regrade."""
 
+import gzip
 import json
 import subprocess
 import sys
@@ -8,31 +10,83 @@ from pathlib import Path
 
 import pytest
 
+from rlpr.evaluation.graders import GRADER_VERSION
+
 pytestmark = pytest.mark.integration
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+SETS = ("heldout", "new_items", "general")
+
+
+def records_of(out: Path, row: dict) -> list[dict]:
+    with gzip.open(out.parent / row["responses"], "rt") as f:
+        return [json.loads(line) for line in f]
 
 
 def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     out = tmp_path / "learning"
-    cmd = [sys.executable, str(BENCH), "--quick", "--variants", "rlpr,rlvr", "--steps", "2", "--heldout", "6",
-           "--curve-every", "1", "--curve-questions", "3", "--threads", "1", "--output", str(out),
-           "--workdir", str(tmp_path / "work"), "--set", f"model.path={tiny_dir}", "rollout.max_new_tokens=6",
-           "trainer.eval_max_new_tokens=6", "rollout.responses_per_prompt=2", "trainer.prompts_per_step=2",
-           "trainer.mini_batch_prompts=2"]
-    result = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    cmd = [sys.executable, str(BENCH), "--quick", "--variants", "rlpr,rlvr,rlvr_exact", "--steps", "2",
+           "--heldout", "6", "--transfer-questions", "3", "--curve-every", "1", "--curve-questions", "3",
+           "--threads", "1", "--output", str(out), "--workdir", str(tmp_path / "work"), "--set",
+           f"model.path={tiny_dir}", "rollout.max_new_tokens=6", "trainer.eval_max_new_tokens=6",
+           "rollout.responses_per_prompt=2", "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2"]
+    result = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
     assert result.returncode == 0, result.stderr[-3000:]
     data = json.loads(out.with_suffix(".json").read_text())
+    assert data["settings"]["grader_version"] == GRADER_VERSION
     runs = {r["variant"]: r for r in data["runs"]}
-    assert set(runs) == {"base", "rlpr", "rlvr"}
+    assert set(runs) == {"base", "rlpr", "rlvr", "rlvr_exact"}
     required = ["variant", "seed", "steps", "n_heldout", "acc_before", "acc_after", "greedy_before", "greedy_after",
-                "reward_before", "reward_after", "pass8_before", "pass8_after"]
+                "reward_before", "reward_after", "pass8_before", "pass8_after", "grader_version", "responses"]
+    required += [f"{s}_{k}_{w}" for s in SETS[1:] for k in ("acc", "greedy", "pass8") for w in ("before", "after")]
     for r in runs.values():
         assert all(k in r for k in required), set(required) - set(r)
-        assert r["n_heldout"] == 6 and 0 <= r["acc_after"] <= r["pass8_after"] <= 1
+        assert r["n_heldout"] == 6 and r["n_new_items"] == 3 and r["n_general"] == 3
+        assert 0 <= r["acc_after"] <= r["pass8_after"] <= 1 and r["grader_version"] == GRADER_VERSION
+        # the saved responses: every question of every set, graded as the row reports
+        records = records_of(out, r)
+        for s in SETS:
+            chosen = [x for x in records if x["set"] == s]
+            assert len(chosen) == {"heldout": 6}.get(s, 3)
+            assert all(len(x["samples"]) == len(x["samples_correct"]) == 2 for x in chosen)
+            prefix = "" if s == "heldout" else f"{s}_"
+            assert r[f"{prefix}greedy_after"] == pytest.approx(sum(x["greedy_correct"] for x in chosen) / len(chosen))
+            assert r[f"{prefix}acc_after"] == pytest.approx(
+                sum(sum(x["samples_correct"]) / 2 for x in chosen) / len(chosen))
+        assert {x["reference"] for x in records if x["set"] == "general"} and \
+            all(x["reference"] in x["acceptable"] for x in records if x["set"] != "heldout")
     assert runs["rlpr"]["steps"] == 2 and [p["step"] for p in runs["rlpr"]["curve"]] == [0, 1]
-    assert runs["rlvr"]["acc_before"] == runs["base"]["acc_before"]  # every run starts from the same base
-    assert out.with_suffix(".png").stat().st_size > 10_000 and "| rlvr |" in out.with_suffix(".md").read_text()
+    for v in ("rlvr", "rlvr_exact"):  # every run starts from the same base, on every set
+        assert all(runs[v][f"{p}acc_before"] == runs["base"][f"{p}acc_before"] for p in ("", "new_items_", "general_"))
+    md = out.with_suffix(".md").read_text()
+    assert "| rlvr_exact |" in md and "general questions (3 q) Avg@k" in md and "grader version" in md
+    assert out.with_suffix(".png").stat().st_size > 10_000
     # a re-run finds every job done and only rewrites the summary
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "('rlpr', 0)" not in again.stdout
+
+    # rows graded by another grader version are never mixed with new ones ...
+    log = out.with_suffix(".jsonl")
+    original = [json.loads(line) for line in log.read_text().splitlines()]
+    old = []
+    for r in original:
+        r = json.loads(json.dumps(r))
+        r["grader_version"] = r["settings"]["grader_version"] = GRADER_VERSION - 1
+        r["acc_after"] = r["general_greedy_after"] = -1.0  # numbers an older grader gave
+        old.append(r)
+    log.write_text("".join(json.dumps(r) + "\n" for r in old))
+    report = subprocess.run(cmd + ["--report"], capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0
+    assert f"skipping 4 rows graded with grader version {GRADER_VERSION - 1}" in report.stdout
+    assert json.loads(out.with_suffix(".json").read_text())["runs"] == []
+    # ... and --regrade re-grades their saved responses with the current grader, without training
+    regraded = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
+    assert regraded.returncode == 0, regraded.stderr[-3000:]
+    assert "4 rows re-graded" in regraded.stdout and "('rlpr', 0)" not in regraded.stdout
+    rows = {r["variant"]: r for r in json.loads(out.with_suffix(".json").read_text())["runs"]}
+    for r in original:
+        new = rows[r["variant"]]
+        assert new["grader_version"] == GRADER_VERSION and new["regraded_from"] == GRADER_VERSION - 1
+        for key in ("acc_after", "acc_before", "general_greedy_after", "new_items_pass8_after", "greedy_after"):
+            assert new[key] == pytest.approx(r[key]), (r["variant"], key)  # the same grader: the same numbers
+        assert [p["acc_curve"] for p in new["curve"]] == pytest.approx([p["acc_curve"] for p in r["curve"]])

@@ -23,13 +23,17 @@ def binomial_se(p: float, n: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(trainer) -> dict:
+def evaluate(trainer, responses: list | None = None) -> dict:
     """Held-out evaluation of a Trainer's policy on its `val_prompts` (each rank its share; every
     rank calls it, it holds collectives): greedy responses (probability reward with
     `trainer.eval_reward`, score B, greedy accuracy, format, length) and, with
     `trainer.eval_samples` = k > 0, k samples per question at the rollout temperature: Avg@k
     accuracy (spec section 7) and pass@k. Standard errors are binomial over the questions,
-    sqrt(p (1 - p) / n)."""
+    sqrt(p (1 - p) / n).
+
+    `responses`: a list to which one dict per question of this rank is appended, for re-grading
+    without re-generating: {"prompt": its Prompt, "greedy": the greedy response as graded,
+    "greedy_correct": its verdict, "samples": the k sampled responses, "samples_correct": theirs}."""
     from rlpr.evaluation.graders import grade_example
 
     trainer.display.phase("eval")  # on the live step display; left out of its ETA
@@ -49,6 +53,11 @@ def evaluate(trainer) -> dict:
     rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
     release_memory()
     correct = [bool(o.correct) for o in rewards]
+    kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
+    for r, c in zip(rollouts, correct):
+        p = prompts[r.prompt_index]
+        kept[r.prompt_index] = {"prompt": p, "greedy": p.response_text(r.text), "greedy_correct": c,
+                                "samples": [], "samples_correct": []}
     sampled_right = sampled_any = 0.0
     if k:
         samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
@@ -56,9 +65,13 @@ def evaluate(trainer) -> dict:
                                   seeds=[EVAL_SEED + p.index for p in prompts])
         release_memory()
         for i, p in enumerate(prompts):
-            right = [grade_example(p.example, p.response_text(r.text)).correct for r in samples[i * k:(i + 1) * k]]
+            texts = [p.response_text(r.text) for r in samples[i * k:(i + 1) * k]]
+            right = [grade_example(p.example, text).correct for text in texts]
             sampled_right += sum(right) / k
             sampled_any += any(right)
+            kept[i]["samples"], kept[i]["samples_correct"] = texts, right
+    if responses is not None:
+        responses.extend(kept)
     local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
              sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards),
              sampled_right, sampled_any]
