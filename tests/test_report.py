@@ -146,3 +146,15 @@ def test_panels_constant_over_the_run_are_listed_not_drawn(tmp_path):
     one.mkdir()
     (one / "metrics.jsonl").write_text('{"step": 1, "policy/kl": 0, "reward/mean": 0.2}\n')
     assert constant_panels([load_run(one)]) == {"train": [], "eval": []}
+
+
+def test_a_change_in_response_length_is_not_coloured_good_or_bad(tmp_path):
+    import yaml
+
+    run = fake_run(tmp_path / "r")
+    summary = yaml.safe_load((run / "summary.yaml").read_text())
+    summary["after"]["eval/response_len_mean"] = 10.0
+    (run / "summary.yaml").write_text(yaml.safe_dump(summary))
+    page = write_report([run]).read_text()
+    assert '<span class="">-2</span>' in page  # 12 -> 10 tokens: neither green nor red
+    assert '<span class="up">+25.0 pp</span>' in page  # accuracy up: green

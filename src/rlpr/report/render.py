@@ -177,6 +177,11 @@ def _fmt(v, pct: bool = False) -> str:
     return f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
+def _is_fraction(key: str) -> bool:
+    """A held-out key whose values are fractions (shown as percentages in the table)."""
+    return "accuracy" in key or "pass@" in key or "rate" in key
+
+
 def _held_out_table(runs: list[RunData]) -> str:
     rows = []
     for run in runs:
@@ -194,7 +199,7 @@ def _held_out_table(runs: list[RunData]) -> str:
         for label, key, se in spec:
             if key not in after:
                 continue
-            pct = "accuracy" in key or "pass@" in key or "rate" in key
+            pct = _is_fraction(key)
             cells = []
             for side in (before, after):
                 v = side.get(key)
@@ -206,7 +211,8 @@ def _held_out_table(runs: list[RunData]) -> str:
             delta = ""
             if _number(a) and _number(b):
                 d = b - a
-                cls = "up" if d > 0 else "down" if d < 0 else ""
+                # green up, red down where higher is better; a length that moves is neither
+                cls = "" if "len" in key else "up" if d > 0 else "down" if d < 0 else ""
                 text = f"{100 * d:+.1f} pp" if pct else f"{d:+.4g}"
                 delta = f'<span class="{cls}">{text}</span>'
             name = f"<td>{html.escape(run.name)}</td>" if len(runs) > 1 else ""
@@ -320,7 +326,8 @@ def figures(runs: list[RunData]) -> dict[str, list[tuple[str, bytes]]]:
             continue
         label = key[5:].replace("_mean", "").replace("_", " ")
         title = f"Held-out: {label}"
-        png = line_panel(runs, title, [(key, label)], "", se={key: key + "_se"})
+        png = line_panel(runs, title, [(key, label)], "fraction" if _is_fraction(key) else "",
+                         se={key: key + "_se"})
         if png:
             evals.append((title, png))
     return {"train": train, "perf": perf, "eval": evals}
