@@ -12,6 +12,8 @@ from rlpr.evaluation.graders import grade_example
 from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.reward.verifiers import VERIFIERS, exact_answer, exact_match
 
+pytestmark = pytest.mark.integration
+
 QUESTION = "What is the capital of France?"
 # a correct answer in a sentence: the eval grader reads it, a rule-based verifier does not
 SENTENCE = "The capital of France is Paris, which is a city on the Seine."

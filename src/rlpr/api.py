@@ -14,17 +14,13 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from rlpr.config import SAMPLING_SECTIONS, Config
+from rlpr.config import SAMPLING_SECTIONS, Config, from_preset
 
 
 def config(preset: str = "demo", overrides: Sequence[str] | dict | None = None) -> Config:
     """A validated Config: the preset (a name in rlpr/configs or a YAML file) with dotted overrides,
     given as ["trainer.max_steps=5", ...] or {"trainer.max_steps": 5}; what every command reads."""
-    from rlpr.config import load_config
-
-    if isinstance(overrides, dict):
-        overrides = [f"{key}={value}" for key, value in overrides.items()]
-    return load_config(preset, list(overrides or []))
+    return from_preset(preset, overrides)
 
 
 def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = None,

@@ -780,15 +780,21 @@ def validate_world(cfg: Config, world_size: int) -> None:
                               f"every process owns whole groups")
 
 
+def from_preset(preset: str = "demo", overrides=None) -> Config:
+    """A validated Config: the preset (a name in rlpr/configs or a YAML file) with dotted overrides,
+    given as ["trainer.max_steps=5", ...] or {"trainer.max_steps": 5} (rlpr.config(...) in Python)."""
+    if isinstance(overrides, dict):
+        overrides = [f"{key}={value}" for key, value in overrides.items()]
+    return load_config(preset, list(overrides or []))
+
+
 class _CallableModule(__import__("types").ModuleType):
     """`rlpr.config(...)` is the Python API's call (rlpr/api.py). Importing this module binds the
     name `config` on `rlpr` to the module, hiding rlpr/__init__'s __getattr__; so the module
     itself is callable (as rlpr.train is), and its contents are unaffected."""
 
     def __call__(self, *args, **kwargs):
-        from rlpr.api import config
-
-        return config(*args, **kwargs)
+        return from_preset(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule

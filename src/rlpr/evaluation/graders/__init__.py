@@ -23,9 +23,6 @@ from __future__ import annotations
 # 2: the free-form grader reads a statement's answer slot instead of its last words (issue 28).
 GRADER_VERSION = 2
 
-# math-verify's timeouts use signal.alarm, which only works in the main thread (seconds).
-_MATH_TIMEOUT_S = 5
-
 from rlpr.evaluation.graders.dispatch import (  # noqa: E402
     BENCHMARK_RULES,
     DEFAULT_RULE,

@@ -186,9 +186,10 @@ def _parse_math(answer: str) -> list:
     return parse(answer, parsing_timeout=_math_timeout())
 
 
-def _math_timeout() -> int | None:
-    """math-verify's signal-based timeout raises outside the main thread; disable it there. The
-    number of seconds is the package's `_MATH_TIMEOUT_S` (tests shorten it there)."""
-    from rlpr.evaluation import graders
+# math-verify's timeouts use signal.alarm, which only works in the main thread (seconds).
+_MATH_TIMEOUT_S = 5
 
-    return graders._MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
+
+def _math_timeout() -> int | None:
+    """math-verify's signal-based timeout raises outside the main thread; disable it there."""
+    return _MATH_TIMEOUT_S if threading.current_thread() is threading.main_thread() else None
