@@ -26,6 +26,7 @@ def test_train_resume_score_and_evaluate_from_python(tiny_dir, tmp_path):
     assert summary["step"] == 1 and "before" in summary and "after" in summary
     resumed = rlpr.train(resume=run, overrides={"trainer.max_steps": 2})
     assert resumed["step"] == 2 and resumed["run_dir"] == str(run)
+    assert resumed["before"] == summary["before"]  # a resumed run's summary keeps its evaluation before training
 
     # score: the same numbers as `rlpr score` on the same rows
     questions = ["What is the capital of France?", "What color is the sky?"]

@@ -40,7 +40,7 @@ from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints
                                    restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
-from rlpr.train.model_card import refresh_card
+from rlpr.train.model_card import held_out_until, refresh_card
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
@@ -392,6 +392,10 @@ class Trainer:
                 if before:
                     summary["before"] = before
                     self.tracker.log(0, before)
+            elif self.resume:  # the run's own evaluation before training, as logged at step 0
+                before = held_out_until(self.run_dir, 0)[0]
+                if before:
+                    summary["before"] = before
             metrics: dict = {}
             with finish_step_on_signal(self):
                 while self.step < t.max_steps and not self.stop_requested:
