@@ -26,6 +26,21 @@ subset stratified over model x decoding x set (one sample per sampled question, 
 same response to the same question dropped), then `--more-greedy` greedy rows and `--more-forms`
 rows with a parenthetical or a quoted answer followed by more text (picked by the text, never by a
 grader): the rows that were then labeled by reading them.
+
+`--fresh` makes a second, fresh set to label (tests/data/grading/fresh_labeled_responses.jsonl:
+responses nobody read while writing the grader's rules), base model only:
+
+    python benchmarks/build_grading_set.py --fresh --seed 31 --pick 250 --out /tmp/fresh_to_label.jsonl
+
+The questions are the same three sets, but the demo ones are every held-out question of the preset
+(`pool_size("val", ...)`: 203, of which the preset evaluates the first 100); greedy responses are
+made only for questions with no greedy response in candidates.jsonl (greedy decoding ignores the
+seed, so on those it would repeat responses already read), `--samples` (1 here) sampled ones for
+every question, seeded with a `--seed` that no earlier generation, pick or check used (0, 1 and
+2024 are refused). A response whose text (whitespace collapsed) is already a response to the same
+question in candidates.jsonl is dropped. Then every fresh greedy row is kept and the rest of
+`--pick` is filled with one seeded sample per question, stratified over the three sets; ids get a
+`fresh<seed>-` prefix. Nothing is graded.
 """
 
 from __future__ import annotations
@@ -42,15 +57,18 @@ OUT = ROOT / "tests" / "data" / "grading"
 GENERAL = ROOT / "examples" / "general_questions.jsonl"
 NEW_ITEMS = ROOT / "examples" / "family_new_items.jsonl"
 SETS = ("demo_family", "new_item", "general")
+USED_SEEDS = (0, 1, 2024)  # candidates.jsonl's generation and training (0), its picks (0, 1), the re-read (2024)
 
 
-def question_sets(cfg) -> dict[str, list[tuple[object, str]]]:
-    """set name -> [(Example, family or kind)], prompts built as the preset's training builds them."""
-    from rlpr.data.demo_tasks import demo_examples
+def question_sets(cfg, all_held_out: bool = False) -> dict[str, list[tuple[object, str]]]:
+    """set name -> [(Example, family or kind)], prompts built as the preset's training builds them;
+    `all_held_out`: every held-out demo question, not only the preset's `demo_val_size` first."""
+    from rlpr.data.demo_tasks import demo_examples, pool_size
     from rlpr.data.loading import iter_jsonl, load_examples
 
     d = cfg.data
-    demo = demo_examples("val", n=d.demo_val_size, seed=d.demo_seed, template=d.template,
+    n = pool_size("val", d.demo_seed, d.demo_families, d.demo_val_every) if all_held_out else d.demo_val_size
+    demo = demo_examples("val", n=n, seed=d.demo_seed, template=d.template,
                          families=d.demo_families, val_every=d.demo_val_every)
     out = {"demo_family": [(e, e.data_source.removeprefix("demo/")) for e in demo]}
     for name, path, field in (("new_item", NEW_ITEMS, "family"), ("general", GENERAL, "kind")):
@@ -59,8 +77,10 @@ def question_sets(cfg) -> dict[str, list[tuple[object, str]]]:
     return out
 
 
-def generate(cfg, checkpoint, sets, samples: int, max_new_tokens: int, seed: int, model_name: str) -> list[dict]:
-    """Greedy and sampled responses of one model to every question of every set."""
+def generate(cfg, checkpoint, sets, samples: int, max_new_tokens: int, seed: int, model_name: str,
+             skip_greedy: frozenset = frozenset(), id_prefix: str = "") -> list[dict]:
+    """Greedy and sampled responses of one model to every question of every set (greedy: not to the
+    questions in `skip_greedy`)."""
     from rlpr.data.demo_tasks import acceptable_answers
     from rlpr.evaluation.benchmark import prompt_ids
     from rlpr.model.loading import load_policy
@@ -73,11 +93,12 @@ def generate(cfg, checkpoint, sets, samples: int, max_new_tokens: int, seed: int
                           resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device))
     rows = []
     for set_name in SETS:
-        items = sets[set_name]
-        ids = [prompt_ids(tokenizer, e.prompt) for e, _ in items]
         for decoding, k, temperature in (("greedy", 1, 0.0), ("sampled", samples, cfg.rollout.temperature)):
-            if not k:
+            items = [(e, kind) for e, kind in sets[set_name]
+                     if decoding == "sampled" or e.prompt[-1]["content"] not in skip_greedy]
+            if not k or not items:
                 continue
+            ids = [prompt_ids(tokenizer, e.prompt) for e, _ in items]
             t0 = time.time()
             rollouts = engine.generate(ids, k, max_new_tokens=max_new_tokens, temperature=temperature,
                                        top_p=cfg.rollout.top_p,
@@ -89,7 +110,7 @@ def generate(cfg, checkpoint, sets, samples: int, max_new_tokens: int, seed: int
                 counts[r.prompt_index] += 1
                 acceptable = e.acceptable or (acceptable_answers(e.reference) if set_name == "demo_family" else [])
                 rows.append({
-                    "id": f"{model_name}-{decoding}-{e.uid}-{j}", "model": model_name, "decoding": decoding,
+                    "id": f"{id_prefix}{model_name}-{decoding}-{e.uid}-{j}", "model": model_name, "decoding": decoding,
                     "sample": j, "set": set_name, "family_or_kind": kind, "question": e.prompt[-1]["content"],
                     "reference": e.reference, "aliases": [a for a in acceptable if a != e.reference],
                     "response": r.text, "n_tokens": len(r.token_ids), "finished": r.finished})
@@ -171,21 +192,63 @@ def pick_more(rows: list[dict], chosen: list[dict], greedy: int, forms: int, see
     return out
 
 
+def _key(r: dict) -> tuple[str, str]:
+    return r["question"], " ".join(r["response"].split())
+
+
+def pick_fresh(rows: list[dict], seen: list[dict], n: int, seed: int) -> list[dict]:
+    """The fresh rows to label: those whose response to the question is not in `seen`; every
+    greedy one, then one seeded sample per question, stratified over the sets, up to n rows."""
+    rng = random.Random(seed)
+    known = {_key(r) for r in seen}
+    rows = [r for r in rows if _key(r) not in known]
+    out = [r for r in rows if r["decoding"] == "greedy"]
+    taken = {_key(r) for r in out}
+    by_q: dict[tuple, list[dict]] = {}
+    for r in rows:
+        if r["decoding"] == "sampled":
+            by_q.setdefault((r["set"], r["question"]), []).append(r)
+    strata: dict[str, list[dict]] = {}
+    for (set_name, _), group in by_q.items():
+        strata.setdefault(set_name, []).append(rng.choice(group))
+    left = max(0, n - len(out))
+    for i, set_name in enumerate(sorted(strata)):
+        per = left // len(strata) + (i < left % len(strata))
+        pool = strata[set_name][:]
+        rng.shuffle(pool)
+        k = 0
+        for r in pool:
+            if k == per:
+                break
+            if _key(r) not in taken:
+                taken.add(_key(r))
+                out.append(r)
+                k += 1
+    rng.shuffle(out)
+    return out
+
+
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--run", default=None, help="a trained run directory (its latest checkpoint) or checkpoints/step_N")
     p.add_argument("--preset", default="demo")
-    p.add_argument("--samples", type=int, default=2, help="sampled responses per question")
+    p.add_argument("--samples", type=int, default=None, help="sampled responses per question (2; 1 with --fresh)")
     p.add_argument("--max-new-tokens", type=int, default=48)
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--threads", type=int, default=1)
-    p.add_argument("--output", default=str(OUT / "candidates.jsonl"))
+    p.add_argument("--output", "--out", default=None,
+                   help="candidates.jsonl (default), or with --fresh the rows to label (default /tmp/fresh_to_label.jsonl)")
+    p.add_argument("--fresh", action="store_true",
+                   help="a fresh set to label: base model, new --seed, responses not in candidates.jsonl, --pick rows")
     p.add_argument("--pick", type=int, default=0, help="write N seeded, stratified rows of --output to to_label.jsonl")
     p.add_argument("--more-greedy", type=int, default=0, help="with --pick: a second batch of N more greedy rows")
     p.add_argument("--more-forms", type=int, default=0,
                    help="with --pick: a second batch of N rows with a parenthetical or a quoted answer and more text")
     args = p.parse_args()
-    out = Path(args.output)
+    if args.fresh:
+        return fresh(args)
+    args.samples = 2 if args.samples is None else args.samples
+    out = Path(args.output or OUT / "candidates.jsonl")
     if args.pick:
         with open(out, encoding="utf-8") as f:  # not splitlines(): responses may hold U+2028
             rows = [json.loads(line) for line in f]
@@ -230,6 +293,49 @@ def main() -> int:
             "generation_seconds": timings}
     (out.parent / "candidates.meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     print(f"wrote {len(rows)} responses to {out}")
+    return 0
+
+
+def fresh(args) -> int:
+    """--fresh: generate, drop responses already in candidates.jsonl, pick, write (see the docstring)."""
+    if args.seed in USED_SEEDS:
+        raise SystemExit(f"--seed {args.seed} was used for candidates.jsonl; take another for a fresh set")
+    if args.run:
+        raise SystemExit("--fresh generates with the base model only")
+    import torch
+
+    from rlpr.config import load_config
+    from rlpr.train.setup import seed_everything
+
+    with open(OUT / "candidates.jsonl", encoding="utf-8") as f:
+        seen = [json.loads(line) for line in f]
+    samples = 1 if args.samples is None else args.samples
+    cfg = load_config(args.preset, [f"model.threads={args.threads}"])
+    torch.set_num_threads(args.threads)
+    seed_everything(args.seed)
+    sets = question_sets(cfg, all_held_out=True)
+    skip = frozenset(r["question"] for r in seen if r["decoding"] == "greedy" and r["model"] == "base")
+    t0 = time.time()
+    rows = generate(cfg, None, sets, samples, args.max_new_tokens, args.seed, "base",
+                    skip_greedy=skip, id_prefix=f"fresh{args.seed}-")
+    seconds = round(time.time() - t0, 1)
+    chosen = pick_fresh(rows, seen, args.pick or 250, args.seed)
+    out = Path(args.output or "/tmp/fresh_to_label.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for r in chosen:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    known = {_key(r) for r in seen}
+    meta = {"preset": args.preset, "template": cfg.data.template, "model": cfg.model.path, "seed": args.seed,
+            "samples": samples, "temperature": cfg.rollout.temperature, "top_p": cfg.rollout.top_p,
+            "max_new_tokens": args.max_new_tokens, "threads": args.threads,
+            "rollout_dtype": cfg.model.rollout_dtype, "engine": cfg.rollout.engine,
+            "questions": {k: len(v) for k, v in sets.items()}, "responses": len(rows),
+            "already_in_candidates": sum(_key(r) in known for r in rows), "picked": len(chosen),
+            "generation_seconds": seconds}
+    out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(meta))
+    print(f"wrote {len(chosen)} rows to {out}")
     return 0
 
 
