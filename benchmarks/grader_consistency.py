@@ -15,8 +15,10 @@ Then the free-form grader against people (issue 28): `grade_short_answer` on eve
 hand-labeled set tests/data/grading/labeled_responses.jsonl (label correct/wrong; `ambiguous` rows
 left out): precision and recall of `correct`, overall, on each half of a fixed split (sha256 of the
 row id, even: "dev", odd: "held"), by question set, model x decoding and kind of question, the
-confusion counts and every remaining disagreement with its label's reason. `--labeled-only` runs
-this part alone (seconds, no data needed).
+confusion counts and every remaining disagreement with its label's reason; beside it the fresh set
+tests/data/grading/fresh_labeled_responses.jsonl (responses generated after the grader's rules were
+written and labeled blind, never read while writing them): the same scores, by set and decoding,
+and its disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
 
 Writes benchmarks/results/grader_consistency.json and .md (with GRADER_VERSION). Data is read,
 never copied.
@@ -38,6 +40,8 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 LABELED = ROOT / "tests" / "data" / "grading" / "labeled_responses.jsonl"
+FRESH = ROOT / "tests" / "data" / "grading" / "fresh_labeled_responses.jsonl"
+FRESH_NAME = "fresh set (never read while writing rules)"
 FORMS = {
     "answer_tag": "<answer> {} </answer>",
     "answer_is": "The answer is {}.",
@@ -190,8 +194,9 @@ def _scores(pairs: list[tuple[bool, bool]]) -> dict:
             "agreement": (tp + tn) / len(pairs) if pairs else None}
 
 
-def labeled_agreement(path: Path = LABELED) -> dict:
-    """`grade_short_answer` against the people's labels (see the module's docstring)."""
+def labeled_agreement(path: Path = LABELED, split: bool = True) -> dict:
+    """`grade_short_answer` against the people's labels (see the module's docstring); `split`: by
+    the dev/held halves too (the fresh set has none: "fresh" in its disagreements)."""
     from rlpr.evaluation.graders import grade_short_answer
 
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
@@ -202,12 +207,13 @@ def labeled_agreement(path: Path = LABELED) -> dict:
         g = grade_short_answer(r["response"], r["reference"], r["aliases"] or None, r["question"])
         pair = (g.correct, r["label"] == "correct")
         scored.append(pair)
-        for key in (f"half/{half(r['id'])}", f"set/{r['set']}",
-                    f"model/{r['model']}-{r['decoding']}", f"kind/{r['set']}:{r['family_or_kind']}"):
+        part = half(r["id"]) if split else "fresh"
+        for key in ([f"half/{part}"] if split else []) + [
+                f"set/{r['set']}", f"model/{r['model']}-{r['decoding']}", f"kind/{r['set']}:{r['family_or_kind']}"]:
             groups.setdefault(key, []).append(pair)
         if pair[0] != pair[1]:
             disagreements.append({
-                "id": r["id"], "half": half(r["id"]), "label": r["label"],
+                "id": r["id"], "half": part, "label": r["label"],
                 "graded": "correct" if g.correct else "wrong", "rule": g.rule, "reason": r["reason"],
                 "question": r["question"], "reference": r["reference"], "response": r["response"]})
     return {"file": path.relative_to(ROOT).as_posix(), "rows": len(rows),
@@ -220,8 +226,8 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def labeled_table(result: dict) -> str:
-    """The labeled-set part of the .md report."""
+def labeled_table(result: dict, fresh: dict | None = None) -> str:
+    """The labeled-set part of the .md report (with the fresh set's line, when given)."""
     def line(name, r):
         return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
                 f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
@@ -233,6 +239,8 @@ def labeled_table(result: dict) -> str:
     out.append(line("**all**", result["overall"]))
     out += [line(f"{k.split('/', 1)[1]} half", groups[k]) for k in ("half/dev", "half/held") if k in groups]
     out += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith(("set/", "model/"))]
+    if fresh is not None:
+        out.append(line(f"**{FRESH_NAME}**", fresh["overall"]))
     kinds = head[:]
     kinds += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith("kind/")]
     dis = ["| id | half | label | graded | rule | label's reason | response |",
@@ -245,11 +253,33 @@ def labeled_table(result: dict) -> str:
             + f"\n\nThe {len(result['disagreements'])} remaining disagreements:\n\n" + "\n".join(dis) + "\n")
 
 
-def labeled_markdown(result: dict) -> str:
+def fresh_markdown(fresh: dict) -> str:
+    """The fresh set's section: its slices and every disagreement."""
+    def line(name, r):
+        return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
+                f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
+
+    out = ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |",
+           "|---|---|---|---|---|---|---|---|---|", line("**all**", fresh["overall"])]
+    out += [line(k.split("/", 1)[1], v) for k, v in fresh["groups"].items() if k.startswith(("set/", "model/"))]
+    dis = ["| id | label | graded | rule | label's reason | response |", "|---|---|---|---|---|---|"]
+    for d in fresh["disagreements"]:
+        text = " ".join(d["response"].split())[:160].replace("|", "\\|")
+        dis.append(f"| {d['id']} | {d['label']} | {d['graded']} | {d['rule']} | "
+                   f"{d['reason'].replace('|', '/')} | {text} |")
+    return (f"### The {FRESH_NAME}\n\n`{fresh['file']}` ({fresh['rows']} rows, "
+            f"{fresh['ambiguous_left_out']} labeled ambiguous left out): base-model responses generated "
+            "(`build_grading_set.py --fresh --seed 31`) after GRADER_VERSION 2 was written and labeled by "
+            "reading them before the grader ran on them; the grader was not changed after.\n\n"
+            + "\n".join(out) + f"\n\nIts {len(fresh['disagreements'])} disagreements:\n\n" + "\n".join(dis) + "\n")
+
+
+def labeled_markdown(result: dict, fresh: dict | None = None) -> str:
     return (f"## The free-form grader against people\n\n`grade_short_answer` on `{result['file']}` "
             f"({result['rows']} rows, {result['ambiguous_left_out']} labeled ambiguous left out): precision "
-            "and recall of `correct`; halves by sha256(id) parity (even: dev, odd: held).\n\n"
-            + labeled_table(result))
+            "and recall of `correct`; halves by sha256(id) parity (even: dev, odd: held)"
+            + (f"; the {FRESH_NAME}: `{fresh['file']}` (below)" if fresh is not None else "") + ".\n\n"
+            + labeled_table(result, fresh) + ("\n" + fresh_markdown(fresh) if fresh is not None else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,18 +293,19 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the hand-labeled set (written to OUTPUT_labeled.json/.md)")
     args = parser.parse_args(argv)
     labeled = labeled_agreement()
-    overall = labeled["overall"]
-    print(f"labeled set: precision {_pct(overall['precision'])} recall {_pct(overall['recall'])} "
-          f"({len(labeled['disagreements'])} disagreements)", flush=True)
+    fresh = labeled_agreement(FRESH, split=False)
+    for name, r in (("labeled set", labeled), (FRESH_NAME, fresh)):
+        print(f"{name}: precision {_pct(r['overall']['precision'])} recall {_pct(r['overall']['recall'])} "
+              f"({len(r['disagreements'])} disagreements)", flush=True)
     out = Path(args.output)
     out.parent.mkdir(parents=True, exist_ok=True)
     if args.labeled_only:
         out = out.with_name(out.name + "_labeled")
         out.with_suffix(".json").write_text(json.dumps(
-            {"meta": {"grader_version": GRADER_VERSION}, "labeled": labeled}, indent=2) + "\n")
+            {"meta": {"grader_version": GRADER_VERSION}, "labeled": labeled, "fresh": fresh}, indent=2) + "\n")
         out.with_suffix(".md").write_text(
             f"# Grader against people (GRADER_VERSION {GRADER_VERSION})\n\n"
-            + labeled_markdown(labeled).split("\n", 2)[2])
+            + labeled_markdown(labeled, fresh).split("\n", 2)[2])
         return 0
     if not DATA.is_dir():
         print(f"{DATA} is absent: nothing to check", file=sys.stderr)
@@ -295,14 +326,14 @@ def main(argv: list[str] | None = None) -> int:
             "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK,
             "grader_version": GRADER_VERSION}
     out.with_suffix(".json").write_text(
-        json.dumps({"meta": meta, "results": results, "labeled": labeled}, indent=2) + "\n")
+        json.dumps({"meta": meta, "results": results, "labeled": labeled, "fresh": fresh}, indent=2) + "\n")
     out.with_suffix(".md").write_text(
         f"# Grader self-consistency (GRADER_VERSION {GRADER_VERSION})\n\n"
         f"`python benchmarks/grader_consistency.py` ({meta['seconds']} s). Each row's own reference as "
         "a response in three forms must be graded correct (>= 99%); another row's reference (fixed "
         "shuffle within each file) no more often than chance (the rate at which the two references "
         "are the same answer; +2 points for free-form answers).\n\n"
-        + table(results) + "\n" + labeled_markdown(labeled))
+        + table(results) + "\n" + labeled_markdown(labeled, fresh))
     print(table(results))
     return 0 if all(r["passes"] for r in results.values()) else 1
 
