@@ -26,6 +26,10 @@ Variants (config overrides on top of the preset):
 - `seq_likelihood`: reward.aggregation=seq_likelihood instead of the mean token probability,
 - `verifree`, `nover`: VeriFree's and NOVER's rewards, advantages and losses (VARIANTS below) on the
   same data and scoring position,
+- `reinforce`: algorithm.advantage=reinforce (r - the batch's mean reward: no group baseline, so a
+  per-prompt score A is no longer cancelled), `reinforce_no_debias`: the same with
+  reward.debias=false; the pair isolates what debiasing does where rewards are compared across
+  prompts (docs/learning.md, "When debiasing and the filter matter"),
 - and `base`, the untrained model (evaluated once: every run starts from it).
 
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
@@ -91,6 +95,11 @@ VARIANTS = {
     # no response passes NOVER's strict tag format here
     "nover": ["reward.kind=nover", "reward.nover_gate=scored", "reward.debias=false", "algorithm.advantage=grpo",
               "algorithm.std_filter=false", "algorithm.kl_coef=0"],
+    # debiasing where it can act: every group estimator (grpo, rloo, dr_grpo, reinforce_pp) subtracts
+    # the group mean, which cancels a per-prompt score A; REINFORCE's batch baseline compares rewards
+    # across prompts, so B - A and B rank the batch differently. The pair differs only in reward.debias.
+    "reinforce": ["algorithm.advantage=reinforce"],
+    "reinforce_no_debias": ["algorithm.advantage=reinforce", "reward.debias=false"],
 }
 # run for every seed before the other variants: a benchmark cut short still compares these
 MAIN_VARIANTS = ("rlpr", "rlvr", "rlvr_exact")
@@ -511,7 +520,8 @@ def plot(rows: list[dict], path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, axes = plt.subplots(1, 4, figsize=(22, 4.8))
-    colors = dict(zip(VARIANTS, plt.rcParams["axes.prop_cycle"].by_key()["color"]))
+    palette = plt.rcParams["axes.prop_cycle"].by_key()["color"] + [plt.get_cmap("tab20")(2 * i + 1) for i in range(10)]
+    colors = dict(zip(VARIANTS, palette))  # more variants than the default cycle's 10 colours
     base = next((r for r in rows if r["variant"] == "base"), None)
     for r in rows:
         if r["variant"] == "base":

@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 from rlpr.algorithms.advantages import (ADVANTAGES, centred_moments, compute_advantages, dr_grpo, grpo,
-                                        reinforce_pp, rloo)
+                                        reinforce, reinforce_pp, reward_moments, rloo)
 
 pytestmark = pytest.mark.unit
 
@@ -163,10 +163,84 @@ def test_reinforce_pp_split_over_ranks_equals_whole_batch():
 
 
 # ---------------------------------------------------------------------------------------------
+# REINFORCE with a batch baseline: r - the mean reward of the whole batch (no group baseline, no std)
+# ---------------------------------------------------------------------------------------------
+
+def test_reinforce_hand_values():
+    # batch [1, 0, 0, 1 | 1, 2, 3, 6]: sum 14 over 8 rewards, mean 1.75; adv = r - 1.75
+    adv = compute_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 6.0]]), "reinforce")
+    close(adv, [[-0.75, -1.75, -1.75, -0.75], [-0.75, 0.25, 1.25, 4.25]])
+    # a zero-variance group is not zeroed: [0.5]*4 beside [1, 0, 0, 1] (batch mean 0.5) -> 0, and
+    # [0.9]*2 beside [0.1]*2 (batch mean 0.5) -> +0.4 and -0.4: the whole group is pushed up or down
+    close(reinforce(torch.tensor([[1.0, 0.0, 0.0, 1.0], [0.5] * 4])), [[0.5, -0.5, -0.5, 0.5], [0.0] * 4])
+    close(reinforce(torch.tensor([[0.9, 0.9], [0.1, 0.1]])), [[0.4, 0.4], [-0.4, -0.4]])
+
+
+def test_a_per_prompt_shift_changes_reinforce_only():
+    # what debiasing is: B - A with one A per prompt, i.e. each group's rewards shifted by a constant
+    # of its own. Group baselines cancel it; the batch baseline does not.
+    torch.manual_seed(2)
+    b = torch.rand(4, 8)
+    a = torch.tensor([[0.3], [0.0], [0.6], [0.1]])
+    for name in ("grpo", "rloo", "dr_grpo", "reinforce_pp"):
+        torch.testing.assert_close(compute_advantages(b - a, name), compute_advantages(b, name), atol=1e-5, rtol=0)
+    shifted, plain = compute_advantages(b - a, "reinforce"), compute_advantages(b, "reinforce")
+    # the change is exactly -(A - mean A) for every member of a group (mean A = 0.25 here: groups of
+    # equal size): the group with A = 0.6 loses 0.35, the one with A = 0 gains 0.25
+    close(shifted - plain, [[-0.05] * 8, [0.25] * 8, [-0.35] * 8, [0.15] * 8], atol=1e-5, rtol=0)
+    # ...while one shift for the whole batch changes nothing, as for the others
+    torch.testing.assert_close(compute_advantages(b - 0.4, "reinforce"), plain, atol=1e-6, rtol=0)
+
+
+def test_reinforce_split_over_ranks_equals_whole_batch():
+    # what data-parallel training does (as for REINFORCE++): each rank holds some groups, the
+    # moments of its rewards are summed over ranks
+    torch.manual_seed(3)
+    rewards = torch.rand(5, 8)
+    parts = [rewards[:2], rewards[2:]]
+    moments = tuple(sum(m) for m in zip(*(ADVANTAGES["reinforce"].moments(p) for p in parts)))
+    assert moments == pytest.approx(reward_moments(rewards))
+    split = torch.cat([compute_advantages(p, "reinforce", moments) for p in parts])
+    torch.testing.assert_close(split, compute_advantages(rewards, "reinforce"), **TOL)
+    # a rank-local mean would differ
+    local = torch.cat([compute_advantages(p, "reinforce") for p in parts])
+    assert not torch.allclose(local, split, atol=1e-3)
+
+
+@pytest.mark.parametrize("name", ["reinforce", "reinforce_pp"])
+def test_the_trainer_sums_the_estimators_moments_over_ranks(monkeypatch, name):
+    # Trainer.make_samples on "rank 0" of 2: the other rank's groups enter through the summed moments
+    # (dist.sum_values, faked here), and rank 0's advantages are the rows of the whole batch's
+    from types import SimpleNamespace
+
+    from rlpr.train import trainer as trainer_module
+
+    torch.manual_seed(4)
+    mine, other = torch.rand(2, 4), torch.rand(3, 4) + 0.5
+    estimator = ADVANTAGES[name]
+    monkeypatch.setattr(trainer_module.dist, "world_size", lambda: 2)
+    monkeypatch.setattr(trainer_module.dist, "sum_values",
+                        lambda local: [a + b for a, b in zip(local, estimator.moments(other))])
+    monkeypatch.setattr(trainer_module, "training_sample", lambda prompt, r, out, a, cfg, reward: a)
+    groups = [SimpleNamespace(scalar_rewards=row.tolist(), prompt=None, rewards=[None] * 4,
+                              rollouts=[SimpleNamespace(token_ids=[1])] * 4) for row in mine]
+    fake = SimpleNamespace(cfg=SimpleNamespace(algorithm=SimpleNamespace(advantage=name)), reward=None)
+    got = torch.tensor(trainer_module.Trainer.make_samples(fake, groups))
+    whole = compute_advantages(torch.cat([mine, other]), name)[:2]
+    torch.testing.assert_close(got, whole, atol=1e-5, rtol=0)
+    assert not torch.allclose(got, compute_advantages(mine, name), atol=1e-3)  # not rank-local
+
+
+def test_reinforce_empty_moments_give_zeros():
+    # moments of a batch with no rewards (every rank without groups): nothing to subtract
+    assert torch.equal(reinforce(torch.ones(1, 2), (0.0, 0.0, 0.0)), torch.zeros(1, 2))
+
+
+# ---------------------------------------------------------------------------------------------
 # shapes, registry, errors
 # ---------------------------------------------------------------------------------------------
 
-@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp", "reinforce"])
 @pytest.mark.parametrize("shape", [(1, 2), (1, 8), (5, 8), (3, 4)])
 def test_shapes_and_dtype(name, shape):
     torch.manual_seed(1)
@@ -175,19 +249,19 @@ def test_shapes_and_dtype(name, shape):
     assert torch.isfinite(adv).all()
 
 
-@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp", "reinforce"])
 def test_integer_rewards_are_accepted(name):
     adv = compute_advantages(torch.tensor([[1, 0, 0, 1]]), name)
     assert adv.dtype == torch.float32 and adv.shape == (1, 4)
 
 
 def test_registry_names():
-    assert set(ADVANTAGES) == {"grpo", "rloo", "dr_grpo", "reinforce_pp"}
+    assert set(ADVANTAGES) == {"grpo", "rloo", "dr_grpo", "reinforce_pp", "reinforce"}
 
 
 @pytest.mark.parametrize("bad", [torch.tensor([1.0, 0.0, 1.0]), torch.zeros(2, 3, 4), torch.zeros(3, 1),
                                  torch.tensor(1.0)])
-@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp"])
+@pytest.mark.parametrize("name", ["grpo", "rloo", "dr_grpo", "reinforce_pp", "reinforce"])
 def test_bad_shapes_raise(bad, name):
     with pytest.raises(ValueError, match="rewards must be"):
         compute_advantages(bad, name)

@@ -43,7 +43,7 @@ def test_the_reference_lists_every_key_with_its_allowed_values(capsys):
         for f in dataclasses.fields(getattr(Config(), s)):
             assert f"| `{s}.{f.name}` |" in text
     row = next(line for line in text.splitlines() if line.startswith("| `algorithm.advantage` |"))
-    assert "grpo, rloo, dr_grpo, reinforce_pp" in row
+    assert "grpo, rloo, dr_grpo, reinforce_pp, reinforce" in row
     row = next(line for line in text.splitlines() if line.startswith("| `rollout.max_new_tokens` |"))
     assert "[1, inf)" in row and "`--max-new-tokens` (eval, reward-quality, serve)" in row
     assert "(docs/config.md)" in (ROOT / "README.md").read_text()

@@ -38,9 +38,10 @@ def one_line_error(call, exception=ValueError) -> str:
      "unknown trainer.mixed_precision 'fp16'; choose one of none, bf16, auto"),
     (lambda: autocast_dtype("auto"),
      "unknown trainer.mixed_precision (resolved) 'auto'; choose one of none, bf16"),
-    (lambda: get_advantage("ppo"), "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp"),
+    (lambda: get_advantage("ppo"),
+     "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp, reinforce"),
     (lambda: compute_advantages(torch.zeros(2, 4), "ppo"),
-     "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp"),
+     "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp, reinforce"),
     (lambda: grade("essay", "x", "y"), "unknown grader 'essay'; choose one of multiple_choice, math, short_answer"),
     (lambda: make_strategy("zero", None), "unknown trainer.strategy 'zero'; choose one of ddp, fsdp, deepspeed"),
     (lambda: build_messages("Q", "chatml"), "unknown template 'chatml'; choose one of r1, r1_nothink, r1_user, plain"),
@@ -71,8 +72,8 @@ def test_every_registered_name_resolves():
         assert torch.is_autocast_enabled("cpu")
     with update_autocast("none", CPU):
         assert not torch.is_autocast_enabled("cpu")
-    # only the batch estimator takes the batch's moments; the trainer sums them over ranks for it
-    assert [name for name, e in ADVANTAGES.items() if e.batch] == ["reinforce_pp"]
+    # only the batch estimators take the batch's moments; the trainer sums them over ranks for them
+    assert [name for name, e in ADVANTAGES.items() if e.batch] == ["reinforce_pp", "reinforce"]
     rewards = torch.tensor([[1.0, 0.0, 0.0, 1.0], [1.0, 2.0, 3.0, 6.0]])
     for name, estimator in ADVANTAGES.items():
         torch.testing.assert_close(estimator(rewards), compute_advantages(rewards, name), rtol=0, atol=0)

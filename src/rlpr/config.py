@@ -234,7 +234,8 @@ class AlgorithmConfig:
     """Advantages, the std filter with dynamic sampling, and the policy loss (training only)."""
 
     advantage: str = "grpo"
-    """Advantage estimator."""
+    """Advantage estimator. All but reinforce subtract a per-group baseline (a per-prompt score A
+    cancels in them); reinforce subtracts the whole batch's mean reward, where it does not."""
     std_filter: bool = True
     """Drop groups whose reward std is low against its running mean (the paper's filter)."""
     filter_beta: float = 0.5

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.algorithms.advantages import centred_moments, compute_advantages, get_advantage
+from rlpr.algorithms.advantages import NO_MOMENTS, compute_advantages, get_advantage
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
@@ -227,13 +227,14 @@ class Trainer:
 
     # -- stage 4-5: advantages, old log-probs, updates ----------------------------------------
     def make_samples(self, groups: list[Group]) -> list[list[Sample]]:
-        """Per group, its responses as training samples with advantages (every rank calls it:
-        REINFORCE++ normalises over the global batch)."""
+        """Per group, its responses as training samples with advantages (every rank calls it: the
+        batch estimators, REINFORCE++ and REINFORCE, use the global batch's moments)."""
         name = self.cfg.algorithm.advantage
+        estimator = get_advantage(name)
         rewards = torch.tensor([g.scalar_rewards for g in groups], dtype=torch.float32)
         moments = None
-        if get_advantage(name).batch and dist.world_size() > 1:
-            local = centred_moments(rewards) if groups else (0.0, 0.0, 0.0)
+        if estimator.batch and dist.world_size() > 1:
+            local = estimator.moments(rewards) if groups else NO_MOMENTS
             moments = tuple(dist.sum_values(list(local)))
         if not groups:
             return []
