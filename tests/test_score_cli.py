@@ -87,3 +87,20 @@ def test_over_long_row_is_flagged_not_scored(tiny_dir, tmp_path, capsys):
     assert long["too_long"] is True and long["reward"] is None and long["score_b"] is None
     assert short["too_long"] is False and short["reward"] is not None
     assert "1 row(s) longer than the model's context" in capsys.readouterr().err
+
+
+def test_score_with_the_verifier_reward(tiny_dir, tmp_path):
+    """reward.kind=verifier with the oracle verifier reads the eval grader's verdict per row (it
+    failed: no verdicts were passed), and with the exact verifier the extracted answer."""
+    out = tmp_path / "out.jsonl"
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(tiny_dir),
+                 "reward.kind=verifier"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    inputs = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
+    from rlpr.evaluation.graders import grade_short_answer
+
+    for row, given in zip(rows, inputs):
+        correct = grade_short_answer(given["response"], given["reference"]).correct
+        assert row["reward"] == pytest.approx(0.9 * correct + 0.1 * row["format"]), row
+    assert main(["score", "--input", str(EXAMPLE), "--output", str(out), "--model", str(tiny_dir),
+                 "reward.kind=verifier", "reward.verifier=exact"]) == 0

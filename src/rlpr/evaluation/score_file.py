@@ -89,6 +89,20 @@ def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:
     return rows
 
 
+def _verdicts(batch: list[tuple[dict, list[dict]]]) -> list[bool]:
+    """The eval grader's verdict per row, for reward kinds that read it (verifier, hybrid): the
+    grader of the row's data_source (short answer when it has none), read against the last user
+    turn as the question."""
+    from rlpr.evaluation.graders import grade, grader_for
+
+    verdicts = []
+    for row, messages in batch:
+        name = grader_for(str(row.get("data_source") or ""), str(row.get("ability") or ""))
+        question = next((m["content"] for m in reversed(messages) if m["role"] == "user"), None)
+        verdicts.append(grade(name, row["response"], row["reference"].strip(), question=question).correct)
+    return verdicts
+
+
 def score_file(cfg: Config, input_path: str, output_path: str, *, template: str = "plain",
                batch_rows: int = 32, model=None, tokenizer=None) -> int:
     """Score every row of `input_path` into `output_path`; returns the number of rows."""
@@ -117,7 +131,8 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
             responses = [r["response"] for r, _ in batch]
             references = [r["reference"].strip() for r, _ in batch]
             given_a = [r.get("score_a", r.get("scoreA")) for r, _ in batch]
-            outputs = reward(model, prompts, responses, references, precomputed_a=given_a)
+            verdicts = _verdicts(batch) if reward.kind.needs_grader else None
+            outputs = reward(model, prompts, responses, references, precomputed_a=given_a, correct=verdicts)
             for (row, _), p, resp, ref, o in zip(batch, prompts, responses, references, outputs):
                 record = dict(row)
                 item = reward.score_b_text(p, resp, ref)
