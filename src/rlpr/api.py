@@ -14,7 +14,7 @@ import os
 from pathlib import Path
 from typing import Sequence
 
-from rlpr.config import SAMPLING_SECTIONS, Config, from_preset
+from rlpr.config import SAMPLING_SECTIONS, Config, from_preset, override_list
 
 
 def config(preset: str = "demo", overrides: Sequence[str] | dict | None = None) -> Config:
@@ -34,7 +34,7 @@ def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = N
     from rlpr.train.run_dir import default_run_dir
 
     if resume is not None:
-        cfg, run_dir = resume_config(str(resume), _override_list(overrides)), Path(resume)
+        cfg, run_dir = resume_config(str(resume), override_list(overrides)), Path(resume)
     else:
         if isinstance(cfg, str):
             cfg = config(cfg, overrides)
@@ -101,13 +101,7 @@ def _sampling_config(cfg: Config | str) -> Config:
     return load_config(cfg, sections=SAMPLING_SECTIONS) if isinstance(cfg, str) else cfg
 
 
-def _override_list(overrides) -> list[str]:
-    if isinstance(overrides, dict):
-        return [f"{key}={value}" for key, value in overrides.items()]
-    return list(overrides or [])
-
-
 def _with_overrides(cfg: Config, overrides) -> Config:
     from rlpr.config import load_config
 
-    return load_config(cfg.preset, _override_list(overrides), base=cfg.to_dict())
+    return load_config(cfg.preset, override_list(overrides), base=cfg.to_dict())

@@ -784,9 +784,14 @@ def validate_world(cfg: Config, world_size: int) -> None:
 def from_preset(preset: str = "demo", overrides=None) -> Config:
     """A validated Config: the preset (a name in rlpr/configs or a YAML file) with dotted overrides,
     given as ["trainer.max_steps=5", ...] or {"trainer.max_steps": 5} (rlpr.config(...) in Python)."""
+    return load_config(preset, override_list(overrides))
+
+
+def override_list(overrides) -> list[str]:
+    """Dotted overrides as load_config takes them: a list as given, a dict as ["key=value", ...]."""
     if isinstance(overrides, dict):
-        overrides = [f"{key}={value}" for key, value in overrides.items()]
-    return load_config(preset, list(overrides or []))
+        return [f"{key}={value}" for key, value in overrides.items()]
+    return list(overrides or [])
 
 
 class _CallableModule(__import__("types").ModuleType):
