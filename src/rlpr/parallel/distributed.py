@@ -62,6 +62,18 @@ def init_from_env(device: torch.device | None = None, timeout_s: float = 1800.0)
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
 
 
+def shutdown(wait: bool = True) -> None:
+    """Leave the process group before the interpreter exits. Without it a rank that finishes
+    first can abort in gloo's destructor ("terminate called without an active exception", rc -6)
+    while rank 0 still writes the summary. `wait`: meet the other ranks first (not on an error,
+    where they may never arrive)."""
+    if not initialized():
+        return
+    if wait:
+        dist.barrier()
+    dist.destroy_process_group()
+
+
 def collective_device() -> torch.device:
     """Where collective tensors live: NCCL only takes CUDA tensors, gloo CPU ones."""
     if initialized() and dist.get_backend() == "nccl":

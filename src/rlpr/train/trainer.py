@@ -420,6 +420,16 @@ class Trainer:
 def train(cfg: Config, resume: str | None = None) -> dict:
     """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
+    try:
+        summary = _train(cfg, resume)
+    except BaseException:
+        dist.shutdown(wait=False)
+        raise
+    dist.shutdown()  # after rank 0's writes: every rank leaves the group together
+    return summary
+
+
+def _train(cfg: Config, resume: str | None) -> dict:
     validate_world(cfg, dist.world_size())
     # refused before any model work; recorded once the checkpoint loads
     changes = resume_changes(resume, cfg) if resume else {}
