@@ -79,6 +79,19 @@ def test_rules_table_states_theoremqa_tolerance():
     assert all(r.source and r.normalisation for r in BENCHMARK_RULES)
 
 
+@pytest.mark.parametrize("source, expected", [
+    ("TheoremQA", "TheoremQA"), ("theoremqa_test_800", "TheoremQA"), ("GPQA_Diamond", "GPQA-Diamond"),
+    ("ARC-Challenge", "ARC"), ("aime2024", "AIME / AMC"), ("amc23_Avg8", "AIME / AMC"),
+    ("minerva_math", "Minerva (OCW)"), ("Math-500_Avg2", "MATH / MATH-500"), ("math_test5000", "MATH / MATH-500"),
+    ("nq_open_efficientqa", "NQ-Open"), ("bbh/date_understanding", "BIG-Bench Hard"),
+    # names that only start like a benchmark get no benchmark's rule (no 4% tolerance)
+    ("theoremqa_like_free_text", "other"), ("arcane_facts", "other"), ("mathematical_trivia", "other"),
+    ("amcas_prep", "other"), ("gsm8k_hard_rewrite", "other"), ("simpleqa_verified_but_mine", "other"),
+])
+def test_benchmark_rule_matches_names_exactly(source, expected):
+    assert benchmark_rule(source).benchmark == expected
+
+
 @pytest.mark.parametrize("response, reference, correct", [
     ("<answer>3.1416</answer>", "3.14159", True),
     ("<answer>3.14</answer>", "3.14159", True),  # 3 significant digits

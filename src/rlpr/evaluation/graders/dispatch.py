@@ -29,7 +29,7 @@ NAME_PATTERN_GRADERS: tuple[tuple[re.Pattern, str], ...] = (
 ABILITY_GRADERS: dict[str, str] = {"math": "math"}
 DEFAULT_GRADER = "short_answer"
 # trailing words that name a split, a sample size, a seed or Avg@k, not the benchmark
-_CONVENTION_WORD = re.compile(r"avg\d+|seed\d+|\d+|test|val|valid|validation|dev|train|eval")
+_CONVENTION_WORD = re.compile(r"avg\d+|seed\d+|\d+|(?:test|val|valid|validation|dev|train|eval)\d*")
 
 
 def benchmark_name(data_source: str) -> str:
@@ -64,7 +64,7 @@ class BenchmarkRule:
     shows this table)."""
 
     benchmark: str
-    keys: tuple[str, ...]  # data_source prefixes, lowercase alphanumeric ("bbh/x" -> "bbhx")
+    keys: tuple[str, ...]  # benchmark names (`benchmark_name`), matched exactly, a trailing year or size aside
     grader: str
     rel_tol: float = 0.0  # relative numeric tolerance; 0: exact (math-verify's own rounding)
     round_integers: bool = False  # an integer reference equals the answer rounded to an integer
@@ -72,7 +72,7 @@ class BenchmarkRule:
     source: str = ""
 
 
-# The one table of per-benchmark rules; the first entry whose key starts the data source wins.
+# The one table of per-benchmark rules; the entry naming the data source's benchmark wins.
 BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
     BenchmarkRule("TheoremQA", ("theoremqa",), "math", rel_tol=0.04, round_integers=True,
                   normalisation="numbers within 4% of the reference; integer references: the "
@@ -81,7 +81,7 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   source="TIGER-AI-Lab/TheoremQA utils.py compare_answer_with_groundtruth / "
                   "compare_two_numbers (within_eps: |pred - gt| <= 0.04 |gt|; round(pred) == gt "
                   "for integers; the official script sorts list items, rlpr keeps their order)"),
-    BenchmarkRule("GPQA-Diamond", ("gpqa",), "multiple_choice",
+    BenchmarkRule("GPQA-Diamond", ("gpqa", "gpqadiamond", "gpqamain", "gpqaextended"), "multiple_choice",
                   normalisation="option letter A-D in any case",
                   source="idavidrein/gpqa: four options, one letter; options shuffled at conversion"),
     BenchmarkRule("MMLU-Pro", ("mmlupro",), "multiple_choice",
@@ -90,16 +90,16 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   "'Answer: X', then the last letter"),
     BenchmarkRule("MMLU", ("mmlu",), "multiple_choice", normalisation="option letter A-D",
                   source="hendrycks/test: the letter of the correct option"),
-    BenchmarkRule("ARC", ("arc",), "multiple_choice", normalisation="option letter (3-5 options)",
+    BenchmarkRule("ARC", ("arc", "arcchallenge", "arceasy", "ai2arc"), "multiple_choice", normalisation="option letter (3-5 options)",
                   source="allenai ARC: answerKey names one option"),
     BenchmarkRule("GSM8K", ("gsm8k",), "math", normalisation="exact number (symbolic, math-verify)",
                   source="openai/grade-school-math: the number after '####', exact"),
     BenchmarkRule("AIME / AMC", ("aime", "amc"), "math", normalisation="exact integer",
                   source="integer answers, exact"),
-    BenchmarkRule("Minerva (OCW)", ("minerva",), "math",
+    BenchmarkRule("Minerva (OCW)", ("minerva", "minervamath"), "math",
                   normalisation="symbolic equality (math-verify; floats to 6 significant places)",
                   source="Lewkowycz et al. 2022 (symbolic / numeric equivalence); rlpr: exact"),
-    BenchmarkRule("MATH / MATH-500", ("math",), "math",
+    BenchmarkRule("MATH / MATH-500", ("math", "hendrycksmath", "competitionmath"), "math",
                   normalisation="symbolic equality (math-verify)",
                   source="hendrycks/math is_equiv (normalized string); math-verify is stricter on "
                   "form and accepts equivalent forms"),
@@ -107,7 +107,7 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   normalisation="SQuAD normalization, exact match",
                   source="openai/simple-evals grades with an LLM (CORRECT / INCORRECT / NOT "
                   "ATTEMPTED); the rule grader is stricter: add --judge-url for the official rule"),
-    BenchmarkRule("NQ-Open", ("nqopen",), "short_answer",
+    BenchmarkRule("NQ-Open", ("nqopen", "nqopenefficientqa"), "short_answer",
                   normalisation="SQuAD normalization, exact match against any acceptable answer",
                   source="google-research-datasets/natural-questions nq_open: exact match"),
     BenchmarkRule("BIG-Bench Hard", ("bbh",), "short_answer",
@@ -118,10 +118,12 @@ DEFAULT_RULE = BenchmarkRule("other", (), "", normalisation="by grader_for: no t
 
 
 def benchmark_rule(data_source: str) -> BenchmarkRule:
-    """The entry of BENCHMARK_RULES for a data source (DEFAULT_RULE when none matches)."""
-    source = re.sub(r"[^a-z0-9]", "", data_source.lower())
-    return next((r for r in BENCHMARK_RULES if any(source.startswith(k) for k in r.keys)),
-                DEFAULT_RULE)
+    """The entry of BENCHMARK_RULES for a data source (DEFAULT_RULE when none matches): its
+    benchmark name (`benchmark_name`) equals a key, or does once a trailing year or size is off
+    ("aime24", "math500"). Never a prefix: "theoremqa_like_free_text" gets no 4% tolerance."""
+    name = benchmark_name(data_source)
+    bare = re.sub(r"\d+$", "", name)
+    return next((r for r in BENCHMARK_RULES if name in r.keys or bare in r.keys), DEFAULT_RULE)
 
 
 # Every grader through one signature: (response, reference, choices, acceptable, question, rule),
