@@ -172,6 +172,35 @@ def test_a_corrupt_checkpoint_falls_back_to_the_previous_complete_one(tiny_dir, 
     assert yaml_load(run / "resume_1.yaml")["resumed_at_step"] == 1
 
 
+def test_eval_and_export_skip_a_corrupt_newest_checkpoint(tiny_dir, tmp_path, caplog):
+    """`rlpr eval --checkpoint RUN`, serve, score and export (load_policy / usable_checkpoint) use the
+    newest checkpoint that reads back, like --resume; a corrupt step dir named explicitly, or a run
+    with none readable, is one line."""
+    from rlpr.errors import ModelError
+    from rlpr.model.export import choose_checkpoint
+    from rlpr.model.loading import load_policy, usable_checkpoint
+
+    run = tmp_path / "ev"
+    train(tiny_cfg(tiny_dir, tmp_path, "ev", "trainer.max_steps=2", "trainer.save_every=1", "data.val="))
+    first, second = list_checkpoints(run)
+    weights = second / "adapter" / "adapter_model.safetensors"
+    weights.write_bytes(weights.read_bytes()[:100])  # truncated by a full disk or a copy cut short
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        assert usable_checkpoint(run) == first
+        model, _ = load_policy(tiny_dir, run)
+        assert choose_checkpoint(run, None) == first
+    assert f"skipped a corrupt checkpoint ({weights}: unreadable weights" in caplog.text
+    assert f"using {first}" in caplog.text
+    assert model(torch.tensor([[1, 2, 3]])).logits.isfinite().all()
+    with pytest.raises(ConfigError, match="adapter_model.safetensors: unreadable weights") as e:
+        load_policy(tiny_dir, second)  # the step named: no silent substitute
+    one_line(e.value)
+    (first / "adapter" / "adapter_config.json").write_text("{not json")
+    with pytest.raises(ModelError, match="no readable checkpoint: .*unreadable weights.*1 older one") as e:
+        load_policy(tiny_dir, run)
+    one_line(e.value)
+
+
 def test_no_loadable_checkpoint_is_one_line_and_changes_nothing(tiny_dir, tmp_path):
     run = tmp_path / "bad"
     train(tiny_cfg(tiny_dir, tmp_path, "bad", "trainer.max_steps=1", "data.val="))

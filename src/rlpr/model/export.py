@@ -42,12 +42,13 @@ FORMATS = ("hf", "gguf")
 
 
 def choose_checkpoint(run: Path, step: int | None) -> Path:
-    """The run's latest complete checkpoint, or checkpoints/step_N; one line when absent."""
-    from rlpr.model.loading import find_checkpoint
+    """The run's newest readable checkpoint (a corrupt newest one skipped with a warning), or
+    checkpoints/step_N; one line when absent."""
+    from rlpr.model.loading import usable_checkpoint
     from rlpr.train.checkpoint import is_complete
 
     if step is None:
-        return find_checkpoint(run)
+        return usable_checkpoint(run)
     ckpt = run / "checkpoints" / f"step_{step}"
     if not ckpt.is_dir() or not is_complete(ckpt):
         raise ConfigError(f"{run}: no complete checkpoint for step {step} (expected {ckpt})")

@@ -163,30 +163,82 @@ def peft_quiet():
         yield
 
 
-def find_checkpoint(path: str | os.PathLike) -> Path:
-    """A complete checkpoint directory from a run directory (its latest complete
-    `checkpoints/step_N`) or a step dir; incomplete ones (a write or removal killed midway) are
-    refused or skipped."""
+def checkpoint_candidates(path: str | os.PathLike) -> list[Path]:
+    """The checkpoints `path` names, newest first: a step dir alone, or a run directory's complete
+    `checkpoints/step_N` (incomplete ones, a write or removal killed midway, are skipped)."""
     from rlpr.train.checkpoint import is_complete, list_checkpoints
 
     path = Path(path)
     if (path / "adapter").is_dir() or (path / "model").is_dir():
         if not is_complete(path):
             raise ModelError(f"{path}: incomplete checkpoint (no trainer_state.pt or no weights file)")
-        return path
+        return [path]
     steps = list_checkpoints(path)
     if not steps:
         raise ModelError(f"{path}: no complete checkpoint (expected a run directory or a checkpoints/step_N directory)")
-    return steps[-1]
+    return steps[::-1]
+
+
+def find_checkpoint(path: str | os.PathLike) -> Path:
+    """The newest complete checkpoint `path` names (`checkpoint_candidates`)."""
+    return checkpoint_candidates(path)[0]
+
+
+def check_weights(ckpt: Path) -> None:
+    """A CorruptCheckpoint, one line naming the file, when a checkpoint's weights cannot be read
+    back (a truncated safetensors: its header no longer covers the file) or its adapter config is
+    not JSON; reads headers only."""
+    from safetensors import safe_open
+
+    from rlpr.train.checkpoint import CorruptCheckpoint
+
+    files = [ckpt / "model" / "model.safetensors"] if (ckpt / "model").is_dir() else \
+        [ckpt / "adapter" / "adapter_model.safetensors"]
+    for weights in files:
+        try:
+            with safe_open(str(weights), "pt"):
+                pass
+        except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError: unreadable all the same
+            raise CorruptCheckpoint(f"{weights}: unreadable weights ({error_reason(e)})") from None
+    config = ckpt / "adapter" / "adapter_config.json"
+    if config.is_file():
+        try:
+            json.loads(config.read_text(encoding="utf-8"))
+        except (ValueError, UnicodeDecodeError) as e:
+            raise CorruptCheckpoint(f"{config}: not JSON ({error_reason(e)})") from None
+
+
+def usable_checkpoint(path: str | os.PathLike) -> Path:
+    """The newest checkpoint `path` names whose weights read back (`check_weights`): a corrupt newest
+    one of a run directory is skipped with a warning naming it, as `rlpr train --resume` does; an
+    explicit step dir, or none readable, is one line."""
+    from rlpr.train.checkpoint import CorruptCheckpoint
+
+    candidates, skipped = checkpoint_candidates(path), []
+    if len(candidates) == 1:  # a step dir, or a run with one checkpoint: nothing to fall back to
+        check_weights(candidates[0])
+        return candidates[0]
+    for ckpt in candidates:
+        try:
+            check_weights(ckpt)
+        except CorruptCheckpoint as e:
+            skipped.append(str(e))
+            continue
+        for reason in skipped:
+            log.warning("skipped a corrupt checkpoint (%s); using %s", reason, ckpt)
+        return ckpt
+    more = f"; {len(skipped) - 1} older one(s) fail too" if len(skipped) > 1 else ""
+    raise ModelError(f"{path}: no readable checkpoint: {skipped[0]}{more}")
 
 
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.PathLike | None = None,
                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
     """(model, tokenizer) for inference on `device`: the base model with a trained checkpoint
-    applied (a LoRA adapter is merged in; a full fine-tuned model replaces the base)."""
+    applied (a LoRA adapter is merged in; a full fine-tuned model replaces the base). A run
+    directory's newest checkpoint that cannot be read back is skipped (`usable_checkpoint`)."""
     if checkpoint is None:
         return load_model(path, dtype, device)
-    ckpt = find_checkpoint(checkpoint)
+    ckpt = usable_checkpoint(checkpoint)
     if (ckpt / "model").is_dir():
         return load_model(ckpt / "model", dtype, device)
     from peft import PeftModel
