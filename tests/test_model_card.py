@@ -4,6 +4,8 @@ the reward, the steps and the held-out before -> after; the same card `rlpr expo
 
 import pytest
 
+import rlpr
+
 from rlpr.train.checkpoint import list_checkpoints, resume_config
 from rlpr.train.model_card import held_out_line
 from rlpr.train.trainer import train
@@ -37,6 +39,7 @@ def test_every_lora_checkpoint_carries_a_real_card(runs, tiny_dir):
     for ckpt in found:
         card = cards(ckpt, "adapter")
         assert PEFT_TEMPLATE not in card and "library_name: peft" in card
+        assert f"Trained with rlpr {rlpr.__version__} " in card and "https://arxiv.org/abs/2506.18254" in card
         assert f"| base model | {tiny_dir} |" in card
         assert "| reward | probability (mean_prob; score B - score A (initial)" in card
         assert "train: demo tasks (40 questions); val: demo tasks (4 questions)" in card

@@ -156,6 +156,8 @@ def run_info(run: Path, checkpoint: Path, cfg: dict | None = None) -> RunInfo:
 def model_card(info: RunInfo, fmt: str) -> str:
     """The README.md: YAML front matter (library, tags), what training did, how to load it. `fmt`:
     adapter / model (a checkpoint's folder), hf / gguf (an export)."""
+    from rlpr import __version__
+
     base = "SmolLM2-135M-Instruct (embedded in rlpr)" if info.base == "default" else info.base
     step_dir = f"checkpoints/{info.checkpoint.name}"
     usage = {
@@ -177,7 +179,8 @@ tags: [rlpr, reinforcement-learning, rlpr-{kind}]
 ---
 # {info.run.name}
 
-Trained with [rlpr](https://github.com/) (Reinforcement Learning with Reference Probability Reward).
+Trained with rlpr {__version__} (Reinforcement Learning with Reference Probability Reward,
+[arXiv 2506.18254](https://arxiv.org/abs/2506.18254)).
 
 | | |
 |---|---|
