@@ -158,3 +158,15 @@ def test_a_change_in_response_length_is_not_coloured_good_or_bad(tmp_path):
     page = write_report([run]).read_text()
     assert '<span class="">-2</span>' in page  # 12 -> 10 tokens: neither green nor red
     assert '<span class="up">+25.0 pp</span>' in page  # accuracy up: green
+
+
+def test_accuracy_error_bars_stay_between_0_and_1():
+    from rlpr.report.render import error_bars
+
+    below, above = error_bars([0.02, 0.5, 0.99], [0.05, 0.05, 0.05], (0.0, 1.0))
+    assert below == pytest.approx([0.02, 0.05, 0.05]) and above == pytest.approx([0.05, 0.05, 0.01])
+    values = [0.02, 0.5, 0.99]
+    lows = [v - b for v, b in zip(values, below)]
+    highs = [v + a for v, a in zip(values, above)]
+    assert min(lows) >= 0.0 and max(highs) <= 1.0
+    assert error_bars([-3.0], [1.0], None) == [[1.0], [1.0]]  # a quantity without bounds keeps +-1 SE

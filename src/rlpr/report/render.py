@@ -104,9 +104,20 @@ def _style(ax, title: str, ylabel: str, legend: bool, steps=()) -> None:
         ax.legend(fontsize=7)
 
 
+def error_bars(values: list[float], errs: list[float], bounds: tuple[float, float] | None) -> list[list[float]]:
+    """matplotlib's [below, above] error bar lengths: +-1 SE, cut at `bounds` (an accuracy's bar
+    never reaches below 0 or above 1)."""
+    if bounds is None:
+        return [list(errs), list(errs)]
+    low, high = bounds
+    return [[max(0.0, min(e, v - low)) for v, e in zip(values, errs)],
+            [max(0.0, min(e, high - v)) for v, e in zip(values, errs)]]
+
+
 def line_panel(runs: list[RunData], title: str, keys: list[tuple[str, str]], ylabel: str,
-               se: dict[str, str] | None = None) -> bytes | None:
-    """One panel: a line per (run, key) present; None when no run has any of the keys."""
+               se: dict[str, str] | None = None, bounds: tuple[float, float] | None = None) -> bytes | None:
+    """One panel: a line per (run, key) present, with +-1 SE bars for keys in `se` (cut at `bounds`);
+    None when no run has any of the keys."""
     fig, ax = _figure()
     drawn, all_steps = 0, set()
     for i, run in enumerate(runs):
@@ -120,7 +131,8 @@ def line_panel(runs: list[RunData], title: str, keys: list[tuple[str, str]], yla
             style = "-" if len(runs) == 1 or j == 0 else "--"
             if se and key in se:
                 errs = dict(zip(*run.series(se[key])))
-                ax.errorbar(steps, values, yerr=[errs.get(s, 0.0) for s in steps], fmt="o" + style,
+                yerr = error_bars(values, [errs.get(s, 0.0) for s in steps], bounds)
+                ax.errorbar(steps, values, yerr=yerr, fmt="o" + style,
                             color=color, label=name or None, capsize=3, markersize=4)
             else:
                 ax.plot(steps, values, style, marker="o", markersize=3, color=color, label=name or None)
@@ -326,8 +338,9 @@ def figures(runs: list[RunData]) -> dict[str, list[tuple[str, bytes]]]:
             continue
         label = key[5:].replace("_mean", "").replace("_", " ")
         title = f"Held-out: {label}"
-        png = line_panel(runs, title, [(key, label)], "fraction" if _is_fraction(key) else "",
-                         se={key: key + "_se"})
+        fraction = _is_fraction(key)
+        png = line_panel(runs, title, [(key, label)], "fraction" if fraction else "",
+                         se={key: key + "_se"}, bounds=(0.0, 1.0) if fraction else None)
         if png:
             evals.append((title, png))
     return {"train": train, "perf": perf, "eval": evals}
