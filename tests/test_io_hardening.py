@@ -310,6 +310,24 @@ def test_score_output_is_strict_json(tmp_path, tiny_dir):
     assert row["note"] is None and row["more"] == [None] and math.isfinite(row["reward"])
 
 
+def test_score_on_a_disk_that_fills_up_is_one_line_and_leaves_no_file(tmp_path, tiny_dir, capsys, monkeypatch):
+    from rlpr.evaluation import score_file
+
+    from test_trackers import FullDisk
+
+    rows = tmp_path / "in.jsonl"
+    rows.write_text("".join(json.dumps({"prompt": f"q{i}", "response": "<answer> x </answer>", "reference": "x"})
+                            + "\n" for i in range(3)))
+    out = tmp_path / "out.jsonl"
+    out.write_text("an earlier output\n")
+    monkeypatch.setattr(score_file, "open", FullDisk(lambda path: True), raising=False)
+    assert main(["score", "--input", str(rows), "--output", str(out), "--model", tiny_dir]) == 2
+    err = capsys.readouterr().err.strip().splitlines()[-1]
+    assert err == f"rlpr: error: cannot write {out}: No space left on device"
+    assert out.read_text() == "an earlier output\n"  # untouched, no partial file beside it
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.jsonl", "out.jsonl"]
+
+
 # --------------------------------------------------------------------------- 16. duplicate ids
 
 def test_duplicate_ids_in_build_from_are_refused(tmp_path, tiny_dir, capsys, monkeypatch):
@@ -415,3 +433,24 @@ def test_a_prompt_must_end_with_a_user_turn(tmp_path, prompt, field):
     assert str(e.value).startswith(f"{path}: row 2: field '{field}'") and "user" in str(e.value)
     path.write_text(json.dumps(good) + "\n")
     assert len(load_examples(str(path))) == 1
+
+
+def test_a_full_or_read_only_disk_under_any_command_is_one_line(monkeypatch, capsys):
+    import errno
+
+    import rlpr.cli.main as cli
+
+    def full(args):
+        raise OSError(errno.ENOSPC, "No space left on device", "out/samples.jsonl")
+
+    monkeypatch.setattr(cli, "cmd_config", full)
+    assert cli.main(["config"]) == 2
+    assert capsys.readouterr().err.strip() == \
+        "rlpr: error: out/samples.jsonl: No space left on device (run with -v for a traceback)"
+
+    def bug(args):
+        raise OSError(errno.EBADF, "Bad file descriptor")  # not the user's disk: a real traceback
+
+    monkeypatch.setattr(cli, "cmd_config", bug)
+    with pytest.raises(OSError):
+        cli.main(["config"])

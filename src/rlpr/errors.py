@@ -25,5 +25,32 @@ def error_reason(e: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(e).__name__
 
 
+class OutputError(OSError):
+    """An output that cannot be written (a full disk, a read-only folder); the message names the file."""
+
+
 class TrainingError(RuntimeError):
     """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
+
+
+def write_atomic(path, data: str | bytes) -> None:
+    """Write a whole output file or nothing: a temporary file beside it, renamed over it. A write
+    that fails (a full disk midway) leaves the old file, no partial one, and is an OutputError
+    naming the file."""
+    import os
+    from pathlib import Path
+
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    try:
+        if isinstance(data, bytes):
+            tmp.write_bytes(data)
+        else:
+            tmp.write_text(data, encoding="utf-8")
+        os.replace(tmp, path)
+    except OSError as e:
+        try:
+            tmp.unlink(missing_ok=True)
+        except OSError:
+            pass
+        raise OutputError(f"cannot write {path}: {e.strerror or error_reason(e)}") from None

@@ -7,6 +7,7 @@ mistake (bad config, data or model path) prints one line `rlpr: error: ...` and 
 from __future__ import annotations
 
 import argparse
+import errno
 import logging
 import os
 import sys
@@ -18,11 +19,15 @@ from rlpr.cli.export import register as register_export
 from rlpr.cli.report import register as register_report
 
 
+# A disk that fills up or turns read-only under a command: the user's to fix, not a bug.
+_DISK_ERRNOS = frozenset({errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG})
+
+
 def _user_errors():
     """What a user can act on: one line, no traceback (a TrainingError says what to change)."""
-    from rlpr.errors import ConfigError, DataError, ModelError, TrainingError
+    from rlpr.errors import ConfigError, DataError, ModelError, OutputError, TrainingError
 
-    return (ConfigError, DataError, ModelError, TrainingError)
+    return (ConfigError, DataError, ModelError, OutputError, TrainingError)
 
 
 def _validated(args):
@@ -159,6 +164,13 @@ def main(argv: list[str] | None = None) -> int:
         return args.fn(args) or 0
     except _user_errors() as e:
         print(f"rlpr: error: {e}", file=sys.stderr)
+        return 2
+    except OSError as e:
+        if args.verbose or e.errno not in _DISK_ERRNOS:
+            raise
+        # a full or read-only disk met while streaming an output (samples.jsonl, scores.jsonl)
+        where = f"{e.filename}: " if e.filename else ""
+        print(f"rlpr: error: {where}{e.strerror} (run with -v for a traceback)", file=sys.stderr)
         return 2
     except ValueError as e:  # converters and validators raise plain ValueError for user input too
         if args.verbose:

@@ -13,6 +13,7 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
+from rlpr.errors import write_atomic
 from rlpr.config import RolloutConfig
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
@@ -253,9 +254,9 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
+    lines: list[str] = []
     total = sum(len(b.examples) for b in benchmarks)
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as f, \
-            progress_bar(total, "evaluating", progress) as advance:
+    with progress_bar(total, "evaluating", progress) as advance:
         for b in benchmarks:
             name, examples, k = b.name, b.examples, b.k
             groups = sample_and_grade(
@@ -268,15 +269,21 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
             if results[name]["judge_failed"]:
                 log.warning("%s: %d of %d judgments failed; those keep the rule verdict", name,
                             results[name]["judge_failed"], results[name]["judge_calls"])
-            for g in groups:
-                for s in g:
-                    f.write(json.dumps(s.to_dict(name), ensure_ascii=False) + "\n")
+            lines += [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g]
             log.info("%s: Avg@%d = %.1f%% over %d questions", name, k,
                      100 * results[name]["accuracy"], len(examples))
     results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    write_outputs(out, results, lines)
     return results
+
+
+def write_outputs(out: Path, results: dict, sample_lines: list[str]) -> None:
+    """results.json, results.md, then samples.jsonl, each whole or not at all (`write_atomic`): a
+    disk that fills up keeps the results of a long evaluation before the bulky samples, and the
+    error names the file."""
+    write_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_atomic(out / "results.md", results_table(results))
+    write_atomic(out / "samples.jsonl", "".join(sample_lines))
 
 
 # --------------------------------------------------------------------------- grading only
@@ -315,13 +322,8 @@ def grade_responses(data_path: str | Path, responses_path: str | Path, output_di
               for i in sorted(responses)]
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    with open(out / "samples.jsonl", "w", encoding="utf-8") as f:
-        for g in groups:
-            for s in g:
-                f.write(json.dumps(s.to_dict(name), ensure_ascii=False) + "\n")
     results = {name: {**benchmark_result(groups),
                       "questions_without_responses": len(examples) - len(groups)}}
     results.update(summary_means({name: results[name]["accuracy"]}))
-    (out / "results.json").write_text(json.dumps(results, indent=2) + "\n", encoding="utf-8")
-    (out / "results.md").write_text(results_table(results), encoding="utf-8")
+    write_outputs(out, results, [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g])
     return results

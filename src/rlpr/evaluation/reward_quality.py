@@ -29,7 +29,7 @@ from typing import Callable
 
 from rlpr.config import RewardConfig, RolloutConfig
 from rlpr.data.prompts import chat_text
-from rlpr.errors import DataError
+from rlpr.errors import DataError, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -423,15 +423,16 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
               "format": [format_reward(r, reward_cfg.format_mode) for r in scored.responses]}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    (out / "reward_quality.json").write_text(json.dumps(report, indent=2) + "\n", encoding="utf-8")
+    write_atomic(out / "reward_quality.json", json.dumps(report, indent=2) + "\n")
     note = ("\nThe labels are the rule verifier's verdicts (a file built with --build-from), so its AUC is 1 "
             "by construction.\n" if report["labels_are_rule_verdicts"] else "")
-    (out / "reward_quality.md").write_text(report_markdown(report, report["labels"]) + note, encoding="utf-8")
-    with open(out / "scores.jsonl", "w", encoding="utf-8") as f:
-        for i, r in enumerate(rows):
-            record = {k: v for k, v in r.items() if k not in ("messages", "group_id")}
-            record.update({name: values[i] for name, values in {**columns, **extras}.items()})
-            f.write(json.dumps(record, ensure_ascii=False) + "\n")
+    write_atomic(out / "reward_quality.md", report_markdown(report, report["labels"]) + note)
+    lines = []
+    for i, r in enumerate(rows):
+        record = {k: v for k, v in r.items() if k not in ("messages", "group_id")}
+        record.update({name: values[i] for name, values in {**columns, **extras}.items()})
+        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+    write_atomic(out / "scores.jsonl", "".join(lines))
     return report
 
 
@@ -481,17 +482,16 @@ def build_labeled(engine, tokenizer, data_file, output: str | Path, *, samples: 
                                   advance=advance)
     out = Path(output)
     out.parent.mkdir(parents=True, exist_ok=True)
-    n = 0
-    with open(out, "w", encoding="utf-8") as f:
-        for e, group in zip(examples, groups):
-            for s in group:
-                row = {"prompt": e.prompt, "response": s.response, "reference": e.reference,
-                       "correct": s.correct, "group": e.uid, "data_source": e.data_source,
-                       "ability": e.ability, "extracted": s.extracted}
-                if e.choices:
-                    row["choices"] = e.choices
-                if e.acceptable:
-                    row["acceptable"] = e.acceptable
-                f.write(json.dumps(row, ensure_ascii=False) + "\n")
-                n += 1
-    return n
+    lines = []
+    for e, group in zip(examples, groups):
+        for s in group:
+            row = {"prompt": e.prompt, "response": s.response, "reference": e.reference,
+                   "correct": s.correct, "group": e.uid, "data_source": e.data_source,
+                   "ability": e.ability, "extracted": s.extracted}
+            if e.choices:
+                row["choices"] = e.choices
+            if e.acceptable:
+                row["acceptable"] = e.acceptable
+            lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+    write_atomic(out, "".join(lines))
+    return len(lines)

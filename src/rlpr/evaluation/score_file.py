@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlpr.config import Config
 from rlpr.data.loading import check_messages, iter_jsonl
-from rlpr.errors import DataError
+from rlpr.errors import DataError, OutputError, error_reason
 from rlpr.data.templates import build_messages
 from rlpr.data.prompts import chat_text
 from rlpr.train.progress import progress_bar
@@ -123,6 +123,21 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     reward.warned_too_long = True  # the count is printed at the end instead
+    try:
+        too_long = _score_rows(rows, tmp, batch_rows, model, tokenizer, reward)
+        os.replace(tmp, out_path)
+    except OSError as e:  # a disk that fills up midway: no partial output, one line naming it
+        tmp.unlink(missing_ok=True)
+        raise OutputError(f"cannot write {out_path}: {e.strerror or error_reason(e)}") from None
+    print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)
+    if too_long:
+        print(f"warning: {too_long} row(s) longer than the model's context ({max_length} tokens) were not scored: "
+              f"too_long=true, score_b/delta/reward=null", file=sys.stderr)
+    return len(rows)
+
+
+def _score_rows(rows, tmp, batch_rows, model, tokenizer, reward) -> int:
+    """Score every row into `tmp`, a JSON line each; returns how many were too long to score."""
     too_long = 0
     with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):
@@ -146,9 +161,4 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
                     too_long += 1
                 f.write(json.dumps(json_safe(record), ensure_ascii=False, allow_nan=False) + "\n")
             advance(len(batch))
-    os.replace(tmp, out_path)
-    print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)
-    if too_long:
-        print(f"warning: {too_long} row(s) longer than the model's context ({max_length} tokens) were not scored: "
-              f"too_long=true, score_b/delta/reward=null", file=sys.stderr)
-    return len(rows)
+    return too_long

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from rlpr.errors import write_atomic
 from rlpr.report.data import RunData, load_run
 from rlpr.report.render import figures, render_html, write_pngs
 
@@ -24,9 +25,7 @@ def write_report(run_dirs, output=None, png_dir=None) -> Path:
     page = render_html(runs, figs)
     output = Path(output)
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_name(output.name + ".tmp")
-    tmp.write_text(page, encoding="utf-8")
-    tmp.replace(output)
+    write_atomic(output, page)
     if png_dir is not None:
         write_pngs(figs, png_dir)
     return output

@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import json
 import logging
-import os
 from dataclasses import dataclass
 from pathlib import Path
+
+from rlpr.errors import write_atomic
 
 log = logging.getLogger("rlpr.train")
 
@@ -210,9 +211,7 @@ def checkpoint_card(run: Path, checkpoint: Path, fmt: str, cfg: dict | None = No
 
 def write_card(folder: Path, text: str) -> None:
     """README.md in `folder`, written atomically (a temporary file renamed)."""
-    tmp = Path(folder) / f".{CARD_FILE}.tmp"
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, Path(folder) / CARD_FILE)
+    write_atomic(Path(folder) / CARD_FILE, text)
 
 
 def refresh_card(checkpoint: Path) -> None:

@@ -11,14 +11,13 @@ import hashlib
 import json
 import logging
 import math
-import os
 import time
 from pathlib import Path
 
 import yaml
 
 from rlpr.config import Config
-from rlpr.errors import ConfigError, error_reason
+from rlpr.errors import ConfigError, error_reason, write_atomic
 from rlpr.parallel import distributed as dist
 from rlpr.train.tracking import check_metrics, trim_metrics
 
@@ -131,7 +130,7 @@ def record_resume(run_dir: Path, step: int, changes: dict) -> None:
     trim_metrics(run_dir / "metrics.jsonl", step)
     n = 1 + sum(1 for _ in run_dir.glob("resume_*.yaml"))
     try:
-        _write_atomic(run_dir / f"resume_{n}.yaml", yaml.safe_dump(
+        write_atomic(run_dir / f"resume_{n}.yaml", yaml.safe_dump(
             {"resumed_at_step": step, "changed": {k: {"was": a, "now": b} for k, (a, b) in changes.items()}},
             sort_keys=False))
     except OSError as e:
@@ -142,22 +141,11 @@ def write_summary(run_dir: Path, summary: dict) -> None:
     """summary.yaml: the before/after evaluations and the last step's metrics (NaN written as null);
     written atomically, and a failure (a full disk) is a warning: the checkpoint is already saved."""
     try:
-        _write_atomic(run_dir / "summary.yaml", yaml.safe_dump(_plain(summary), sort_keys=False))
+        write_atomic(run_dir / "summary.yaml", yaml.safe_dump(_plain(summary), sort_keys=False))
     except OSError as e:
         log.warning("could not write %s (%s); the checkpoint is saved", run_dir / "summary.yaml", error_reason(e))
 
 
-def _write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    try:
-        tmp.write_text(text)
-        os.replace(tmp, path)
-    except OSError:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
-        raise
 
 
 def _plain(obj):
