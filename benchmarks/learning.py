@@ -30,6 +30,8 @@ Variants (config overrides on top of the preset):
   per-prompt score A is no longer cancelled), `reinforce_no_debias`: the same with
   reward.debias=false; the pair isolates what debiasing does where rewards are compared across
   prompts (docs/learning.md, "When debiasing and the filter matter"),
+- `rlvr_exact_nz`, `rlpr_nz`: rlvr_exact and rlpr with algorithm.entropy_tokens=nonzero_advantage
+  (no entropy bonus on responses whose advantage is 0),
 - and `base`, the untrained model (evaluated once: every run starts from it).
 
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
@@ -100,6 +102,11 @@ VARIANTS = {
     # across prompts, so B - A and B rank the batch differently. The pair differs only in reward.debias.
     "reinforce": ["algorithm.advantage=reinforce"],
     "reinforce_no_debias": ["algorithm.advantage=reinforce", "reward.debias=false"],
+    # the entropy bonus only where the reward separates responses (algorithm.entropy_tokens, beyond
+    # the spec): does an RLVR run without signal stay put instead of drifting to noise, and does
+    # RLPR, whose groups mostly carry signal, learn as before?
+    "rlvr_exact_nz": ["reward.kind=verifier", "reward.verifier=exact", "algorithm.entropy_tokens=nonzero_advantage"],
+    "rlpr_nz": ["algorithm.entropy_tokens=nonzero_advantage"],
 }
 # run for every seed before the other variants: a benchmark cut short still compares these
 MAIN_VARIANTS = ("rlpr", "rlvr", "rlvr_exact")

@@ -258,6 +258,11 @@ class AlgorithmConfig:
     """How per-token losses are averaged."""
     entropy_coef: float = 1e-3
     """Weight of the entropy bonus."""
+    entropy_tokens: str = "all"
+    """Tokens the entropy bonus covers: all (the spec), or nonzero_advantage: only responses whose
+    advantage is not 0, so that groups without reward signal (all responses rewarded alike) add no
+    gradient. Beyond the spec: with a reward that rarely separates responses, the bonus alone under
+    Adam drives the policy to noise (docs/learning.md)."""
     kl_coef: float = 0.0
     """Weight of the KL term to the initial policy (0 disables it)."""
     kl_estimator: str = "k3"
@@ -604,8 +609,8 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
-    from rlpr.algorithms.losses import (KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS, ROLLOUT_IS,
-                                        SFT_WEIGHTS)
+    from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS,
+                                        ROLLOUT_IS, SFT_WEIGHTS)
     from rlpr.data.templates import TEMPLATES
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
@@ -643,6 +648,7 @@ def choices() -> dict[str, tuple]:
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
         "algorithm.pg_tokens": PG_TOKENS,
+        "algorithm.entropy_tokens": tuple(ENTROPY_TOKENS),
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
         "algorithm.ref_sft_norm": tuple(REF_SFT_NORMS),
         "algorithm.rollout_is": ROLLOUT_IS,

@@ -12,8 +12,8 @@ from dataclasses import dataclass, field
 import torch
 
 from rlpr.parallel import distributed as dist
-from rlpr.algorithms.losses import (KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss, ppo_clip_token_loss,
-                                   ref_sft_loss, rollout_is_weights)
+from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss,
+                                   ppo_clip_token_loss, ref_sft_loss, rollout_is_weights)
 from rlpr.config import AlgorithmConfig
 from rlpr.model.batching import split_batches
 from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
@@ -216,7 +216,8 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
     def agg(values):
         return aggregate_loss(values, seq, n_seq, norm, cfg.loss_agg)
 
-    loss = agg(pg) - cfg.entropy_coef * agg(entropy)
+    weight = ENTROPY_TOKENS[cfg.entropy_tokens](advantages)  # algorithm.entropy_tokens (None: every token)
+    loss = agg(pg) - cfg.entropy_coef * agg(entropy if weight is None else entropy * weight)
     kl_sum = 0.0
     if cfg.kl_coef:
         kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref)
