@@ -10,6 +10,8 @@ from rlpr.algorithms.losses import ENTROPY_TOKENS
 from rlpr.config import AlgorithmConfig, load_config
 from rlpr.errors import ConfigError
 
+pytestmark = pytest.mark.unit
+
 
 def flat_grads(model):
     return torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
