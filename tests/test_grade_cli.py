@@ -67,21 +67,14 @@ def test_a_disk_that_fills_up_keeps_the_results_and_leaves_no_partial_file(tmp_p
                                                                               monkeypatch):
     """A full disk while writing the bulky samples.jsonl: one line naming it, results.json and
     results.md already written whole, no partial samples file or temporary left behind."""
-    import errno
-    from pathlib import Path
+    import rlpr.errors
+
+    from test_trackers import FullDisk
 
     responses = tmp_path / "responses.jsonl"
     responses.write_text(json.dumps({"index": 0, "response": "<answer>3.14</answer>"}) + "\n")
     out = tmp_path / "graded"
-    real = Path.write_text
-
-    def fills_up(self, data, *args, **kwargs):
-        if self.name.startswith(".samples.jsonl"):
-            real(self, data[:len(data) // 2], *args, **kwargs)
-            raise OSError(errno.ENOSPC, "No space left on device")
-        return real(self, data, *args, **kwargs)
-
-    monkeypatch.setattr(Path, "write_text", fills_up)
+    monkeypatch.setattr(rlpr.errors, "open", FullDisk(lambda path: ".samples.jsonl" in path), raising=False)
     assert main(["grade", "--data", str(converted), "--responses", str(responses), "--output", str(out)]) == 2
     err = capsys.readouterr().err.strip()
     assert err == f"rlpr: error: cannot write {out / 'samples.jsonl'}: No space left on device"

@@ -12,6 +12,8 @@ import sys
 import textwrap
 
 import pytest
+
+import rlpr.errors
 import torch
 
 from rlpr.errors import ConfigError
@@ -232,6 +234,7 @@ def test_a_full_disk_for_metrics_and_samples_warns_and_training_goes_on(tiny_dir
 
     disk = FullDisk(fails)
     monkeypatch.setattr(tracking, "open", disk, raising=False)
+    monkeypatch.setattr(rlpr.errors, "open", disk, raising=False)  # write_atomic's files
     run = tmp_path / "full"
     with caplog.at_level(logging.WARNING, logger="rlpr"):
         train(tiny_cfg(tiny_dir, tmp_path, "full", "trainer.max_steps=3", "trainer.sample_every=1", "data.val="))

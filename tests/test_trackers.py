@@ -6,6 +6,8 @@ import importlib.util
 
 import pytest
 
+import rlpr.errors
+
 from rlpr.cli.main import main
 from rlpr.config import load_config
 from rlpr.errors import ConfigError
@@ -140,6 +142,7 @@ def test_a_full_disk_never_leaves_a_cut_record_or_sample_file(tmp_path, monkeypa
     tracker.write_samples(1, [{"prompt": "p", "response": "r"}])
     full = FullDisk(lambda path: True)
     monkeypatch.setattr(tracking, "open", full, raising=False)
+    monkeypatch.setattr(rlpr.errors, "open", full, raising=False)  # write_atomic's files
     with caplog.at_level(logging.WARNING, logger="rlpr"):
         tracker.log(2, {"reward/mean": 0.25})  # no exception: a warning, the run goes on
         tracker.write_samples(2, [{"prompt": "p", "response": "r" * 1000}])

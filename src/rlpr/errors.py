@@ -43,10 +43,8 @@ def write_atomic(path, data: str | bytes) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     try:
-        if isinstance(data, bytes):
-            tmp.write_bytes(data)
-        else:
-            tmp.write_text(data, encoding="utf-8")
+        with open(tmp, "wb") as f:
+            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
         os.replace(tmp, path)
     except OSError as e:
         try:

@@ -19,7 +19,7 @@ import re
 import time
 from pathlib import Path
 
-from rlpr.errors import ConfigError, error_reason
+from rlpr.errors import ConfigError, error_reason, write_atomic
 
 log = logging.getLogger("rlpr.train")
 
@@ -201,17 +201,10 @@ class Tracker:
     def write_samples(self, step: int, rows: list[dict]) -> None:
         folder = self.run_dir / "samples"
         path = folder / f"step_{step:06d}.jsonl"
-        tmp = folder / f".{path.name}.tmp"  # not step_*.jsonl: no reader takes it for a samples file
-        try:
+        try:  # the temporary name is not step_*.jsonl: no reader takes it for a samples file
             folder.mkdir(parents=True, exist_ok=True)
-            with open(tmp, "w", encoding="utf-8") as f:
-                f.write("".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
-            os.replace(tmp, path)
+            write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
         except OSError as e:
-            try:
-                tmp.unlink(missing_ok=True)
-            except OSError:
-                pass
             self._failure(f"samples/{path.name}", step, e, "training goes on without it", key="samples")
 
     def _failure(self, what: str, step: int, e: OSError, consequence: str, key: str | None = None) -> None:
@@ -296,15 +289,9 @@ def trim_metrics(path: Path, step: int) -> None:
     data = b"".join(line + b"\n" for line in kept)
     if cut is None and len(kept) == len(lines) and path.read_bytes() == data:
         return
-    tmp = path.with_name(f".{path.name}.tmp")
     try:
-        tmp.write_bytes(data)
-        os.replace(tmp, path)
+        write_atomic(path, data)
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
         raise ConfigError(f"{path}: could not rewrite it for the resume ({error_reason(e)}); it is unchanged") \
             from None
 
