@@ -40,7 +40,9 @@ every question, seeded with a `--seed` that no earlier generation, pick or check
 2024 are refused). A response whose text (whitespace collapsed) is already a response to the same
 question in candidates.jsonl is dropped. Then every fresh greedy row is kept and the rest of
 `--pick` is filled with one seeded sample per question, stratified over the three sets; ids get a
-`fresh<seed>-` prefix. Nothing is graded.
+`fresh<seed>-` prefix. Nothing is graded. A later fresh set (`fresh2_labeled_responses.jsonl`,
+seed 77, written after GRADER_VERSION 3) also leaves out every response and greedy question of the
+earlier fresh sets, so it holds sampled responses only.
 """
 
 from __future__ import annotations
@@ -307,8 +309,12 @@ def fresh(args) -> int:
     from rlpr.config import load_config
     from rlpr.train.setup import seed_everything
 
-    with open(OUT / "candidates.jsonl", encoding="utf-8") as f:
-        seen = [json.loads(line) for line in f]
+    seen = []
+    for path in [OUT / "candidates.jsonl", *sorted(OUT.glob("fresh*_labeled_responses.jsonl"))]:
+        with open(path, encoding="utf-8") as f:  # every response already read, and its seed
+            seen += [json.loads(line) for line in f if line.strip()]
+    if any(r["id"].startswith(f"fresh{args.seed}-") for r in seen):
+        raise SystemExit(f"--seed {args.seed} made an earlier fresh set; take another")
     samples = 1 if args.samples is None else args.samples
     cfg = load_config(args.preset, [f"model.threads={args.threads}"])
     torch.set_num_threads(args.threads)

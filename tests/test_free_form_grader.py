@@ -105,6 +105,17 @@ def test_the_issues_wrong_answers_are_rejected(question, reference, response):
      "The chemical formula of carbon dioxide isCarbon dioxide (CO2)."),
     ("What is the main language spoken in Armenia?", "Armenian", None,
      "The main language spoken in Armenia is East Armenian."),
+    # grader version 3: a coordinated clause, an opening phrase mirroring the question's, a year
+    # after its month, emphatic "do", a function word that ends the phrase
+    ("What is the plural of the noun 'bus'?", "buses", None,
+     "The noun 'bus' is a noun, and the plural form is 'buses'."),
+    ("In which sport is the term \"home run\" used?", "baseball", None,
+     "In baseball, the term \"home run\" is used during Catalina Stadium games."),
+    ("In which country is Machu Picchu?", "Peru", None,
+     "In Southern Peru, specifically Machu Picchu is the inhabited location of the Incas."),
+    ("In which year did humans first land on the Moon?", "1969", None,
+     "Humans first landed on the Moon in July 1969, after the Apollo missions."),
+    ("What gas do humans need to breathe to stay alive?", "oxygen", ["O2"], "We humans do need oxygen to survive."),
 ], ids=short_id)
 def test_forms_people_accept(question, reference, acceptable, response):
     grade = grade_short_answer(response, reference, acceptable, question)
@@ -129,6 +140,15 @@ def test_forms_people_accept(question, reference, acceptable, response):
     ("Which animal says 'neigh'?", "horse", "The horse says moo."),
     ("What is the main language spoken in Finland?", "Finnish",
      "Finnish might be the main language spoken in Finland."),
+    ("Which country gave the Statue of Liberty to the United States?", "France",
+     "The Statue of Liberty is a symbol of the United States, and it was a gift from the United States to "
+     "the people of France."),
+    ("In which sport is the term 'home run' used?", "baseball", "In cricket or baseball, the term home run is used."),
+    ("In which sport is the term 'home run' used?", "baseball", "In baseball, a strike is called."),
+    ("In which year did humans first land on the Moon?", "1969", "In 1969, humans did not land on the Moon."),
+    ("What is the opposite of the word 'narrow'?", "wide",
+     'The opposite of "narrow" is "wide" or "wide-beamed" or "great-joyful" or simply "awesome."'),
+    ("What is the capital of France?", "Paris", "The capital of France is Berlin, and Paris is its largest city."),
 ], ids=short_id)
 def test_the_reference_in_a_wrong_role_is_rejected(question, reference, response):
     grade = grade_short_answer(response, reference, None, question)
@@ -188,7 +208,7 @@ def test_degenerate_text_is_graded_fast(response):
 
 
 def test_the_grader_version_says_the_verdicts_changed():
-    assert GRADER_VERSION == 2
+    assert GRADER_VERSION == 3
 
 
 # --------------------------------------------------------------------------- the labeled set

@@ -21,7 +21,9 @@ from __future__ import annotations
 # The graders' version: results graded by different versions never mix (benchmarks record it).
 # Bump it whenever a grader accepts or rejects differently.
 # 2: the free-form grader reads a statement's answer slot instead of its last words (issue 28).
-GRADER_VERSION = 2
+# 3: coordinated clauses read one by one, an opening phrase mirroring the question's ("In
+#    baseball, ..."), a year after its month, quoted "X" or "Y-z" lists, function words end a phrase.
+GRADER_VERSION = 3
 
 from rlpr.evaluation.graders.dispatch import (  # noqa: E402
     BENCHMARK_RULES,

@@ -105,7 +105,7 @@ class Mentions:
             return True
         while j < len(toks) and toks[j].norm == ")":
             j += 1
-        while j < len(toks) and not toks[j].punct and toks[j].norm not in self.gold \
+        while j < len(toks) and not toks[j].punct and toks[j].norm not in self.gold | FUNCTION \
                 and (self.q.has(toks[j].norm) or toks[j].norm in FILLERS):
             j += 1
         return j == len(toks) or toks[j].punct or toks[j].norm in FUNCTION
@@ -114,16 +114,18 @@ class Mentions:
         """A longer name ends with the reference ("Romulus Augustus"); a qualifier before it does
         not make another name ("Standard Persian", "North Africa")."""
         prev = self.toks[s - 1] if s else None
+        if prev is not None and prev.norm in MONTHS and self.toks[s].norm.isdigit():
+            return False  # "in July 1969": a year after its month
         return (prev is not None and prev.cap and not prev.punct and not self.q.has(prev.norm)
                 and prev.norm not in self.gold | TITLES | STARTERS | FUNCTION | QUALIFIERS)
 
     # -- several candidates
     def _item(self, j: int) -> tuple[list[str], int]:
         """The words of a list item starting at j (up to punctuation, a function word or a verb;
-        hyphenated words split: "closed-ended") and where it ends."""
+        hyphenated words split: "closed-ended", and never a verb: "wide-beamed") and where it ends."""
         out = []
         while j < len(self.toks) and not self.toks[j].punct and self.toks[j].norm not in FUNCTION \
-                and not is_verb(self.toks[j]):
+                and not (is_verb(self.toks[j]) and "-" not in self.toks[j].raw):
             out += [w for w in (normalize_answer(x) for x in re.split(r"[-‐]", self.toks[j].raw)) if w]
             j += 1
         return out, j

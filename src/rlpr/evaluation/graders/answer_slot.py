@@ -11,6 +11,8 @@ The answer slot, in the order a reader looks for it:
   River, one of ..., flows through Vienna");
 - the subject when the predicate only repeats what the question gave ("The capital of Denmark
   is Copenhagen." for "Copenhagen is the capital of which country?");
+- the reference in an opening phrase that mirrors the question's ("In which sport ...?": "In
+  baseball, the term ... is used");
 - a name between commas after a subject restating the question ("The British Prime Minister
   ..., Winston Churchill, earned ..."), a by-phrase in the subject ("'Hamlet' by William
   Shakespeare is ..."), the word right after the one the question asks for ("the chemical symbol
@@ -24,7 +26,7 @@ from __future__ import annotations
 
 from rlpr.evaluation.graders.answer_guards import Mentions, skip_parenthetical
 from rlpr.evaluation.graders.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
-                                             PRONOUNS, WH, hedged, is_verb)
+                                             OPENING_PREPOSITIONS, PRONOUNS, WH, hedged, is_verb)
 
 
 class Statement(Mentions):
@@ -41,7 +43,7 @@ class Statement(Mentions):
             # a reference the question itself names ("the plural of 'deer'") answers there only
             if not all(map(self.q.has, self.words(s, e))):
                 roles += [self.answer_first, self.reversed_form, self.apposition, self.by_phrase,
-                          self.after_focus, self.named_by_relative]
+                          self.after_focus, self.named_by_relative, self.opening_phrase]
             if any(role(s, e) for role in roles):
                 return True
         return False
@@ -160,6 +162,23 @@ class Statement(Mentions):
             return False
         clause = self.words(j + 3, self.clause_end(j + 3))
         return any(self.q.is_focus(w) for w in clause) and not NEGATION.intersection(clause)
+
+    def opening_phrase(self, s: int, e: int) -> bool:
+        """The question asks with a preposition ("IN which sport is ...?") and the statement opens
+        with the same preposition and the reference, then a comma and the rest of the question:
+        "In baseball, the term 'home run' is used ...", "In Southern Peru, specifically Machu
+        Picchu is ..."."""
+        qw, toks = self.q.words, self.toks
+        if len(qw) < 2 or qw[1] not in WH or qw[0] not in OPENING_PREPOSITIONS or self.word(0) != qw[0]:
+            return False
+        comma = next((k for k, t in enumerate(toks) if t.punct), len(toks))
+        if toks[comma:comma + 1] != [] and toks[comma].norm != "," or e != comma or s < 1:
+            return False
+        if any(is_verb(t) for t in toks[1:comma]):
+            return False
+        rest = toks[comma + 1:self.clause_end(comma + 1)]
+        restated = {t.norm for t in rest if self.q.has(t.norm) and t.norm not in FUNCTION | WH | self.gold}
+        return (len(restated) >= 2 and not NEGATION.intersection(t.norm for t in rest) and not hedged(rest))
 
     def bare_phrase(self, s: int, e: int) -> bool:
         """A statement without a verb is one phrase ending with the reference: "a single shelf"."""

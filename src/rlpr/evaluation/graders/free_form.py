@@ -3,12 +3,14 @@ answer the response's statements give (answer_slot.py)."""
 
 from __future__ import annotations
 
+import re
+
 from rlpr.evaluation.graders.answer_guards import gold_words
 from rlpr.evaluation.graders.answer_slot import Statement
 from rlpr.evaluation.graders.extraction import answer_part, explicit_answer
 from rlpr.evaluation.graders.normalization import answer_key, close_numbers, normalize_answer
 from rlpr.evaluation.graders.verdict import Grade
-from rlpr.evaluation.graders.wording import Question, sentences, words
+from rlpr.evaluation.graders.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
 
 # How many statements are read while the ones before give no answer at all.
 _MAX_STATEMENTS = 3
@@ -76,13 +78,13 @@ def _grade_statements(response: str, golds: list[str], question: str) -> Grade:
 
 
 def statements(response: str, limit: int | None = None) -> list[str]:
-    """The sentences of two or more words of a response, in order, at most `limit`; a one-word
-    sentence opening the response counts too ("Paris.", "Vienna. Warsaw is ..."), unless it is an
-    interjection ("Sure!")."""
+    """The sentences of two or more words of a response, in order, at most `limit`, each cut into
+    its coordinated clauses (`clauses`); a one-word sentence opening the response counts too
+    ("Paris.", "Vienna. Warsaw is ..."), unless it is an interjection ("Sure!")."""
     out: list[str] = []
     lines = [line for line in response[:5_000].splitlines() if line.strip()]
     for i, line in enumerate(lines):
-        pieces = sentences(line)
+        pieces = [c for sentence in sentences(line) for c in clauses(sentence)]
         first = words(pieces[0]) if i == 0 and pieces else []
         if len(first) == 1 and first[0] not in _INTERJECTIONS:
             out.append(pieces[0])
@@ -90,6 +92,35 @@ def statements(response: str, limit: int | None = None) -> list[str]:
         if limit is not None and len(out) >= limit:
             return out[:limit]
     return out
+
+
+# Where a sentence may join two clauses: ", and", ", but", ";" (the conjunction stays with the
+# second clause: "but" can take an answer back).
+_CLAUSE_JOINT = re.compile(r",\s+(?=(?:and|but)\s)|;\s+")
+
+
+def clauses(sentence: str) -> list[str]:
+    """A sentence's coordinated clauses, each with a subject and a verb of its own: "The noun 'bus'
+    is a noun, | and the plural form is 'buses'." A part without its own subject ("..., and is
+    spoken in Lithuania") or verb ("red, and blue") stays with the clause before it."""
+    parts = _CLAUSE_JOINT.split(sentence)
+    if len(parts) == 1:
+        return parts
+    out = [parts[0]]
+    for part in parts[1:]:
+        if _has_subject_and_verb(part) and _has_subject_and_verb(out[-1]):
+            out.append(part)
+        else:
+            out[-1] = f"{out[-1]}{';' if ';' in sentence[len(out[-1]):len(out[-1]) + 2] else ','} {part}"
+    return out
+
+
+def _has_subject_and_verb(text: str) -> bool:
+    """A verb after a subject that names something (not only "it", "they": a pronoun's clause
+    goes on about the one before: "..., and it was a gift from the United States to France")."""
+    toks = [t for t in tokens(text) if t.norm not in ("and", "but")]
+    v = main_verb(toks)
+    return v is not None and any(not t.punct and t.norm not in PRONOUNS | CONTRAST | FUNCTION for t in toks[:v])
 
 
 def first_statement(response: str) -> str | None:

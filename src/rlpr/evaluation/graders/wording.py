@@ -50,6 +50,8 @@ TITLES = frozenset("president minister king queen sir dr mr mrs ms prof professo
 QUALIFIERS = frozenset("standard modern classical official old north northern south southern east eastern "
                        "west western central upper lower greater".split())  # "Standard Persian"
 ADJUNCT_PREPOSITIONS = frozenset("in on at near during".split())  # ", in Dallas" adds to the slot
+# Prepositions a question may open with ("In which year ...?"), mirrored by an answer's opening phrase
+OPENING_PREPOSITIONS = frozenset("in on at during from to by for with".split())
 ALIAS_OPENERS = (["also", "known", "as"], ["known", "as"], ["also", "called"], ["or", "simply"])
 # Capitalized words that start a sentence (after an initial, "F. Kennedy", a name follows instead).
 STARTERS = frozenset("it its the this that these those there he she they we i in a an however but "
