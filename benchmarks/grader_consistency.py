@@ -15,10 +15,10 @@ Then the free-form grader against people (issue 28): `grade_short_answer` on eve
 hand-labeled set tests/data/grading/labeled_responses.jsonl (label correct/wrong; `ambiguous` rows
 left out): precision and recall of `correct`, overall, on each half of a fixed split (sha256 of the
 row id, even: "dev", odd: "held"), by question set, model x decoding and kind of question, the
-confusion counts and every remaining disagreement with its label's reason; beside it the fresh set
-tests/data/grading/fresh_labeled_responses.jsonl (responses generated after the grader's rules were
-written and labeled blind, never read while writing them): the same scores, by set and decoding,
-and its disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
+confusion counts and every remaining disagreement with its label's reason; beside it the fresh sets
+(FRESH_SETS: responses generated after a grader version was written and labeled blind; what each
+measured while blind is kept, since it was read afterwards): the same scores, by set and decoding,
+and their disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
 
 Writes benchmarks/results/grader_consistency.json and .md (with GRADER_VERSION). Data is read,
 never copied.
@@ -40,8 +40,22 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 LABELED = ROOT / "tests" / "data" / "grading" / "labeled_responses.jsonl"
-FRESH = ROOT / "tests" / "data" / "grading" / "fresh_labeled_responses.jsonl"
-FRESH_NAME = "fresh set (never read while writing rules)"
+GRADING = ROOT / "tests" / "data" / "grading"
+# The fresh sets: responses generated after a grader version was written and labeled by reading them
+# before the grader ran on them. Each was blind once; what it measured then is kept here (the
+# grader changed after it was read), beside what the current grader scores on it.
+FRESH_SETS = (
+    {"name": "fresh set 1", "path": GRADING / "fresh_labeled_responses.jsonl",
+     "made": "`build_grading_set.py --fresh --seed 31`, base model, greedy and sampled, after GRADER_VERSION 2",
+     "blind": "version 2, blind: precision 0.952, recall 0.870 (80 of 92 right answers found); read "
+              "while writing version 3"},
+    {"name": "fresh set 2", "path": GRADING / "fresh2_labeled_responses.jsonl",
+     "made": "`build_grading_set.py --fresh --seed 77`, base model, sampled only (every greedy response "
+             "was already read), after GRADER_VERSION 3",
+     "blind": "version 3 as first written, blind: precision 0.944, recall 0.654 (17 of 26 right answers "
+              "found); three rules were added after reading it (asides such as ', of course,', 'due to' "
+              "ends a phrase, 'However, in ...' takes nothing back)"},
+)
 FORMS = {
     "answer_tag": "<answer> {} </answer>",
     "answer_is": "The answer is {}.",
@@ -226,8 +240,8 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def labeled_table(result: dict, fresh: dict | None = None) -> str:
-    """The labeled-set part of the .md report (with the fresh set's line, when given)."""
+def labeled_table(result: dict, fresh: list[dict] = ()) -> str:
+    """The labeled-set part of the .md report (with a line per fresh set)."""
     def line(name, r):
         return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
                 f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
@@ -239,8 +253,8 @@ def labeled_table(result: dict, fresh: dict | None = None) -> str:
     out.append(line("**all**", result["overall"]))
     out += [line(f"{k.split('/', 1)[1]} half", groups[k]) for k in ("half/dev", "half/held") if k in groups]
     out += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith(("set/", "model/"))]
-    if fresh is not None:
-        out.append(line(f"**{FRESH_NAME}**", fresh["overall"]))
+    for f in fresh:
+        out.append(line(f"**{f['name']}** (now read)", f["overall"]))
     kinds = head[:]
     kinds += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith("kind/")]
     dis = ["| id | half | label | graded | rule | label's reason | response |",
@@ -254,7 +268,7 @@ def labeled_table(result: dict, fresh: dict | None = None) -> str:
 
 
 def fresh_markdown(fresh: dict) -> str:
-    """The fresh set's section: its slices and every disagreement."""
+    """A fresh set's section: how it was made, its blind result, its slices and every disagreement."""
     def line(name, r):
         return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
                 f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
@@ -267,19 +281,19 @@ def fresh_markdown(fresh: dict) -> str:
         text = " ".join(d["response"].split())[:160].replace("|", "\\|")
         dis.append(f"| {d['id']} | {d['label']} | {d['graded']} | {d['rule']} | "
                    f"{d['reason'].replace('|', '/')} | {text} |")
-    return (f"### The {FRESH_NAME}\n\n`{fresh['file']}` ({fresh['rows']} rows, "
-            f"{fresh['ambiguous_left_out']} labeled ambiguous left out): base-model responses generated "
-            "(`build_grading_set.py --fresh --seed 31`) after GRADER_VERSION 2 was written and labeled by "
-            "reading them before the grader ran on them; the grader was not changed after.\n\n"
+    return (f"### {fresh['name']}\n\n`{fresh['file']}` ({fresh['rows']} rows, "
+            f"{fresh['ambiguous_left_out']} labeled ambiguous left out): {fresh['made']}; labeled by reading "
+            f"the responses before the grader ran on them. When it was blind: {fresh['blind']}. The current "
+            "grader:\n\n"
             + "\n".join(out) + f"\n\nIts {len(fresh['disagreements'])} disagreements:\n\n" + "\n".join(dis) + "\n")
 
 
-def labeled_markdown(result: dict, fresh: dict | None = None) -> str:
+def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:
     return (f"## The free-form grader against people\n\n`grade_short_answer` on `{result['file']}` "
             f"({result['rows']} rows, {result['ambiguous_left_out']} labeled ambiguous left out): precision "
             "and recall of `correct`; halves by sha256(id) parity (even: dev, odd: held)"
-            + (f"; the {FRESH_NAME}: `{fresh['file']}` (below)" if fresh is not None else "") + ".\n\n"
-            + labeled_table(result, fresh) + ("\n" + fresh_markdown(fresh) if fresh is not None else ""))
+            + ("; the fresh sets (below): " + ", ".join(f"`{f['file']}`" for f in fresh) if fresh else "") + ".\n\n"
+            + labeled_table(result, fresh) + "".join("\n" + fresh_markdown(f) for f in fresh))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -293,8 +307,9 @@ def main(argv: list[str] | None = None) -> int:
                         help="only the hand-labeled set (written to OUTPUT_labeled.json/.md)")
     args = parser.parse_args(argv)
     labeled = labeled_agreement()
-    fresh = labeled_agreement(FRESH, split=False)
-    for name, r in (("labeled set", labeled), (FRESH_NAME, fresh)):
+    fresh = [{**labeled_agreement(f["path"], split=False), **{k: v for k, v in f.items() if k != "path"}}
+             for f in FRESH_SETS if f["path"].is_file()]
+    for name, r in (("labeled set", labeled), *((f["name"], f) for f in fresh)):
         print(f"{name}: precision {_pct(r['overall']['precision'])} recall {_pct(r['overall']['recall'])} "
               f"({len(r['disagreements'])} disagreements)", flush=True)
     out = Path(args.output)

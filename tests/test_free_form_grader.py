@@ -116,6 +116,12 @@ def test_the_issues_wrong_answers_are_rejected(question, reference, response):
     ("In which year did humans first land on the Moon?", "1969", None,
      "Humans first landed on the Moon in July 1969, after the Apollo missions."),
     ("What gas do humans need to breathe to stay alive?", "oxygen", ["O2"], "We humans do need oxygen to survive."),
+    ("What is the plural of the noun 'tooth'?", "teeth", None,
+     "The plural of the noun 'tooth' is, of course, 'teeth' (adjectival plural of \"tooth\")."),
+    ("What is the main language spoken in Romania?", "Romanian", None,
+     "The language in Romania is Romanian. However, in languages spoken by a minority of migrants, Latin is used."),
+    ("What is the main language spoken in Germany?", "German", None,
+     "Mainland Germany predominantly speaks German due to migration across Europe."),
 ], ids=short_id)
 def test_forms_people_accept(question, reference, acceptable, response):
     grade = grade_short_answer(response, reference, acceptable, question)
@@ -238,3 +244,15 @@ def test_the_free_form_grader_agrees_with_people():
     for half in ("dev", "held"):
         precision, recall = _scores([r for r in scored if _half(r["id"]) == half])
         assert precision >= 0.95 and recall >= 0.95, (half, precision, recall)
+
+
+@pytest.mark.parametrize("name, min_precision, min_recall", [
+    ("fresh_labeled_responses.jsonl", 0.97, 0.92),  # blind for version 2: 0.952 / 0.870
+    ("fresh2_labeled_responses.jsonl", 0.95, 0.76),  # blind for version 3 as first written: 0.944 / 0.654
+])
+def test_the_fresh_sets_do_not_regress(name, min_precision, min_recall):
+    """The fresh sets were blind once (tests/data/grading/README.md); now read, they guard against
+    a rule that loses what the grader already reads right."""
+    rows = [json.loads(line) for line in (LABELED.parent / name).read_text().splitlines() if line.strip()]
+    precision, recall = _scores([r for r in rows if r["label"] != "ambiguous"])
+    assert precision >= min_precision and recall >= min_recall, (precision, recall)

@@ -22,7 +22,8 @@ from __future__ import annotations
 # Bump it whenever a grader accepts or rejects differently.
 # 2: the free-form grader reads a statement's answer slot instead of its last words (issue 28).
 # 3: coordinated clauses read one by one, an opening phrase mirroring the question's ("In
-#    baseball, ..."), a year after its month, quoted "X" or "Y-z" lists, function words end a phrase.
+#    baseball, ..."), a year after its month, quoted "X" or "Y-z" lists, function words end a phrase;
+#    asides (", of course,"), "due to", "However, in ..." taking nothing back.
 GRADER_VERSION = 3
 
 from rlpr.evaluation.graders.dispatch import (  # noqa: E402

@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 
 from rlpr.evaluation.graders.normalization import normalize_answer
-from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, AUX, BE, BREAK,
+from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, ASIDES, AUX, BE, BREAK,
                                              CONCLUSION, DEMONYM, FILLERS, FUNCTION, MONTHS, PRONOUNS,
                                              QUALIFIERS, STARTERS, TITLES, WH, Question, Token, is_verb,
                                              main_verb, tokens, words)
@@ -191,9 +191,16 @@ class Mentions:
         of BREAK; not a colon right after the verb ("is: 8"), nor a comma in a date ("July 4,
         1776") or a place ("in Paris, France"), before an adjunct (", in Dallas") or an alias (",
         also known as Farsi")."""
+        aside = set()
+        for k in range(a + 1, b):  # ", of course," and the like: skipped whole
+            if self.toks[k].norm == ",":
+                for words_ in ASIDES:
+                    m = k + 1 + len(words_)
+                    if self.words(k + 1, m) == words_ and self.word(m) == "," and m < b:
+                        aside.update(range(k, m + 1))
         for k in range(a + 1, b):
             t = self.toks[k]
-            if t.norm == ":" and k == a + 1:
+            if k in aside or (t.norm == ":" and k == a + 1):
                 continue
             if t.norm == "," and (self._date_comma(k) or self._place_comma(k)
                                   or self.word(k + 1) in ADJUNCT_PREPOSITIONS

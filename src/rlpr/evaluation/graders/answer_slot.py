@@ -66,6 +66,9 @@ class Statement(Mentions):
         it ("However, technically, the opposite of 'majority' is 'non-majority'.")."""
         if not self.toks or self.toks[0].norm not in CONTRAST or self.spans:
             return False
+        first = next((t.norm for t in self.toks[1:] if not t.punct and t.norm not in CONTRAST), "")
+        if first in OPENING_PREPOSITIONS:  # "However, in languages spoken by migrants, ...": no new answer
+            return False
         return any(self.q.is_focus(t.norm) for t in self.toks[:self.verb or 0])
 
     # -- the roles

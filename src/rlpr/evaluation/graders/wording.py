@@ -35,7 +35,7 @@ FUNCTION = AUX | RELATIVE | frozenset(
     "after before during until near around about over under between into onto upon through "
     "throughout across within also it its this these those there here so thus hence therefore "
     "then too only each all both either per like unlike such approximately roughly while whereas "
-    "located situated known famous being making meaning not".split())
+    "located situated known famous being making meaning not due".split())
 FILLERS = frozenset("now left total all altogether only exactly each then too".split())  # "8 apples left"
 PRONOUNS = frozenset("it this that there he she they these those answer which what".split())
 WH = frozenset("what which who whom whose how where when".split())
@@ -53,6 +53,9 @@ ADJUNCT_PREPOSITIONS = frozenset("in on at near during".split())  # ", in Dallas
 # Prepositions a question may open with ("In which year ...?"), mirrored by an answer's opening phrase
 OPENING_PREPOSITIONS = frozenset("in on at during from to by for with".split())
 ALIAS_OPENERS = (["also", "known", "as"], ["known", "as"], ["also", "called"], ["or", "simply"])
+# Asides between commas that leave the slot as it was: "is, of course, 'teeth'"
+ASIDES = (["of", "course"], ["in", "fact"], ["indeed"], ["actually"], ["obviously"], ["simply"], ["clearly"],
+          ["in", "english"], ["in", "short"])
 # Capitalized words that start a sentence (after an initial, "F. Kennedy", a name follows instead).
 STARTERS = frozenset("it its the this that these those there he she they we i in a an however but "
                      "so and also both each yes no on at as for".split())
