@@ -373,6 +373,24 @@ def regraded_row(row: dict, records: list[dict], base: dict | None) -> dict:
     return row
 
 
+def unfinished_jobs(log_path: Path, settings: dict, workdir: Path) -> list[str]:
+    """Jobs claimed under these settings with an OLDER grader version and no row yet: workers that
+    may still be running. A re-grade moves the base row to the current version, and such a worker
+    would then wait for its base row forever."""
+    claims = workdir / "claims"
+    if not claims.is_dir():
+        return []
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    out = []
+    for version in range(1, settings["grader_version"]):
+        old = {**settings, "grader_version": version}
+        done = {f"{r['variant']}-{r['seed']}" for r in rows if r.get("settings") == old}
+        tag = f"-{settings_hash(old)}"
+        out += [c.name for c in sorted(claims.iterdir())
+                if c.name.endswith(tag) and c.name[:-len(tag)] not in done]
+    return out
+
+
 def regrade(log_path: Path, settings: dict) -> None:
     """Re-grade, with the current grader, every row of `log_path` with these settings (any grader
     version) whose responses were saved; rows graded by another version with no saved responses
@@ -663,6 +681,12 @@ def main() -> int:
     if args.regrade:
         if not log_path.exists():
             sys.exit(f"--regrade: {log_path} does not exist")
+        running = unfinished_jobs(log_path, settings, Path(args.workdir))
+        if running:
+            sys.exit(f"--regrade: {len(running)} job(s) claimed under an older grader version have no row yet "
+                     f"({', '.join(running[:4])}{', ...' if len(running) > 4 else ''} in {args.workdir}/claims): "
+                     "their workers would wait forever for a base row moved to the new version. Re-grade when "
+                     "they finish, or delete those claim files if nothing runs them")
         regrade(log_path, settings)
     done = read_rows(log_path, settings, report=True)
     have = {(r["variant"], r["seed"]) for r in done}

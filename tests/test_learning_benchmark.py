@@ -79,6 +79,19 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     assert report.returncode == 0
     assert f"skipping 4 rows graded with grader version {GRADER_VERSION - 1}" in report.stdout
     assert json.loads(out.with_suffix(".json").read_text())["runs"] == []
+    # a worker of the older version still running (a claim, no row) would wait forever for a base
+    # row the re-grade moves to the new version: --regrade refuses, naming the claim
+    from importlib import util
+
+    spec = util.spec_from_file_location("learning_bench", BENCH)
+    bench = util.module_from_spec(spec)
+    spec.loader.exec_module(bench)
+    running = tmp_path / "work" / "claims" / f"rlpr-7-{bench.settings_hash(old[0]['settings'])}"
+    running.touch()
+    refused = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
+    assert refused.returncode != 0 and f"({running.name} in" in refused.stderr
+    assert [json.loads(line) for line in log.read_text().splitlines()] == old  # nothing re-graded
+    running.unlink()
     # ... and --regrade re-grades their saved responses with the current grader, without training
     regraded = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
     assert regraded.returncode == 0, regraded.stderr[-3000:]
