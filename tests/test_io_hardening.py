@@ -311,7 +311,7 @@ def test_score_output_is_strict_json(tmp_path, tiny_dir):
 
 
 def test_score_on_a_disk_that_fills_up_is_one_line_and_leaves_no_file(tmp_path, tiny_dir, capsys, monkeypatch):
-    from rlpr.evaluation import score_file
+    import rlpr.errors
 
     from test_trackers import FullDisk
 
@@ -320,7 +320,7 @@ def test_score_on_a_disk_that_fills_up_is_one_line_and_leaves_no_file(tmp_path, 
                             + "\n" for i in range(3)))
     out = tmp_path / "out.jsonl"
     out.write_text("an earlier output\n")
-    monkeypatch.setattr(score_file, "open", FullDisk(lambda path: True), raising=False)
+    monkeypatch.setattr(rlpr.errors, "open", FullDisk(lambda path: True), raising=False)  # atomic_output's
     assert main(["score", "--input", str(rows), "--output", str(out), "--model", tiny_dir]) == 2
     err = capsys.readouterr().err.strip().splitlines()[-1]
     assert err == f"rlpr: error: cannot write {out}: No space left on device"

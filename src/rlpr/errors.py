@@ -6,6 +6,10 @@ the data or model loaders) only to raise or catch an error.
 
 from __future__ import annotations
 
+import os
+from contextlib import contextmanager
+from pathlib import Path
+
 
 class ConfigError(ValueError):
     """A bad configuration value or key; the message names it."""
@@ -33,18 +37,22 @@ class TrainingError(RuntimeError):
     """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
 
 
-def write_atomic(path, data: str | bytes) -> None:
-    """Write a whole output file or nothing: a temporary file beside it, renamed over it. A write
-    that fails (a full disk midway) leaves the old file, no partial one, and is an OutputError
-    naming the file."""
-    import os
-    from pathlib import Path
-
+def temporary_name(path) -> Path:
+    """Where an output is written before it is renamed into place: hidden beside it, never taken
+    for the output itself (not step_*.jsonl, not *.jsonl)."""
     path = Path(path)
-    tmp = path.with_name(f".{path.name}.tmp")
+    return path.with_name(f".{path.name}.tmp")
+
+
+@contextmanager
+def atomic_output(path, mode: str = "w"):
+    """An open file whose content becomes `path` whole or not at all: written to
+    `temporary_name(path)` and renamed over it when the block ends. A write that fails (a full disk
+    midway) leaves the old file, no partial one, and is an OutputError naming the file."""
+    tmp = temporary_name(path)
     try:
-        with open(tmp, "wb") as f:
-            f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+        with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
+            yield f
         os.replace(tmp, path)
     except OSError as e:
         try:
@@ -52,3 +60,9 @@ def write_atomic(path, data: str | bytes) -> None:
         except OSError:
             pass
         raise OutputError(f"cannot write {path}: {e.strerror or error_reason(e)}") from None
+
+
+def write_atomic(path, data: str | bytes) -> None:
+    """Write a whole output file or nothing (`atomic_output`)."""
+    with atomic_output(path, "wb") as f:
+        f.write(data if isinstance(data, bytes) else data.encode("utf-8"))

@@ -9,13 +9,12 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import sys
 from pathlib import Path
 
 from rlpr.config import Config
 from rlpr.data.loading import check_messages, iter_jsonl
-from rlpr.errors import DataError, OutputError, error_reason
+from rlpr.errors import DataError, atomic_output, temporary_name
 from rlpr.data.templates import build_messages
 from rlpr.data.prompts import chat_text
 from rlpr.train.progress import progress_bar
@@ -112,7 +111,7 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
 
     rows = read_score_rows(Path(input_path), template)
     out_path = Path(output_path)
-    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp = temporary_name(out_path)
     try:  # before the model loads: an unwritable output fails at once, in one line
         out_path.parent.mkdir(parents=True, exist_ok=True)
         tmp.touch()
@@ -123,12 +122,8 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     reward.warned_too_long = True  # the count is printed at the end instead
-    try:
-        too_long = _score_rows(rows, tmp, batch_rows, model, tokenizer, reward)
-        os.replace(tmp, out_path)
-    except OSError as e:  # a disk that fills up midway: no partial output, one line naming it
-        tmp.unlink(missing_ok=True)
-        raise OutputError(f"cannot write {out_path}: {e.strerror or error_reason(e)}") from None
+    with atomic_output(out_path) as f:  # a disk that fills up midway: no partial output, one line naming it
+        too_long = _score_rows(rows, f, batch_rows, model, tokenizer, reward)
     print(f"scored {len(rows)} rows -> {out_path}", file=sys.stderr)
     if too_long:
         print(f"warning: {too_long} row(s) longer than the model's context ({max_length} tokens) were not scored: "
@@ -136,10 +131,11 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     return len(rows)
 
 
-def _score_rows(rows, tmp, batch_rows, model, tokenizer, reward) -> int:
-    """Score every row into `tmp`, a JSON line each; returns how many were too long to score."""
+def _score_rows(rows, f, batch_rows, model, tokenizer, reward) -> int:
+    """Score every row into the open file `f`, a JSON line each; returns how many were too long to
+    score."""
     too_long = 0
-    with open(tmp, "w", encoding="utf-8") as f, progress_bar(len(rows), "scoring") as advance:
+    with progress_bar(len(rows), "scoring") as advance:
         for start in range(0, len(rows), batch_rows):
             batch = rows[start:start + batch_rows]
             prompts = [chat_text(tokenizer, m) for _, m in batch]
