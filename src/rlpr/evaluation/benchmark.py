@@ -13,11 +13,11 @@ import re
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from rlpr.errors import write_atomic
 from rlpr.config import RolloutConfig
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
+from rlpr.errors import write_atomic
 from rlpr.evaluation.graders import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar

@@ -146,8 +146,6 @@ def write_summary(run_dir: Path, summary: dict) -> None:
         log.warning("could not write %s (%s); the checkpoint is saved", run_dir / "summary.yaml", error_reason(e))
 
 
-
-
 def _plain(obj):
     if isinstance(obj, dict):
         return {k: _plain(v) for k, v in obj.items()}

@@ -175,7 +175,7 @@ class Statement(Mentions):
         if len(qw) < 2 or qw[1] not in WH or qw[0] not in OPENING_PREPOSITIONS or self.word(0) != qw[0]:
             return False
         comma = next((k for k, t in enumerate(toks) if t.punct), len(toks))
-        if toks[comma:comma + 1] != [] and toks[comma].norm != "," or e != comma or s < 1:
+        if comma == len(toks) or toks[comma].norm != "," or e != comma or s < 1:
             return False
         if any(is_verb(t) for t in toks[1:comma]):
             return False

@@ -96,22 +96,21 @@ def statements(response: str, limit: int | None = None) -> list[str]:
 
 # Where a sentence may join two clauses: ", and", ", but", ";" (the conjunction stays with the
 # second clause: "but" can take an answer back).
-_CLAUSE_JOINT = re.compile(r",\s+(?=(?:and|but)\s)|;\s+")
+_CLAUSE_JOINT = re.compile(r"(,\s+(?=(?:and|but)\s)|;\s+)")
 
 
 def clauses(sentence: str) -> list[str]:
     """A sentence's coordinated clauses, each with a subject and a verb of its own: "The noun 'bus'
     is a noun, | and the plural form is 'buses'." A part without its own subject ("..., and is
-    spoken in Lithuania") or verb ("red, and blue") stays with the clause before it."""
-    parts = _CLAUSE_JOINT.split(sentence)
-    if len(parts) == 1:
-        return parts
+    spoken in Lithuania") or verb ("red, and blue") stays with the clause before it, joined as
+    written."""
+    parts = _CLAUSE_JOINT.split(sentence)  # clause, joint, clause, joint, ...
     out = [parts[0]]
-    for part in parts[1:]:
+    for joint, part in zip(parts[1::2], parts[2::2]):
         if _has_subject_and_verb(part) and _has_subject_and_verb(out[-1]):
             out.append(part)
         else:
-            out[-1] = f"{out[-1]}{';' if ';' in sentence[len(out[-1]):len(out[-1]) + 2] else ','} {part}"
+            out[-1] += joint + part
     return out
 
 
