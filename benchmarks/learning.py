@@ -107,9 +107,21 @@ VARIANTS = {
     # RLPR, whose groups mostly carry signal, learn as before?
     "rlvr_exact_nz": ["reward.kind=verifier", "reward.verifier=exact", "algorithm.entropy_tokens=nonzero_advantage"],
     "rlpr_nz": ["algorithm.entropy_tokens=nonzero_advantage"],
+    # the controls and the label-free family (spec section 9; issue 33): the same estimator, filter and
+    # update as rlpr, only the reward differs. random: Bernoulli(0.5), the spurious-reward control;
+    # shuffled_reference: rlpr scored against another prompt's reference (a derangement fixed by the
+    # seed); entropy (EM-RL), self_certainty (INTUITOR), majority (TTRL): rewards that read no reference
+    "random": ["reward.kind=random"],
+    "shuffled_reference": ["reward.shuffle_references=true"],
+    "entropy": ["reward.kind=entropy"],
+    "self_certainty": ["reward.kind=self_certainty"],
+    "majority": ["reward.kind=majority"],
 }
+# the second model family (issue 33): `--model gemma` trains and evaluates Gemma 3 270M (base) instead
+# of the embedded SmolLM2-135M-Instruct; rows record `model`, and settings carry it (never mixed)
+MODELS = {"smollm2": "default", "gemma": "gemma3-270m"}
 # run for every seed before the other variants: a benchmark cut short still compares these
-MAIN_VARIANTS = ("rlpr", "rlvr", "rlvr_exact")
+MAIN_VARIANTS = ("rlpr", "rlvr", "rlvr_exact", "random", "shuffled_reference", "entropy")
 
 # question sets beside the in-family held-out questions (set name -> file; never trained on)
 TRANSFER = {"new_items": EXAMPLES / "family_new_items.jsonl", "general": EXAMPLES / "general_questions.jsonl"}
@@ -156,6 +168,16 @@ def make_trainer(preset: str, overrides: list[str], run_dir: Path):
     trainer.eval_reward = ProbabilityReward(common.reward, trainer.tokenizer, cfg.rollout.temperature, max_length)
     trainer.tracker = Tracker(run_dir, tensorboard=False)
     return trainer
+
+
+def model_name(trainer) -> str:
+    """The row's `model`: the architecture and size of what was trained (e.g. llama-135M)."""
+    from rlpr.model.forward import causal_lm
+
+    lm = causal_lm(trainer.policy)
+    params = sum(p.numel() for n, p in lm.named_parameters() if "lora_" not in n)
+    name = {"llama": "smollm2", "gemma3_text": "gemma3"}.get(lm.config.model_type, lm.config.model_type)
+    return f"{name}-{params / 1e6:.0f}M"
 
 
 def transfer_prompts(trainer, limit: int) -> dict[str, list]:
@@ -281,13 +303,62 @@ def evaluate_all(trainer, transfer: dict[str, list], records: list[dict], suffix
     kept: list[dict] = []
     ev = evaluation(trainer, keep=kept)
     records.extend(response_records("heldout", kept))
-    numbers = {}
+    numbers = {f"entropy_{suffix}": response_entropy(trainer, kept)}
     for name, prompts in transfer.items():
         kept = []
         numbers.update(transfer_summary(evaluation(trainer, prompts=prompts, keep=kept), name, suffix))
         numbers[f"n_{name}"] = len(kept)
         records.extend(response_records(name, kept))
     return ev, numbers
+
+
+def response_entropy(trainer, kept: list[dict]) -> float:
+    """The mean token entropy (nats) of the held-out sampled responses (greedy ones when none were
+    sampled) under the trainer's policy: sharpening lowers it (spec section 9)."""
+    import torch
+
+    from rlpr.reward.scoring import response_distribution_stats
+
+    pairs = [(q["prompt"].text, text) for q in kept for text in (q["samples"] or [q["greedy"]])]
+    with torch.no_grad():
+        stats = response_distribution_stats(trainer.policy, trainer.tokenizer, [p for p, _ in pairs],
+                                            [t for _, t in pairs])
+    values = [h for s in stats if s is not None for h in s[0].tolist()]
+    return statistics.fmean(values) if values else math.nan
+
+
+def backfill_base_entropy(log_path: Path, settings: dict, preset: str, overrides: list[str], workdir: Path) -> None:
+    """Rows from before `entropy_*` was recorded: the base row's held-out entropy, from its saved
+    responses and the untrained model (nothing is generated), written into its row in place."""
+    from rlpr.data.prompts import chat_text
+
+    if not log_path.exists():
+        return
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    i = next((i for i, r in enumerate(lines) if r["variant"] == "base" and r.get("settings") == settings
+              and "entropy_before" not in r and r.get("responses")), None)
+    if i is None or not (log_path.parent / lines[i]["responses"]).exists():
+        return
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        trainer = make_trainer(preset, overrides, Path(tmp))
+        records = [r for r in read_records(log_path.parent / lines[i]["responses"]) if r["set"] == "heldout"]
+
+        class _Prompt:  # what response_entropy reads of a Prompt
+            def __init__(self, text):
+                self.text = text
+
+        kept = [{"prompt": _Prompt(chat_text(trainer.tokenizer, r["prompt"])),  # responses hold the prefill
+                 "samples": r["samples"], "greedy": r["greedy"]} for r in records]
+        value = response_entropy(trainer, kept)
+        name = model_name(trainer)
+    lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]  # re-read: appended
+    for r in lines:
+        if r["variant"] == "base" and r.get("settings") == settings:
+            r.update(entropy_before=value, entropy_after=value, model=r.get("model", name))
+    tmp_path = log_path.with_name(log_path.name + ".tmp")
+    tmp_path.write_text("".join(json.dumps(r) + "\n" for r in lines))
+    os.replace(tmp_path, log_path)
+    print(f"base row: held-out entropy {value:.3f} nats (from its saved responses)", flush=True)
 
 
 def curve_point(trainer, step: int, curve_questions: int, records: list[dict]) -> dict:
@@ -307,6 +378,7 @@ def run_base(preset: str, overrides: list[str], curve_questions: int, transfer_q
         ev, transfer = evaluate_all(trainer, transfer_prompts(trainer, transfer_questions), records, "before")
         curve = [curve_point(trainer, 0, curve_questions, records)] if curve_questions else []
     after = {k.replace("_before", "_after"): v for k, v in transfer.items() if k.endswith("_before")}
+    transfer["model"] = model_name(trainer)
     return {"variant": "base", "seed": None, "steps": 0, "n_heldout": ev["eval/questions"],
             **summary_of(ev, "before"), **summary_of(ev, "after"), **transfer, **after, "curve": curve,
             "seconds": time.time() - start}
@@ -329,7 +401,7 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
         train.append({"step": step, **{k: m.get(k) for k in (
             "reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
             "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
-            "perf/step_s")}})
+            "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s")}})
         print(f"  {variant} seed {seed} step {step}: reward {m['reward/mean']:.3f} "
               f"acc {m.get('reward/accuracy', float('nan')):.3f} kept {m['filter/kept_frac']:.2f} "
               f"len {m['rollout/response_len_mean']:.1f} {m['perf/step_s']:.0f}s", flush=True)
@@ -343,7 +415,10 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
     before = {k: v for k, v in base.items() if k.endswith("_before")}
     return {"variant": variant, "seed": seed, "steps": steps, "n_heldout": n, **before, **summary_of(ev, "after"),
             **transfer, "curve": curve, "curve_questions": curve_questions, "train": train,
-            "step_s": statistics.fmean(t["perf/step_s"] for t in train), "seconds": time.time() - start}
+            "step_s": statistics.fmean(t["perf/step_s"] for t in train),
+            # the reward's own cost per step (score B and A, or the label-free kind's forward)
+            "reward_s": statistics.fmean(t["perf/reward_s"] for t in train), "model": model_name(trainer),
+            "seconds": time.time() - start}
 
 
 # --------------------------------------------------------------------------- re-grading
@@ -700,6 +775,8 @@ def main() -> int:
     jobs = [("base", None)] + [(v, s) for s in range(args.seeds) for v in head] + \
         [(v, s) for v in tail for s in range(args.seeds)]
     start = time.time()
+    if not (args.report or args.regrade) and claim(workdir, ("base_entropy", None), settings):
+        backfill_base_entropy(log_path, settings, args.preset, overrides, workdir)
     for job in [] if (args.report or args.regrade) else (reversed(jobs) if args.reverse else jobs):
         if job in have or not claim(workdir, job, settings):
             continue

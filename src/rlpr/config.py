@@ -151,7 +151,22 @@ class RewardConfig:
     """probability (RLPR), verifier (RLVR: 1 if the eval grader accepts), hybrid (vr_weight * verifier
     + pr_weight * probability, the official code's prob_mix) or nover (NOVER: the rank, within the
     group, of the reasoning perplexity exp(-mean log p(y*) / max(1, 1 + log10 |think|)), 0 for a
-    response that fails the format; needs debias=false; shaping is not used)."""
+    response that fails the format; needs debias=false; shaping is not used). The controls and
+    label-free rewards read no reference (no score A, no shaping; docs/verifier-free.md): random
+    (Bernoulli(random_p), the spurious-reward control), entropy (minus the mean token entropy of the
+    response under the policy, EM-RL/RENT), self_certainty (the mean over response tokens of
+    KL(Uniform || p_t), INTUITOR) or majority (1 where the response's extracted answer is the group's
+    most common one, TTRL)."""
+    random_p: float = 0.5
+    """P(r = 1) of kind=random, drawn per response from a generator seeded by (trainer.seed, prompt,
+    response index)."""
+    entropy_last_k: int = 0
+    """kind=entropy averages the entropy over the response's last k tokens only (RENT's variant; 0:
+    every token)."""
+    shuffle_references: bool = False
+    """The shuffled-reference control: each training prompt is scored against another prompt's
+    reference (and aliases), a derangement fixed by trainer.seed; everything else (score A included)
+    as configured. Held-out evaluation and reward/accuracy use the true references."""
     pr_weight: float = 0.5
     """Weight of the probability reward (hybrid only)."""
     vr_weight: float = 1.0
@@ -565,6 +580,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "reward.repetition_count": (1, INF, True, False), "reward.max_batch_tokens": (1, INF, True, False),
     "reward.scorer_ema": (0, 1, True, True), "reward.scorer_ema_every": (1, INF, True, False),
     "reward.efficiency_weight": (0, INF, True, False),
+    "reward.random_p": (0, 1, True, True), "reward.entropy_last_k": (0, INF, True, False),
     "algorithm.filter_beta": (0, INF, True, False), "algorithm.filter_warmup_steps": (0, INF, True, False),
     "algorithm.filter_init_steps": (0, INF, True, False), "algorithm.filter_ema_decay": (0, 1, True, True),
     "algorithm.max_sampling_tries": (1, INF, True, False), "algorithm.clip_low": (0, 1, True, False),
@@ -732,6 +748,13 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.nover_gate != "format" and r.kind != "nover":
             raise ConfigError(f"reward.nover_gate chooses which responses NOVER ranks: it needs reward.kind=nover "
                               f"(got {r.kind})")
+        if r.shuffle_references and r.kind in ("verifier", "hybrid") and r.verifier == "oracle":
+            raise ConfigError("reward.shuffle_references: the oracle verifier grades against the true reference; "
+                              "use reward.verifier=exact for a shuffled-reference RLVR control")
+        from rlpr.reward.kinds import REWARD_KINDS
+
+        if r.shuffle_references and REWARD_KINDS[r.kind].label_free is not None:
+            raise ConfigError(f"reward.shuffle_references: reward.kind={r.kind} reads no reference")
         if r.efficiency_weight and r.kind != "nover":
             raise ConfigError(f"reward.efficiency_weight is NOVER's efficiency term: it needs reward.kind=nover "
                               f"(got {r.kind})")

@@ -236,3 +236,29 @@ def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[in
     """
     return continuation_logprobs(model, PrefixState(model, prefix), continuations, targets, temperature,
                                  with_entropy, chunk)
+
+
+@torch.no_grad()
+def distribution_stats(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor,
+                       rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next-token distribution p_t at each position marked in `target_mask` [B, T] (temperature 1,
+    fp32, after the model's logit soft-capping): (entropy H(p_t) [N], mean over the vocabulary of
+    log p_t(v) [N]), in row-major order of the marked positions. The label-free rewards read these
+    (entropy: EM-RL / RENT; self-certainty: INTUITOR). The output layer runs on `rows` positions at a
+    time, so a 262k vocabulary costs rows x V floats, not T x V."""
+    if target_mask[:, 0].any():
+        raise ValueError("the first token of a sequence has no context and cannot be scored")
+    lm = causal_lm(model)
+    head = lm.get_output_embeddings()
+    softcap = getattr(lm.config, "final_logit_softcapping", None)
+    hidden = hidden_states(model, input_ids, attention_mask)[:, :-1][target_mask[:, 1:]]
+    ents, means = [], []
+    for piece in hidden.split(rows):
+        logits = head(piece).float()
+        if softcap:
+            logits = torch.tanh(logits / softcap) * softcap
+        logp = torch.log_softmax(logits, dim=-1)
+        ents.append(-(logp.exp() * logp).sum(-1))
+        means.append(logp.mean(-1))
+    empty = hidden.new_zeros(0, dtype=torch.float32)
+    return (torch.cat(ents) if ents else empty), (torch.cat(means) if means else empty)

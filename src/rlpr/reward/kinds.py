@@ -15,6 +15,12 @@ Pure arithmetic on one response's scores, in a registry (`reward.kind`):
   `delta`) is the response's rank by reasoning perplexity within its group, 0 for a response that
   fails the strict format gate (rlpr/reward/nover.py); its `group_transform` turns the group's
   perplexities into the ranks.
+- the controls and label-free rewards (spec section 9; rlpr/reward/label_free.py), each
+  (1 - alpha) * r + alpha * format with r from `label_free` and no reference read: `random`
+  (Bernoulli(reward.random_p)), `entropy` (minus the mean token entropy, EM-RL / RENT),
+  `self_certainty` (the mean KL(U || p_t), INTUITOR) and `majority` (agreement with the group's most
+  common extracted answer, TTRL). The shuffled-reference control is not a kind: any kind that reads
+  the reference reads another prompt's with `reward.shuffle_references`.
 """
 
 from __future__ import annotations
@@ -22,6 +28,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Callable, Hashable, Sequence
 
+from rlpr.reward.label_free import LabelFreeBatch, entropy_kind, majority_kind, random_kind, self_certainty_kind
 from rlpr.reward.nover import group_rank_rewards
 
 
@@ -53,6 +60,9 @@ class RewardKind:
     needs_grader: bool  # the reward depends on a verifier's verdict (reward.verifier)
     # group-level step: (per-response pre-scores, None = gated out; group ids) -> per-response delta
     group_transform: Callable[[Sequence[float | None], Sequence[Hashable]], list[float]] | None = None
+    # a reward that reads no reference (the controls, the label-free family): batch -> r per response
+    label_free: Callable[[LabelFreeBatch], list[float]] | None = None
+    reads_policy: bool = False  # label_free runs the policy over the responses (entropy, self_certainty)
 
 
 REWARD_KINDS: dict[str, RewardKind] = {
@@ -60,4 +70,10 @@ REWARD_KINDS: dict[str, RewardKind] = {
     "verifier": RewardKind(verifier, needs_score_b=False, needs_grader=True),
     "hybrid": RewardKind(hybrid, needs_score_b=True, needs_grader=True),
     "nover": RewardKind(probability, needs_score_b=True, needs_grader=False, group_transform=group_rank_rewards),
+    "random": RewardKind(probability, needs_score_b=False, needs_grader=False, label_free=random_kind),
+    "entropy": RewardKind(probability, needs_score_b=False, needs_grader=False, label_free=entropy_kind,
+                          reads_policy=True),
+    "self_certainty": RewardKind(probability, needs_score_b=False, needs_grader=False,
+                                 label_free=self_certainty_kind, reads_policy=True),
+    "majority": RewardKind(probability, needs_score_b=False, needs_grader=False, label_free=majority_kind),
 }

@@ -22,12 +22,15 @@ from typing import Callable
 
 from rlpr.config import RewardConfig
 from rlpr.errors import ConfigError
+from rlpr.model.forward import causal_lm
 from rlpr.reward.kinds import REWARD_KINDS, Scores
+from rlpr.reward.label_free import LabelFreeBatch, response_keys
 from rlpr.reward.nover import (consecutive_groups, group_efficiency_rewards, reasoning_perplexity,
                                reasoning_text)
 from rlpr.reward.parsing import format_reward, has_repetition
 from rlpr.reward.score_a import ScoreA
-from rlpr.reward.scoring import GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs
+from rlpr.reward.scoring import (GROUP_AGGREGATIONS, aggregate, group_scores, reference_logprobs,
+                                 response_distribution_stats)
 from rlpr.reward.sequence import ScoredText, build_score_a_text, build_score_b_text, tokenize_scored, turn_cue
 from rlpr.reward.shaping import get_shaping
 from rlpr.reward.verifiers import VERIFIERS
@@ -82,6 +85,7 @@ class ProbabilityReward:
         # wall seconds spent in the model forwards of score B and score A (accumulated; reset freely)
         self.seconds = {"score_b": 0.0, "score_a": 0.0}
         self.warned_too_long = False  # one warning per reward; reward/too_long_frac counts every step
+        self.seed = 0  # the run's seed (the trainer sets trainer.seed): what kind=random draws with
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
@@ -192,7 +196,7 @@ class ProbabilityReward:
                  precomputed_a: list[float | None] | None = None,
                  correct: list[bool | None] | None = None,
                  acceptable: list[list[str]] | None = None,
-                 groups: list | None = None) -> list[RewardOutput]:
+                 groups: list | None = None, keys: list | None = None) -> list[RewardOutput]:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from `self.score_a`'s cache; missing entries are filled by `fill_a(pairs)`, by default
@@ -201,8 +205,9 @@ class ProbabilityReward:
         the outputs record; the verifier and hybrid kinds reward the verdicts of `reward.verifier`
         (`verify`: the oracle verifier rewards `correct`, the exact one reads the response against
         the reference and its `acceptable` forms, a list per response). `groups`: a group id per response (a kind that ranks
-        within groups, nover, and a group-level aggregation, r3, need them; default: runs of
-        consecutive equal prompt and reference)."""
+        within groups, nover, majority, and a group-level aggregation, r3, need them; default: runs of
+        consecutive equal prompt and reference). `keys`: (prompt id, response index) per response, what
+        kind=random seeds each draw with (default: (group id, position in the group))."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n
@@ -211,12 +216,15 @@ class ProbabilityReward:
                              "grader's verdicts (correct=[...])")
         verified = self.verify(responses, references, acceptable, correct)
         items = [self.score_b_text(p, r, y) for p, r, y in zip(prompt_texts, responses, references)]
-        if not self.kind.needs_score_b:  # verifier: no forward pass; B and A reported as 0
+        if not self.kind.needs_score_b and self.kind.label_free is None:  # verifier: no forward; B, A reported as 0
             return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c,
                                  verified=v)
                     for r, it, c, v in zip(responses, items, correct, verified)]
-        if groups is None and (self.kind.group_transform is not None or self.cfg.aggregation in GROUP_AGGREGATIONS):
+        if groups is None and (self.kind.group_transform is not None or self.kind.label_free is not None
+                               or self.cfg.aggregation in GROUP_AGGREGATIONS):
             groups = consecutive_groups(list(zip(prompt_texts, references)))
+        if self.kind.label_free is not None:
+            return self.label_free(model, prompt_texts, responses, items, groups, keys, correct)
         if self.kind.group_transform is not None:
             return self.ranked(model, responses, items, groups, correct)
         tick = time.perf_counter()
@@ -244,6 +252,30 @@ class ProbabilityReward:
         acceptable = acceptable or [[] for _ in responses]
         return [self.verifier.verdict(r, [y, *(acc or [])], c)
                 for r, y, acc, c in zip(responses, references, acceptable, correct)]
+
+    def label_free(self, model, prompt_texts: list[str], responses: list[str], items: list[ScoredText | None],
+                   groups: list, keys: list | None, correct: list[bool | None]) -> list[RewardOutput]:
+        """A reward that reads no reference (kind.label_free, rlpr/reward/label_free.py): r per response,
+        the policy run over prompt + response where the kind reads its distributions; B and A are 0."""
+        stats: list = []
+
+        def distribution_stats() -> list:
+            if not stats:
+                tick = time.perf_counter()
+                stats.extend(response_distribution_stats(model, self.tokenizer, prompt_texts, responses,
+                                                         max_length=self.max_length,
+                                                         max_batch_tokens=self.cfg.max_batch_tokens))
+                self.seconds["score_b"] += time.perf_counter() - tick
+            return stats
+
+        head = causal_lm(model).get_output_embeddings() if self.kind.reads_policy else None
+        batch = LabelFreeBatch(responses=list(responses), groups=list(groups),
+                               keys=list(keys) if keys is not None else response_keys(groups), seed=self.seed,
+                               random_p=self.cfg.random_p, entropy_last_k=self.cfg.entropy_last_k,
+                               vocab_size=head.out_features if head is not None else 0, stats=distribution_stats)
+        values = self.kind.label_free(batch)
+        return [self.combine(r, it is not None and not it.fallback, it is not None and it.fallback, 0.0, 0.0, c,
+                             delta=v) for r, it, c, v in zip(responses, items, correct, values)]
 
     def ranked(self, model, responses: list[str], items: list[ScoredText | None], groups: list,
                correct: list[bool | None]) -> list[RewardOutput]:

@@ -100,7 +100,8 @@ class ScoreA:
     @property
     def needs_upfront(self) -> bool:
         """Full fine-tuning without a reference copy: A for every prompt before the first step."""
-        return (self.policy is not None and self.reward.cfg.debias and self.when == "initial"
+        return (self.policy is not None and self.reward.cfg.debias and self.reward.kind.needs_score_b
+                and self.when == "initial"
                 and not self.lora and self.reference is None)
 
     # -- which model ------------------------------------------------------------------------

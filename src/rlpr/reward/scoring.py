@@ -12,9 +12,9 @@ from typing import Callable
 import torch
 
 from rlpr.model.batching import token_budget_batches
-from rlpr.model.forward import shared_prefix_logprobs, token_logprobs
+from rlpr.model.forward import distribution_stats, shared_prefix_logprobs, token_logprobs
 from rlpr.reward.r3 import r3_scores
-from rlpr.reward.sequence import ScoredText, pad_batch, tokenize_scored
+from rlpr.reward.sequence import ScoredText, pad_batch, strip_response, tokenize_scored
 
 
 def _mean_prob(logp: torch.Tensor) -> float:
@@ -173,3 +173,34 @@ def score_texts(model, tokenizer, items: list[ScoredText | None], *, aggregation
     logps = reference_logprobs(model, tokenizer, items, **kwargs)
     scores = [0.0 if lp is None else aggregate(lp, aggregation) for lp in logps]
     return [s if math.isfinite(s) else 0.0 for s in scores]
+
+
+def response_distribution_stats(model, tokenizer, prompt_texts: list[str], responses: list[str], *,
+                                max_length: int | None = None, max_batch_tokens: int = 8192
+                                ) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
+    """Per response, the policy's next-token distribution at each of its tokens given the prompt and
+    the tokens before (`forward.distribution_stats`: entropy [T] and mean log-prob over the
+    vocabulary [T]); None for an empty response or one longer, with its prompt, than `max_length`.
+    The response is the text after the prompt (EOS removed), tokenized with it as score B tokenizes o'."""
+    eos = tokenizer.eos_token or ""
+    items = [ScoredText(p + r, len(p), len(p) + len(r)) for p, r in
+             ((p, strip_response(r, eos)) for p, r in zip(prompt_texts, responses))]
+    out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(items)
+    enc = tokenize_scored(tokenizer, items)
+    keep = [k for k in range(len(items)) if any(enc.ref_mask[k][1:]) and not enc.ref_mask[k][0]
+            and (max_length is None or len(enc.input_ids[k]) <= max_length)]
+    was_training = model.training
+    model.eval()
+    try:
+        for batch in token_budget_batches([len(enc.input_ids[k]) for k in keep], max_batch_tokens):
+            ks = [keep[j] for j in batch]
+            ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
+                                          tokenizer.pad_token_id, "right")
+            device = next(model.parameters()).device
+            entropy, mean_logp = distribution_stats(model, ids.to(device), attn.to(device), target.to(device))
+            counts = target[:, 1:].sum(-1).tolist()
+            for k, h, m in zip(ks, torch.split(entropy.cpu(), counts), torch.split(mean_logp.cpu(), counts)):
+                out[k] = (h, m)
+    finally:
+        model.train(was_training)
+    return out

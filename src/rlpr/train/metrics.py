@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import math
 import resource
+from collections import Counter
 from dataclasses import dataclass
 
 import torch
 
 from rlpr.data.prompts import Prompt
 from rlpr.parallel import distributed as dist
+from rlpr.reward.label_free import extracted_answer
 from rlpr.reward.probability_reward import RewardOutput
 from rlpr.rollout.hf import Rollout
 
@@ -54,14 +56,15 @@ def rollout_metrics(groups: list[Group]) -> dict:
     outs = [r for g in groups for r in g.rewards]
     rolls = [r for g in groups for r in g.rollouts]
     keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
-            "truncated", "count", "correct", "graded", "distinct", "groups", "too_long"]
+            "truncated", "count", "correct", "graded", "distinct", "groups", "too_long", "answers", "identical"]
     local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
              sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
              sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
              sum(len(r.token_ids) for r in rolls), sum(not r.finished for r in rolls), len(outs),
              sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
              sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
-             len(groups), sum(o.too_long for o in outs)]
+             len(groups), sum(o.too_long for o in outs),
+             sum(distinct_answers(g) for g in groups), sum(identical_share(g) for g in groups)]
     s = dict(zip(keys, dist.sum_values(local)))
     n = max(s["count"], 1)
     return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
@@ -74,7 +77,24 @@ def rollout_metrics(groups: list[Group]) -> dict:
             "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
             # distinct responses per group / group size: falls toward 1/n when the policy collapses
             "rollout/distinct_frac": s["distinct"] / max(s["groups"], 1),
+            # collapse monitors (issue 33): distinct extracted answers per group (the answer a rule
+            # verifier reads, normalized; no answer counts as one more), and the share of a group's
+            # responses equal to its most common response (1: all identical)
+            "rollout/distinct_answers": s["answers"] / max(s["groups"], 1),
+            "rollout/identical_frac": s["identical"] / max(s["groups"], 1),
             "_tokens": s["len"]}
+
+
+def distinct_answers(group: Group) -> int:
+    """How many different answers a group's responses give (`label_free.extracted_answer`; None,
+    no answer, counts as one)."""
+    return len({extracted_answer(group.prompt.response_text(r.text)) for r in group.rollouts})
+
+
+def identical_share(group: Group) -> float:
+    """The share of the group's responses equal (stripped) to its most common response."""
+    texts = Counter(r.text.strip() for r in group.rollouts)
+    return max(texts.values()) / len(group.rollouts) if group.rollouts else 0.0
 
 
 def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:

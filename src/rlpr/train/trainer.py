@@ -30,6 +30,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
+from rlpr.reward.label_free import derangement, response_keys
 from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
@@ -92,6 +93,12 @@ class Trainer:
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
         self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
+        self.reward.seed = cfg.trainer.seed  # kind=random's draws
+        # reward.shuffle_references (the control): training prompt i is scored against prompt pi(i)'s
+        # reference, pi a derangement fixed by the seed; None: each against its own
+        self.scored_against = ([self.train_prompts[j].example for j in derangement(
+            [p.example.reference for p in self.train_prompts], cfg.trainer.seed)]
+            if cfg.reward.shuffle_references else None)
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
@@ -145,26 +152,32 @@ class Trainer:
         release_memory()
         self.display.phase("reward")
         tick = time.perf_counter()
-        rewards = self.score(prompts, rollouts)
+        rewards = self.score(prompts, rollouts, training=True)
         self.timings["perf/reward_s"] += time.perf_counter() - tick
         release_memory()
         n = cfg.rollout.responses_per_prompt
         return [Group(p, rollouts[k * n:(k + 1) * n], rewards[k * n:(k + 1) * n]) for k, p in enumerate(prompts)]
 
     def score(self, prompts: list[Prompt], rollouts: list[Rollout],
-              reward: ProbabilityReward | None = None) -> list[RewardOutput]:
-        """Rewards of rollouts (with `reward`, default the training reward), graded for accuracy."""
+              reward: ProbabilityReward | None = None, training: bool = False) -> list[RewardOutput]:
+        """Rewards of rollouts (with `reward`, default the training reward), graded for accuracy
+        against the true references. `training`: prompts of the training set, scored against another
+        prompt's reference under reward.shuffle_references."""
         from rlpr.evaluation.graders import grade_example
 
         reward = reward or self.reward
         by_index = [prompts[r.prompt_index] for r in rollouts]
+        shuffled = training and self.scored_against is not None
+        targets = [self.scored_against[p.index] if shuffled else p.example for p in by_index]
         responses = [p.response_text(r.text) for p, r in zip(by_index, rollouts)]
         correct = [grade_example(p.example, text).correct for p, text in zip(by_index, responses)]
+        groups = [r.prompt_index for r in rollouts]
+        keys = [(p.index, j) for p, (_, j) in zip(by_index, response_keys(groups))]  # (prompt, response index)
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
-            return reward(self.policy, [p.text for p in by_index], responses, [p.example.reference for p in by_index],
-                          precomputed_a=[p.example.score_a for p in by_index], correct=correct,
-                          acceptable=[p.example.acceptable for p in by_index],
-                          groups=[r.prompt_index for r in rollouts])  # nover ranks within a group
+            return reward(self.policy, [p.text for p in by_index], responses, [t.reference for t in targets],
+                          precomputed_a=[None if shuffled else t.score_a for t in targets], correct=correct,
+                          acceptable=[t.acceptable for t in targets],
+                          groups=groups, keys=keys)  # nover, majority: within a group; random: keys
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:
