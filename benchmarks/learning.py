@@ -723,8 +723,8 @@ def main() -> int:
                                                              "20 per transfer set, 2 samples each (a smoke "
                                                              "setting, not a result)")
     parser.add_argument("--seeds", type=int, default=3)
-    parser.add_argument("--steps", type=int, default=30)
-    parser.add_argument("--heldout", type=int, default=200, help="held-out questions (demo val split)")
+    parser.add_argument("--steps", type=int, default=20)
+    parser.add_argument("--heldout", type=int, default=203, help="held-out questions (demo val split; the small preset holds out 203)")
     parser.add_argument("--transfer-questions", type=int, default=0,
                         help="questions per transfer set (the first N of each file; 0: all)")
     parser.add_argument("--samples", type=int, default=8, help="k of Avg@k and pass@k")
