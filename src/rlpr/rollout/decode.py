@@ -100,7 +100,7 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
 
 @torch.no_grad()
 def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens: int, eos: int, pad: int,
-           cache=None, compact_every: int = 8, min_new_tokens: int = 0) -> torch.Tensor:
+           cache=None, compact_every: int = 8, min_new_tokens: int = 0, ends: tuple[int, ...] = ()) -> torch.Tensor:
     """Sampled continuations [B, max_new_tokens] (pad after a row's EOS) of left-padded prompts.
 
     `draw(logits [b, V] fp32, rows [b] long) -> tokens [b]` picks the next token of the original
@@ -108,7 +108,8 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
     None to run the whole prompts first. Finished rows are dropped once they are at least
     1/`compact_every` of the rows still running. `min_new_tokens`: EOS's logit is -inf for the
     first that many tokens (every row has drawn the same number of tokens at each step), so no
-    response ends before it (vLLM's min_tokens; one column written in place, no copy).
+    response ends before it (vLLM's min_tokens; one column written in place, no copy). `ends`: more
+    tokens that end a row as EOS does (those holding a rollout.stop string), kept like it.
     """
     batch, width = ids.shape
     device = ids.device
@@ -123,6 +124,7 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
         feed, pos = ids, positions
     else:
         feed, pos = ids[:, -1:], positions[:, -1:]
+    stop = torch.tensor([eos, *ends], dtype=torch.long)
     rows = torch.arange(batch)  # the original row of every row still in the batch
     done = torch.zeros(batch, dtype=torch.bool)
     length = width
@@ -135,7 +137,7 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
         tokens = draw(scores, rows).cpu()
         live = ~done
         out[rows[live], step] = tokens[live]
-        done |= tokens == eos
+        done |= torch.isin(tokens, stop)
         if bool(done.all()) or step == max_new_tokens - 1:
             break
         mask[:, length] = 1

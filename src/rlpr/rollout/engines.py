@@ -8,16 +8,17 @@ the default and needs nothing beyond rlpr's dependencies; `vllm` imports vLLM on
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Callable
 
 import torch
 
-from rlpr.rollout.hf import HFRollout
+from rlpr.rollout.hf import HFRollout, Rollout
 
 
 def build_hf(policy, tokenizer, rollout, dtype: torch.dtype):
     return HFRollout(policy, tokenizer, dtype, rollout.batch_sequences, rollout.share_prefill, rollout.decode_loop,
-                     rollout.min_new_tokens)
+                     rollout.min_new_tokens, rollout.stop)
 
 
 def build_vllm(policy, tokenizer, rollout, dtype: torch.dtype):
@@ -29,6 +30,38 @@ def build_vllm(policy, tokenizer, rollout, dtype: torch.dtype):
 ENGINES: dict[str, Callable] = {"hf": build_hf, "vllm": build_vllm}
 
 
+class StopAt:
+    """An engine whose responses end at the first of `stops` (rollout.stop), as at EOS: the tokens up
+    to the one that completes the stop string (kept, as EOS is), the text before the stop string,
+    finished. The engine still decodes up to max_new_tokens; the cut is applied to what it returns."""
+
+    def __init__(self, engine, tokenizer, stops: list[str]):
+        self.engine, self.tokenizer, self.stops = engine, tokenizer, [s for s in stops if s]
+
+    def __getattr__(self, name):  # sync, sleep and the rest: the engine's own
+        return getattr(self.engine, name)
+
+    def generate(self, prompts, n, **kwargs) -> list[Rollout]:
+        return [self.cut(r) for r in self.engine.generate(prompts, n, **kwargs)]
+
+    def cut(self, r: Rollout) -> Rollout:
+        at = [i for i in (r.text.find(s) for s in self.stops) if i >= 0]
+        if not at:
+            return r
+        chars = min(at)
+
+        def reaches(k: int) -> bool:  # the first k tokens' text already holds a stop string
+            text = self.tokenizer.decode(r.token_ids[:k], skip_special_tokens=True)
+            return any(s in text for s in self.stops)
+
+        low, high = 0, len(r.token_ids)  # the smallest k with reaches(k): reaches(high) holds
+        while high - low > 1:
+            mid = (low + high) // 2
+            low, high = (low, mid) if reaches(mid) else (mid, high)
+        logprobs = r.logprobs[:high] if r.logprobs is not None else None
+        return replace(r, token_ids=r.token_ids[:high], text=r.text[:chars], finished=True, logprobs=logprobs)
+
+
 def build_engine(policy, tokenizer, rollout, dtype: torch.dtype):
     """The rollout engine named by `rollout.engine` (a `RolloutConfig`), synced to `policy`.
 
@@ -38,4 +71,5 @@ def build_engine(policy, tokenizer, rollout, dtype: torch.dtype):
         build = ENGINES[rollout.engine]
     except KeyError:
         raise ValueError(f"unknown rollout.engine {rollout.engine!r}; choose one of {', '.join(ENGINES)}") from None
-    return build(policy, tokenizer, rollout, dtype)
+    engine = build(policy, tokenizer, rollout, dtype)
+    return StopAt(engine, tokenizer, rollout.stop) if rollout.stop else engine

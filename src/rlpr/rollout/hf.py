@@ -70,11 +70,24 @@ def _contiguous_reduced_precision_input(module, args):
     return None
 
 
-def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0):
+def stop_tokens(tokenizer, stop) -> tuple[int, ...]:
+    """The vocabulary's tokens whose text holds one of the `stop` strings (rollout.stop), so that a
+    decode loop ends a row there as at EOS (an early exit only: `engines.StopAt` cuts the text
+    exactly, also where a stop string spans tokens)."""
+    stop = [s for s in stop if s]
+    if not stop:
+        return ()
+    texts = tokenizer.convert_ids_to_tokens(list(range(len(tokenizer))))
+    decoded = [tokenizer.convert_tokens_to_string([t]) if t is not None else "" for t in texts]
+    return tuple(i for i, text in enumerate(decoded) if any(s in text for s in stop))
+
+
+def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
+              ends: tuple[int, ...] = ()):
     """rlpr's decode loop (rollout/decode.py): a preallocated KV cache, finished rows leave the batch."""
     draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
     return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
-                  min_new_tokens=min_new_tokens)
+                  min_new_tokens=min_new_tokens, ends=ends)
 
 
 class NoEOSBefore:
@@ -91,13 +104,13 @@ class NoEOSBefore:
 
 
 def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache,
-                  min_new_tokens: int = 0):
+                  min_new_tokens: int = 0, ends: tuple[int, ...] = ()):
     """Hugging Face `generate` (the plain path), drawing with the same per-row sampler."""
     from transformers import GenerationConfig, LogitsProcessorList
 
     # argmax over our processor's output = the token it sampled (greedy when temperature is 0)
-    gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=eos, pad_token_id=pad,
-                                  do_sample=False)
+    gen_config = GenerationConfig(max_new_tokens=max_new_tokens, eos_token_id=[eos, *ends] if ends else eos,
+                                  pad_token_id=pad, do_sample=False)
     processors = [NoEOSBefore(ids.shape[1], min_new_tokens, eos)] if min_new_tokens > 0 else []
     processors = LogitsProcessorList(processors + ([sampler] if sampler is not None else []))
     return model.generate(input_ids=ids, attention_mask=attn, **cache_kwargs(model, cache),
@@ -134,8 +147,9 @@ class HFRollout:
     policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
-                 share_prefill: bool = True, loop: str = "rlpr", min_new_tokens: int = 0):
+                 share_prefill: bool = True, loop: str = "rlpr", min_new_tokens: int = 0, stop: list[str] = ()):
         self.tokenizer = tokenizer
+        self.ends = stop_tokens(tokenizer, stop)  # rollout.stop: tokens that end a row early
         self.min_new_tokens = min_new_tokens  # rollout.min_new_tokens: generate's default (training rollouts)
         self.loop = loop  # a key of DECODE_LOOPS: "rlpr" (rollout/decode.py) or "generate" (transformers')
         self._decode = decode_loop(loop)
@@ -193,12 +207,14 @@ class HFRollout:
             capacity = width + max_new_tokens if self._decode.preallocated else 0
             cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
             new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
-                                   cache=cache, min_new_tokens=min_new).cpu()
+                                   cache=cache, min_new_tokens=min_new, ends=self.ends).cpu()
+            ends = {eos, *self.ends}
             for r, (i, _, _) in enumerate(chunk):
                 tokens = new[r].tolist()
-                finished = eos in tokens
+                end = next((k for k, t in enumerate(tokens) if t in ends), None)
+                finished = end is not None
                 if finished:
-                    tokens = tokens[:tokens.index(eos) + 1]
+                    tokens = tokens[:end + 1]
                 text = self.tokenizer.decode(tokens, skip_special_tokens=True)
                 out.append(Rollout(i, tokens, text, finished))
         return out
