@@ -24,7 +24,11 @@ from __future__ import annotations
 # 3: coordinated clauses read one by one, an opening phrase mirroring the question's ("In
 #    baseball, ..."), a year after its month, quoted "X" or "Y-z" lists, function words end a phrase;
 #    asides (", of course,"), "due to", "However, in ..." taking nothing back.
-GRADER_VERSION = 3
+# 4: one committed answer (issue 34): several distinct candidates ("B or D", "Answer: B, D",
+#    "\\boxed{3} or \\boxed{5}"), a negated reference ("not (B)", "It wasn't X.") and a hedge
+#    between two ("X, or maybe Y") are wrong whatever their order; answers read before ", which"
+#    / ", and <clause>"; references with commas matched whole; TheoremQA's own rules.
+GRADER_VERSION = 4
 
 from rlpr.evaluation.graders.dispatch import (  # noqa: E402
     BENCHMARK_RULES,

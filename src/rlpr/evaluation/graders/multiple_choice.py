@@ -136,13 +136,42 @@ def _without_negated(text: str) -> str:
 
 
 def _last_letter(pattern: re.Pattern, text: str, valid: str) -> str | None:
-    letter = None
-    check_negation = pattern is not _STANDALONE
+    """The letter of the last non-negated match of `pattern`, or "B/D" when that letter is one of
+    a list of several options ("B or D", "Answer: B, D", "A, B, C or D")."""
+    last = None
     for m in pattern.finditer(text):
         found = next(g for g in m.groups() if g).upper()
-        if found in valid and not (check_negation and _negated(text, m)):
-            letter = found
-    return letter
+        if found in valid and not _negated(text, m):
+            last = m
+    if last is None:
+        return None
+    letter = next(g for g in last.groups() if g).upper()
+    listed = _listed_with(text, last.start(last.lastindex), valid)
+    return "/".join(listed) if len(listed) > 1 else letter
+
+
+# A list of option letters: two or more letters joined by ",", "/", "&", "or", "and", "nor",
+# "vs", possibly hedged ("B or maybe D", "either B or D"). A letter is a capital that starts no
+# word, or a letter of either case in parentheses.
+_LIST_LETTER = r"(?:\(([A-Za-z])\)|(?<![\w'’])([A-Z])(?![\w'’]))"
+_LIST_JOIN = (r"[\s*)\].]*(?:[,/&;]\s*(?:(?:or|and|nor)\b\s*)?|(?:or|and|nor|vs\.?|versus)\b\s*)"
+              r"(?:(?:either|maybe|perhaps|possibly|probably|even|also)\b\s*)*[\s*(\[]*")
+_LETTER_IN_LIST = re.compile(_LIST_LETTER)
+_LETTER_LIST = re.compile(r"(?:" + _LIST_LETTER + _LIST_JOIN + r")+" + _LIST_LETTER)
+
+
+def _listed_with(text: str, position: int, valid: str) -> list[str]:
+    """The distinct valid option letters of the list of letters that holds the letter at
+    `position`, in order, negated ones left out ("B, D is wrong"); [] when it stands alone."""
+    for m in _LETTER_LIST.finditer(text):
+        if m.start() <= position < m.end():
+            letters = []
+            for x in _LETTER_IN_LIST.finditer(text, m.start(), m.end()):
+                found = (x.group(1) or x.group(2)).upper()
+                if found in valid and found not in letters and not _negated(text, x):
+                    letters.append(found)
+            return letters
+    return []
 
 
 def _option_by_text(answer: str, choices: list[str]) -> str | None:
