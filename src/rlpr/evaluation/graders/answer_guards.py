@@ -17,11 +17,13 @@ import re
 
 from rlpr.evaluation.graders.normalization import normalize_answer
 from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, ASIDES, AUX, BE, BREAK,
-                                             CONCLUSION, DEMONYM, FILLERS, FUNCTION, MONTHS, PRONOUNS,
+                                             CONCLUSION, DEMONYM, FILLERS, FUNCTION, HEDGES, MONTHS, PRONOUNS,
                                              QUALIFIERS, STARTERS, TITLES, WH, Question, Token, is_verb,
                                              main_verb, tokens, words)
 
 _LIST_JOINERS = (",", "or", "and", "nor", "/", "&")
+# What may follow "or" without naming another candidate: "or so", "or more", "or simply X".
+_NOT_ALTERNATIVE = frozenset("so more less fewer simply rather also known".split())
 # A statement is read up to this many tokens, and its first mentions of the reference only, so
 # that degenerate text ("Paris, Paris, Paris, ...") costs milliseconds.
 _MAX_TOKENS = 200
@@ -30,9 +32,14 @@ _MAX_MENTIONS = 10
 
 def gold_words(golds: list[str]) -> list[list[str]]:
     """Each reference form as normalized words, longest first; initials also run together
-    ("J. K. Rowling" is also "JK Rowling")."""
+    ("J. K. Rowling" is also "JK Rowling"); a reference with commas also with them, so that it
+    is matched whole ("March 5, 2010", "Paris, France")."""
     forms: list[list[str]] = []
     for gold in golds:
+        if "," in gold:
+            with_commas = [t.norm for t in tokens(gold) if not t.punct or t.norm == ","]
+            if with_commas and with_commas[0] != "," and with_commas[-1] != "," and with_commas not in forms:
+                forms.append(with_commas)
         plain = words(gold)
         merged, run = [], ""
         for w in plain:
@@ -151,16 +158,29 @@ class Mentions:
                 return True
         j = skip_parenthetical(toks, j)
         while j < len(toks) and toks[j].norm in _LIST_JOINERS:
-            item, end = self._item(j + 1)
+            joiner, k = toks[j].norm, j + 1
+            after_comma = joiner == "," and self.word(k) in ("or", "and", "nor")
+            if after_comma:  # ", or maybe Y", ", and Y"
+                joiner, k = self.word(k), k + 1
+            while self.word(k) in HEDGES | {"either", "even", "else"}:
+                k += 1
+            item, end = self._item(k)
+            if not item and joiner in ("or", "nor") and k < len(toks) and not toks[k].punct \
+                    and self.word(k) not in _NOT_ALTERNATIVE:
+                return True  # "X or in the Gospel of Luke": another candidate all the same
             if not item:  # "and is closely related to ...": a clause, not a list
                 return False
-            if not self._same_answer(item) and not (toks[j].norm == "," and all(map(self.q.has, item))):
-                if toks[j].norm != ",":
+            if after_comma and joiner == "and" and not (end == len(toks) or toks[end].punct):
+                return False  # ", and the music by Bob Russell": a clause of its own
+            if not self._same_answer(item) and not (joiner == "," and all(map(self.q.has, item))):
+                if joiner != ",":
                     return True
                 others += 1
                 last = end == len(toks) or toks[end].norm in ".!"
                 in_place = bool({"in", "at", "near", "from"} & set(self.words(s - 3, s)))
-                if others == 1 and last and all(t.cap for t in toks[j + 1:end]) and not in_place:
+                # a second name, or in a statement without a verb anything ending it ("X, Y")
+                if others == 1 and last and (self.verb is None or all(t.cap for t in toks[k:end])) \
+                        and not in_place:
                     return True
             j = skip_parenthetical(toks, end)
         return others >= 2

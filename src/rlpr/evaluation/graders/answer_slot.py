@@ -76,7 +76,8 @@ class Statement(Mentions):
         """After the main verb, nothing between opening another role, naming something else or
         hedging, the subject restating the question: "There are 24 hours in a day."."""
         v = self.verb
-        return (v is not None and s > v and not self.breaks_between(v, s) and not self.names_another(v, s)
+        return (v is not None and s > v and self.toks[v].norm not in NEGATION  # "It wasn't X."
+                and not self.breaks_between(v, s) and not self.names_another(v, s)
                 and not hedged(self.toks[v:s]) and self.echoes_question(0, v) and self.ends_phrase(e))
 
     def _intro_end(self) -> int:
@@ -184,7 +185,30 @@ class Statement(Mentions):
         return (len(restated) >= 2 and not NEGATION.intersection(t.norm for t in rest) and not hedged(rest))
 
     def bare_phrase(self, s: int, e: int) -> bool:
-        """A statement without a verb is one phrase ending with the reference: "a single shelf"."""
+        """A statement without a verb is one phrase ending with the reference: "a single shelf";
+        so is the head before a relative clause or a clause of its own ("Paris, which is ...",
+        "Paris, and this is ..."). A reference inside an opening phrase is not one ("Not X, but
+        Y.")."""
+        head = self._head_end()
         start = self._intro_end() - 1
-        return (self.verb is None and not self.breaks_between(start, s) and not self.names_another(start, s)
-                and self.ends_phrase(e))
+        if start >= s:
+            start = -1
+        return ((self.verb is None or self.verb > head) and e <= head and not self.breaks_between(start, s)
+                and not self.names_another(start, s) and self.ends_phrase(e))
+
+    def _head_end(self) -> int:
+        """Where a verbless head ends: the comma before a relative clause (", which ...") or
+        before a clause with a verb after "and" (", and this is ..."); else the end (", but ..."
+        may take the answer back)."""
+        toks = self.toks
+        for k, t in enumerate(toks):
+            if t.norm != "," or k + 1 >= len(toks):
+                continue
+            nxt = toks[k + 1].norm
+            if nxt in ("which", "who", "whom", "whose", "where"):
+                return k
+            if nxt == "and":
+                end = self.clause_end(k + 2)
+                if any(is_verb(x) for x in toks[k + 2:end]):
+                    return k
+        return len(toks)

@@ -61,6 +61,40 @@ def weak_cue_text(response: str) -> str | None:
     return last if 0 < len(last) <= _MAX_CLOSING_CHARS else None
 
 
+# What may stand between two boxed answers offered as alternatives: "\\boxed{3} or \\boxed{5}",
+# "\\boxed{A}, \\boxed{B}", "either \\boxed{3} or maybe \\boxed{5}".
+_BETWEEN_ALTERNATIVES = re.compile(r"[\s$,;/&.]*(?:(?:or|and|nor|either|maybe|perhaps|possibly|probably)\b[\s$,]*)*")
+
+
+def boxed_alternatives(response: str) -> list[str]:
+    """The answers of the final run of `\\boxed{}` answers offered side by side (only joiners
+    between them: ",", "or", "and", "/", "maybe"), when there are several different ones; else
+    [] ("\\boxed{2} and so the area is \\boxed{4}" is one answer: words stand between)."""
+    text = _last_tagged(response) or response
+    starts = [m for m in _BOXED.finditer(text)]
+    if len(starts) < 2:
+        return []
+    closing = _matching_braces(text, starts[0].end() - 1)
+    boxes = [(m.start(), closing[m.end() - 1], text[m.end():closing[m.end() - 1]].strip())
+             for m in starts if m.end() - 1 in closing]
+    run = boxes[-1:]
+    for box in reversed(boxes[:-1]):
+        between = text[box[1] + 1:run[0][0]]
+        if not _BETWEEN_ALTERNATIVES.fullmatch(between):
+            break
+        run.insert(0, box)
+    answers = []
+    for _, _, content in run:
+        key = re.sub(r"\s+", "", content)
+        if key and key not in [re.sub(r"\s+", "", a) for a in answers]:
+            answers.append(content)
+    return answers if len(answers) > 1 else []
+
+
+# A negated answer: "not 5", "never Paris", "isn't 4".
+NEGATED_ANSWER = re.compile(r"(?i)^[\s*(]*(?:not|never|neither|no\s+longer|isn['’]?t|is\s+not|wasn['’]?t)\b")
+
+
 def _last_tagged(text: str) -> str | None:
     """Content of the last <answer> tag that holds something (truncated generations included)."""
     for opening in reversed(list(_ANSWER_OPEN.finditer(text))):

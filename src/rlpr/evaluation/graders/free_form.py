@@ -7,7 +7,7 @@ import re
 
 from rlpr.evaluation.graders.answer_guards import gold_words
 from rlpr.evaluation.graders.answer_slot import Statement
-from rlpr.evaluation.graders.extraction import answer_part, explicit_answer
+from rlpr.evaluation.graders.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
 from rlpr.evaluation.graders.normalization import answer_key, close_numbers, normalize_answer
 from rlpr.evaluation.graders.verdict import Grade
 from rlpr.evaluation.graders.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
@@ -39,18 +39,45 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
        other candidates lets the next one decide, up to the third statement.
     """
     golds = [g for g in (reference, *(acceptable or [])) if normalize_answer(g)]
+    normalized = {answer_key(g) for g in (reference, *(acceptable or []))} - {""}
+    boxes = boxed_alternatives(response)
+    if boxes:
+        return Grade(False, " or ".join(boxes), "boxed:several_answers")
+    whole = response.strip()
+    if len(whole) <= 300 and {answer_key(whole), answer_key(answer_head(whole))} & normalized:
+        # the reference itself ("March 5, 2010"), or before a clause ("Dr. Jesse Bennett, who ...")
+        return Grade(True, whole, "whole_response:normalized_match")
     answer = explicit_answer(response)
     if answer is not None:
-        said = answer_key(answer)
-        normalized = {answer_key(g) for g in (reference, *(acceptable or []))} - {""}
         where = answer_part(response)[1]
         where = "answer_phrase" if where == "none" else where
-        if bool(said) and said in normalized:
-            return Grade(True, answer, f"{where}:normalized_match")
-        if rel_tol > 0 and close_numbers(said, normalized, rel_tol):
-            return Grade(True, answer, f"{where}:numeric_rel_tol_{rel_tol:g}")
-        return Grade(False, answer, f"{where}:normalized_match")
+        for said_text in dict.fromkeys((answer, answer_head(answer))):
+            said = answer_key(said_text)
+            if bool(said) and said in normalized:
+                return Grade(True, said_text, f"{where}:normalized_match")
+            if rel_tol > 0 and close_numbers(said, normalized, rel_tol):
+                return Grade(True, said_text, f"{where}:numeric_rel_tol_{rel_tol:g}")
+        return Grade(False, answer, f"{where}:{'negated' if NEGATED_ANSWER.match(answer) else 'normalized_match'}")
     return _grade_statements(response, golds, question or "")
+
+
+# Where an explicit answer's slot ends: a relative clause (", which ...", ", who ..."), or a
+# clause of its own after ", and" / "; " (one with a verb: ", and this is well known"; ", and
+# Rome" is a second candidate and stays; ", but ..." may take the answer back and stays).
+_RELATIVE_CLAUSE = re.compile(r",\s+(?=(?:which|who|whom|whose|where)\b)", re.IGNORECASE)
+_CLAUSE_AFTER = re.compile(r"(?:,\s+(?=and\s)|;\s+)", re.IGNORECASE)
+
+
+def answer_head(answer: str) -> str:
+    """The answer slot of an explicit answer: what stands before a relative clause or a clause of
+    its own ("Paris, which is the largest city" -> "Paris"; "Paris, and London" stays whole)."""
+    head = _RELATIVE_CLAUSE.split(answer, maxsplit=1)[0]
+    for m in _CLAUSE_AFTER.finditer(head):
+        rest = head[m.end():]
+        rest_toks = [t for t in tokens(rest) if t.norm != "and"]
+        if main_verb(rest_toks) is not None:
+            return head[:m.start()].strip()
+    return head.strip()
 
 
 def _grade_statements(response: str, golds: list[str], question: str) -> Grade:

@@ -9,7 +9,8 @@ import threading
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
-from rlpr.evaluation.graders.extraction import answer_part, phrase_answer, weak_cue_text
+from rlpr.evaluation.graders.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
+                                                phrase_answer, weak_cue_text)
 from rlpr.evaluation.graders.normalization import LATEX_TEXT, normalize_answer
 from rlpr.evaluation.graders.verdict import Grade
 
@@ -41,11 +42,20 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
     a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
     """
+    boxes = boxed_alternatives(response)
+    if boxes:
+        return Grade(False, " or ".join(boxes), "boxed:several_answers")
     answer, where = _math_answer(response)
     if answer is None:
         return Grade(False, None, where)
+    if NEGATED_ANSWER.match(answer):
+        return Grade(False, answer, f"{where}:negated")
+    golds = [reference, *(acceptable or [])]
+    options = alternatives(answer if where != "math_search" else last_line(weak_cue_text(response) or ""))
+    if options and not any(_OR.search(g) or "," in g for g in golds):
+        return Grade(False, " or ".join(options), f"{where}:several_answers")
     try:
-        correct, how = math_equal(answer, [reference, *(acceptable or [])], rel_tol=rel_tol,
+        correct, how = math_equal(answer, golds, rel_tol=rel_tol,
                                   round_integers=round_integers)
     except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
         return Grade(False, answer, f"{where}:error")
@@ -69,6 +79,31 @@ def _math_answer(response: str) -> tuple[str | None, str]:
         return None, "none"
     found = next((p for p in pred if isinstance(p, str) and p.strip()), None)
     return (found, "math_search") if found is not None else (None, "none")
+
+
+_OR = re.compile(r"(?i)\\text\{\s*or\s*\}|\bor\b")
+_EITHER = re.compile(r"(?i)^\W*(?:either|maybe|perhaps|possibly|probably)\b")
+_HEDGE = re.compile(r"(?i)^(?:either|maybe|perhaps|possibly|probably|else)\b\s*|[\s.,;:!?$]+$")
+_MATHY = re.compile(r"\d|\\[a-zA-Z]|^(?![\s\S]*[A-Za-z]{2})[A-Za-z0-9\s+\-*/^=().,{}]{1,30}$")
+
+
+def alternatives(text: str) -> list[str]:
+    """Several different answers offered side by side, "3 or 5", "either 225 or \\frac{17}{50}",
+    "8 or p - q" (each part holding a number or a formula, or a short expression without words;
+    not equivalent to one another), else []."""
+    parts = [_HEDGE.sub("", p.strip()).strip() for p in _OR.split(_EITHER.sub("", text))]
+    parts = [p for p in parts if p]
+    if len(parts) < 2 or not all(_MATHY.search(p) for p in parts):
+        return []
+    distinct: list[str] = []
+    for p in parts:
+        try:
+            same = any(_compact(p) == _compact(d) or math_equal(p, [d])[0] for d in distinct)
+        except (Exception, TimeoutException):
+            same = False
+        if not same:
+            distinct.append(p)
+    return distinct if len(distinct) > 1 else []
 
 
 _TRUE, _FALSE = frozenset({"true", "yes"}), frozenset({"false", "no"})

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import string
 
-from rlpr.evaluation.graders.extraction import answer_part, last_line, weak_cue_text
+from rlpr.evaluation.graders.extraction import answer_part, boxed_alternatives, last_line, weak_cue_text
 from rlpr.evaluation.graders.normalization import normalize_answer
 from rlpr.evaluation.graders.verdict import Grade
 
@@ -63,10 +63,16 @@ def grade_multiple_choice(response: str, reference: str,
     4. weak cues, only inside `weak_cue_text` (short responses or a short closing paragraph,
        never long text without a cue): the last line (letter or option text), a letter in
        parentheses or bold, a capital letter ending a clause.
-    Explicit phrases thus outrank option text anywhere outside the answer part.
+    Explicit phrases thus outrank option text anywhere outside the answer part. One committed
+    answer: a letter in a list of several ("B or D", "Answer: B, D", "B, or maybe D", boxed
+    side by side) is read as "B/D", which is wrong whatever the order; a negated letter ("not
+    (B)", "B is wrong") is never read.
     """
     valid = LETTERS[:len(choices)] if choices else LETTERS
     gold = _letter_in(reference, valid, choices)
+    boxed = {_letter_in(b, valid, choices) for b in boxed_alternatives(response)} - {None}
+    if len(boxed) > 1:  # "\boxed{B} or \boxed{D}"
+        return Grade(False, "/".join(sorted(boxed)), "boxed:several_options")
     letter, rule = _response_letter_rule(response, valid, choices)
     return Grade(letter is not None and letter == gold, letter, rule)
 
