@@ -2,6 +2,13 @@
 by transformers (its GGUF loader is the one llama.cpp's files are written for) and equal to the
 trained policy; a model card in both."""
 
+import errno
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
 import pytest
 import torch
 
@@ -64,7 +71,7 @@ def test_gguf_reloads_with_the_same_tokenizer_and_logits(runs, tiny_dir, tmp_pat
     for p in PROMPTS:
         assert reread(p)["input_ids"] == tokenizer(p)["input_ids"]
     assert reread.eos_token_id == tokenizer.eos_token_id
-    assert "library_name: gguf" in (tmp_path / "README.md").read_text()
+    assert "library_name: gguf" in (tmp_path / "model.README.md").read_text()  # never README.md (issue 35, N2)
 
 
 def test_export_errors_are_one_line(runs, tmp_path, capsys):
@@ -84,3 +91,147 @@ def test_gguf_refuses_an_architecture_llama_cpp_layout_is_not_known_for(tokenize
     model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_embd=32, n_layer=1, n_head=2))
     with pytest.raises(ConfigError, match="GGUF export supports .* not GPT2LMHeadModel: export --format hf"):
         write_gguf(model, tokenizer, tmp_path / "m.gguf")
+
+
+# -- issue 35: export never destroys, is whole or nothing, and checks its output first -------------
+
+def digest(folder):
+    return {p.relative_to(folder).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+            for p in sorted(Path(folder).rglob("*")) if p.is_file()}
+
+
+def no_model_load(monkeypatch):
+    """Make loading the model fail loudly: a check that should come first must not reach it."""
+    import rlpr.model.loading
+
+    def fail(*a, **k):
+        raise AssertionError("the model was loaded before the output was checked")
+    monkeypatch.setattr(rlpr.model.loading, "load_policy", fail)
+
+
+def one_line_error(capsys, *words):
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and "Traceback" not in err, err
+    for w in words:
+        assert w in err, err
+    return err
+
+
+def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it_whole(runs, tiny_dir, tmp_path, capsys,
+                                                                         monkeypatch):
+    """N1: into a folder holding other weights, export used to write in place (stale shards and an
+    index beside the new files); pointed at the base model's folder it overwrote the base weights."""
+    stale = tmp_path / "out"
+    stale.mkdir()
+    (stale / "model-00001-of-00002.safetensors").write_bytes(b"old shard")
+    (stale / "model.safetensors.index.json").write_text("{}")
+    base_before = digest(tiny_dir)
+    with monkeypatch.context() as m:
+        no_model_load(m)
+        assert main(["export", str(runs / "lora"), "-o", str(stale)]) == 2
+        one_line_error(capsys, str(stale), "not empty", "--overwrite")
+        assert main(["export", str(runs / "lora"), "-o", tiny_dir]) == 2  # the run's own base model
+        one_line_error(capsys, tiny_dir, "not empty")
+        assert main(["export", str(runs / "lora"), "-o", tiny_dir, "--overwrite"]) == 2
+        one_line_error(capsys, "--overwrite would replace")
+        assert main(["export", str(runs / "lora"), "-o", str(runs), "--overwrite"]) == 2  # holds the run
+        one_line_error(capsys, "--overwrite would replace")
+    assert digest(tiny_dir) == base_before
+    assert sorted(p.name for p in stale.iterdir()) == ["model-00001-of-00002.safetensors", "model.safetensors.index.json"]
+    assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 0
+    names = sorted(p.name for p in stale.iterdir())
+    assert "model.safetensors" in names and not any("00001" in n or "index" in n for n in names)
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    assert main(["export", str(runs / "lora"), "-o", str(empty)]) == 0  # an empty folder is fine
+    assert (empty / "model.safetensors").is_file()
+    assert [p.name for p in tmp_path.iterdir() if p.name.startswith(".")] == []  # no temporary left
+
+
+def test_gguf_export_never_replaces_a_readme(runs, tmp_path, capsys):
+    """N2: a GGUF export wrote README.md beside the .gguf, replacing whatever README was there."""
+    (tmp_path / "README.md").write_text("my notes")
+    assert main(["export", str(runs / "lora"), "--format", "gguf", "-o", str(tmp_path / "m.gguf")]) == 0
+    assert (tmp_path / "README.md").read_text() == "my notes"
+    assert "library_name: gguf" in (tmp_path / "m.README.md").read_text()
+    assert main(["export", str(runs / "lora"), "--format", "gguf", "-o", str(tmp_path / "m.gguf")]) == 2
+    one_line_error(capsys, "m.gguf", "already exists", "--overwrite")
+    assert main(["export", str(runs / "lora"), "--format", "gguf", "-o", str(tmp_path / "m.gguf"),
+                 "--overwrite"]) == 0
+    assert (tmp_path / "README.md").read_text() == "my notes"
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "m.README.md", "m.gguf"]
+
+
+@pytest.mark.parametrize("fmt", ["hf", "gguf"])
+def test_a_failed_or_interrupted_export_leaves_nothing_and_keeps_the_old_output(runs, tmp_path, capsys,
+                                                                              monkeypatch, fmt):
+    """N3 and N9: a full disk midway or Ctrl-C left a truncated .gguf (or an HF folder with a cut
+    tokenizer) under the final name, and the error was a traceback."""
+    import rlpr.model.export as export
+
+    target = tmp_path / ("m.gguf" if fmt == "gguf" else "hf")
+    real = export.write_gguf if fmt == "gguf" else export.save_hf
+
+    def full_disk(model, tokenizer, path, *a, **k):
+        real(model, tokenizer, path, *a, **k)  # written whole, then the disk fills up on the next file
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    def interrupted(model, tokenizer, path, *a, **k):
+        Path(path).write_bytes(b"half") if fmt == "gguf" else Path(path).mkdir(exist_ok=True)
+        raise KeyboardInterrupt
+
+    args = ["export", str(runs / "lora"), "--format", fmt, "-o", str(target)]
+    monkeypatch.setattr(export, real.__name__, full_disk)
+    assert main(args) == 2
+    one_line_error(capsys, "cannot write", str(target), "No space left on device", "nothing was written")
+    assert list(tmp_path.iterdir()) == []  # no target, no card, no temporary
+    monkeypatch.setattr(export, real.__name__, interrupted)
+    assert main(args) == 130
+    one_line_error(capsys, "interrupted", "nothing was written")
+    assert list(tmp_path.iterdir()) == []
+    monkeypatch.setattr(export, real.__name__, real)
+    assert main(args) == 0
+    before = digest(tmp_path)
+    monkeypatch.setattr(export, real.__name__, full_disk)
+    assert main([*args, "--overwrite"]) == 2  # the old export stays whole
+    capsys.readouterr()
+    assert digest(tmp_path) == before
+
+
+def test_bad_outputs_are_one_line_before_the_model_loads(runs, tmp_path, capsys, monkeypatch):
+    """N9: a file where a folder goes, a folder where a file goes, a path under a file and a
+    read-only folder are one line each, found before the model loads."""
+    no_model_load(monkeypatch)
+    lora = str(runs / "lora")
+    (tmp_path / "file").write_text("x")
+    (tmp_path / "dir.gguf").mkdir()
+    (tmp_path / "dir.gguf" / "x").write_text("x")
+    cases = [(["-o", str(tmp_path / "file")], "a file is there"),
+             (["--format", "gguf", "-o", str(tmp_path / "dir.gguf")], "a folder is there"),
+             (["--format", "gguf", "-o", str(tmp_path / "dir.gguf"), "--overwrite"], "a folder is there"),
+             (["-o", str(tmp_path / "file" / "sub")], "is a file, not a folder")]
+    if os.geteuid() != 0:  # root writes anywhere
+        ro = tmp_path / "ro"
+        ro.mkdir(mode=0o555)
+        cases.append((["-o", str(ro / "out")], "permission denied"))
+    for extra, words in cases:
+        assert main(["export", lora, *extra]) == 2, extra
+        one_line_error(capsys, words)
+
+
+def test_exported_files_have_the_umask_s_modes_and_the_console_is_quiet(runs, tmp_path):
+    """E2: model.safetensors came out 0600 (unreadable by a cluster's other users); E3: DeepSpeed's
+    accelerator warning, transformers' per-file bars and the gguf writer's INFO lines on the console."""
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    env.pop("DS_ACCELERATOR", None)
+    code = ("import os, sys; os.umask(0o022); from rlpr.cli.main import main; "
+            "sys.exit(main(sys.argv[1:]))")
+    for fmt, out in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "gg")):
+        result = subprocess.run([sys.executable, "-c", code, "export", str(runs / "lora"), "--format", fmt,
+                                 "-o", str(out)], capture_output=True, text=True, env=env, timeout=300)
+        assert result.returncode == 0, result.stderr[-2000:]
+        assert result.stderr == "", result.stderr  # nothing but rlpr's own line
+        assert result.stdout.startswith("wrote ") and len(result.stdout.splitlines()) == 1
+        assert (out.stat().st_mode & 0o777) == 0o755
+        for f in out.iterdir():
+            assert (f.stat().st_mode & 0o777) == 0o644, f

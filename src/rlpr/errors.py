@@ -62,6 +62,33 @@ def atomic_output(path, mode: str = "w"):
         raise OutputError(f"cannot write {path}: {e.strerror or error_reason(e)}") from None
 
 
+def current_umask() -> int:
+    """The process's umask, read without changing it (Linux's /proc), else by setting it back at once."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def normal_modes(path) -> None:
+    """Give `path` (a file, or a folder and everything under it) the modes a plain `open()` or
+    `mkdir` gets under the user's umask (0644 and 0755 under umask 022). Some writers create
+    private ones (tempfile's folders and files, safetensors' weights: 0700 and 0600), which other
+    users and groups of a shared cluster could then not read."""
+    mask = current_umask()
+    path = Path(path)
+    items = [path, *path.rglob("*")] if path.is_dir() else [path]
+    for item in items:
+        if item.is_symlink():
+            continue
+        os.chmod(item, (0o777 if item.is_dir() else 0o666) & ~mask)
+
+
 def write_atomic(path, data: str | bytes) -> None:
     """Write a whole output file or nothing (`atomic_output`)."""
     with atomic_output(path, "wb") as f:

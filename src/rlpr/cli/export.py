@@ -2,11 +2,20 @@
 
 from __future__ import annotations
 
+import sys
+
 
 def cmd_export(args) -> int:
+    from rlpr.cli.quiet import quiet_libraries
     from rlpr.model.export import export_run
 
-    path = export_run(args.run, args.output, args.format, args.step, args.gguf_type, args.dtype)
+    quiet_libraries(args.verbose)
+    try:
+        path = export_run(args.run, args.output, args.format, args.step, args.gguf_type, args.dtype,
+                          overwrite=args.overwrite)
+    except KeyboardInterrupt:
+        print(f"rlpr: export interrupted; nothing was written to {args.output}", file=sys.stderr)
+        return 130
     size = sum(f.stat().st_size for f in ([path] if path.is_file() else path.rglob("*")) if f.is_file())
     print(f"wrote {path} ({size / 2**20:.0f} MiB)")
     return 0
@@ -22,7 +31,11 @@ def register(sub) -> None:
                    help="hf: safetensors + tokenizer + generation config (vLLM, TGI, the Hub); gguf: llama.cpp, "
                         "Ollama, LM Studio")
     p.add_argument("--output", "-o", required=True,
-                   help="the folder to write (gguf: a .gguf file, or a folder that gets model.gguf)")
+                   help="a new or empty folder to write (gguf: a new .gguf file, its card beside it as "
+                        "NAME.README.md, or a folder that gets model.gguf and README.md)")
+    p.add_argument("--overwrite", action="store_true",
+                   help="replace an existing output whole (never merged into; the run, its base model and the "
+                        "current folder are never replaced)")
     p.add_argument("--step", type=int, default=None, help="checkpoints/step_N (default: the latest complete one)")
     p.add_argument("--gguf-type", choices=GGUF_TYPES, default="f16",
                    help="GGUF weight type: f16 (default), q8_0 (8-bit, about half the size) or f32")

@@ -11,12 +11,15 @@ SmolLM2 does), else built from the Hugging Face tokenizer (byte-level BPE).
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
+from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, OutputError, error_reason, normal_modes
 from rlpr.train.model_card import model_card, run_info
 
 
@@ -56,10 +59,17 @@ def choose_checkpoint(run: Path, step: int | None) -> Path:
 
 
 def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf", step: int | None = None,
-               gguf_type: str = "f16", dtype: str = "float32") -> Path:
+               gguf_type: str = "f16", dtype: str = "float32", overwrite: bool = False) -> Path:
     """Write run `run`'s checkpoint (latest, or `step`) with LoRA merged: a Hugging Face folder at
     `output` (fmt hf: safetensors, tokenizer, generation config, README.md) or a GGUF file (fmt gguf:
-    `output` itself if it ends in .gguf, else OUTPUT/model.gguf beside a README.md)."""
+    `output` itself if it ends in .gguf, with its card beside as NAME.README.md; else the folder
+    OUTPUT with model.gguf and README.md).
+
+    Never destructive, whole or nothing (`ExportTarget`): a folder target must be new or empty and
+    a file target new, unless `overwrite` (the old one is then replaced whole, never merged into);
+    everything is written under a temporary name in the target's folder and renamed into place, so
+    a kill or a full disk leaves the old target as it was and no partial one. The output is checked
+    before the model loads."""
     from rlpr.model.loading import load_policy
 
     run = Path(run)
@@ -69,19 +79,133 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
         raise ConfigError(f"--format: {fmt!r} is not one of {', '.join(FORMATS)}")
     if gguf_type not in GGUF_TYPES:
         raise ConfigError(f"--gguf-type: {gguf_type!r} is not one of {', '.join(GGUF_TYPES)}")
+    if dtype not in ("float32", "bfloat16", "float16"):
+        raise ConfigError(f"--dtype: {dtype!r} is not one of float32, bfloat16, float16")
     ckpt = choose_checkpoint(run, step)
     info = run_info(run, ckpt)  # the card every checkpoint carries, written for this format
+    target = ExportTarget(Path(output), fmt, overwrite, protected=[run, Path(info.base), Path.cwd()])
+    target.check()  # before the model loads
     model, tokenizer = load_policy(info.base, ckpt)
-    output = Path(output)
-    if fmt == "hf":
-        save_hf(model, tokenizer, output, getattr(torch, dtype))
-        (output / "README.md").write_text(model_card(info, fmt), encoding="utf-8")
-        return output
-    target = output if output.suffix == ".gguf" else output / "model.gguf"
-    target.parent.mkdir(parents=True, exist_ok=True)
-    write_gguf(model, tokenizer, target, gguf_type, base_gguf(info.base), name=run.name)
-    (target.parent / "README.md").write_text(model_card(info, fmt), encoding="utf-8")
-    return target
+    card = model_card(info, fmt)
+    with target.staged() as tmp:
+        if fmt == "hf":
+            save_hf(model, tokenizer, tmp, getattr(torch, dtype))
+            (tmp / "README.md").write_text(card, encoding="utf-8")
+        else:
+            write_gguf(model, tokenizer, target.gguf_in(tmp), gguf_type, base_gguf(info.base), name=run.name)
+            target.card_in(tmp).write_text(card, encoding="utf-8")
+    return target.result
+
+
+class ExportTarget:
+    """Where an export goes, checked before any work and written whole or not at all.
+
+    A folder (hf, or gguf to a folder): new, or empty, or with `overwrite` replaced whole; staged
+    as a hidden `.NAME.tmp-*` folder beside it and renamed. A .gguf file: new, or with `overwrite`
+    replaced; staged (with its card NAME.README.md) in a hidden folder beside it, each file renamed
+    into place. Never replaced even with `overwrite`: the run's directory, the base model's folder,
+    the current directory, or any folder holding one of them."""
+
+    def __init__(self, output: Path, fmt: str, overwrite: bool, protected: list[Path] = ()):
+        self.output, self.fmt, self.overwrite = output, fmt, overwrite
+        self.protected = [p for p in protected if str(p) and p.exists()]
+        self.is_file = fmt == "gguf" and output.suffix == ".gguf"
+        self.card = output.with_name(f"{output.stem}.README.md") if self.is_file else None
+        self.result = output if self.is_file else output / "model.gguf" if fmt == "gguf" else output
+
+    def gguf_in(self, tmp: Path) -> Path:
+        return tmp / (self.output.name if self.is_file else "model.gguf")
+
+    def card_in(self, tmp: Path) -> Path:
+        return tmp / (self.card.name if self.is_file else "README.md")
+
+    def _refuse(self, why: str):
+        raise ConfigError(f"{self.output}: {why}")
+
+    def check(self) -> None:
+        """One line, before the model loads: a target that is there and may not be replaced, one
+        that would replace what the export reads (or the folder it is run from), a folder that cannot
+        be written."""
+        out = self.output
+        if self.is_file:
+            for path in (out, self.card):
+                if path.is_dir():
+                    raise ConfigError(f"{path}: a folder is there; name a new .gguf file (or a folder without "
+                                      f"the .gguf suffix)")
+                if (path.exists() or path.is_symlink()) and not self.overwrite:
+                    raise ConfigError(f"{path}: already exists; export writes only new files: choose another "
+                                      f"-o, or pass --overwrite to replace it")
+        elif out.exists() or out.is_symlink():
+            if not out.is_dir() or out.is_symlink():
+                self._refuse("a file is there; the export is a folder: choose another -o")
+            if any(out.iterdir()) and not self.overwrite:
+                self._refuse("not empty; export writes only into a new or empty folder: choose another -o, or "
+                             "pass --overwrite to replace the folder whole")
+        if self.overwrite and out.exists():
+            resolved = out.resolve()
+            for keep in self.protected:
+                keep = keep.resolve()
+                if resolved == keep or resolved in keep.parents:
+                    self._refuse(f"--overwrite would replace {keep}, which the export reads or runs in; choose "
+                                 f"another -o")
+        folder = out.absolute().parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ConfigError(f"{out}: cannot write the output ({folder} is a file, not a folder)")
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(f"{out}: cannot write the output ({folder}: permission denied)")
+
+    @contextmanager
+    def staged(self):
+        """A hidden temporary folder beside the target to write into; renamed into place when the
+        block ends. Any failure (a full disk, Ctrl-C) removes it and leaves the target as it was;
+        an OSError is an OutputError naming the target."""
+        out = self.output
+        parent = out.absolute().parent
+        tmp = None
+        try:
+            parent.mkdir(parents=True, exist_ok=True)
+            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+            yield tmp
+            normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: what a plain write gets
+            self._commit(tmp)
+        except (OSError, RuntimeError) as e:  # safetensors reports a full disk as a RuntimeError
+            if isinstance(e, RuntimeError) and not _is_io_error(e):
+                raise
+            raise OutputError(f"cannot write {out}: {getattr(e, 'strerror', None) or error_reason(e)}; "
+                              f"nothing was written there") from None
+        finally:
+            if tmp is not None:
+                shutil.rmtree(tmp, ignore_errors=True)
+
+    def _commit(self, tmp: Path) -> None:
+        out = self.output
+        if self.is_file:
+            os.replace(tmp / out.name, out)
+            os.replace(tmp / self.card.name, self.card)
+            return
+        old = None
+        if out.is_dir() and not out.is_symlink():
+            if any(out.iterdir()):  # --overwrite: moved aside, removed once the new one is in place
+                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+                os.replace(out, old / out.name)
+            else:
+                out.rmdir()
+        try:
+            os.rename(tmp, out)
+        except OSError:
+            if old is not None:  # put the old one back
+                os.replace(old / out.name, out)
+                shutil.rmtree(old, ignore_errors=True)
+            raise
+        if old is not None:
+            shutil.rmtree(old, ignore_errors=True)
+
+
+def _is_io_error(e: RuntimeError) -> bool:
+    text = str(e).lower()
+    return any(word in text for word in ("no space", "i/o error", "disk", "quota", "read-only", "write"))
 
 
 def save_hf(model, tokenizer, output: Path, dtype: torch.dtype = torch.float32) -> None:
