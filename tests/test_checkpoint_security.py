@@ -184,3 +184,36 @@ def test_the_checkpoint_estimate_covers_a_real_checkpoint(tiny_dir, tmp_path):
                                                          "rng": rng_state()}, keep_last=1)
     written = sum(f.stat().st_size for f in path.rglob("*") if f.is_file())
     assert written <= estimate <= 2 * written
+
+
+# --------------------------------------------------------------------------- file modes (issue 35, E2)
+
+def test_checkpoint_and_converted_files_get_the_umask_s_modes(tiny_dir, tmp_path):
+    """safetensors wrote a checkpoint's weights 0600 and `rlpr data convert` (mkstemp) its parquet
+    0600: other users and groups of a shared cluster could not read them. Now 0644 under umask 022,
+    and 0640 under 027 (the umask decides, never rlpr)."""
+    import os
+    import json
+
+    from rlpr.data.convert import convert_file
+    from rlpr.train import checkpoint as ck
+
+    policy, tok = _tiny_lora(tiny_dir)
+    src = tmp_path / "q.jsonl"
+    src.write_text(json.dumps({"question": "2+2?", "answer": "4"}) + "\n")
+    old = os.umask(0o022)
+    try:
+        for mask, file_mode, dir_mode in ((0o022, 0o644, 0o755), (0o027, 0o640, 0o750)):
+            os.umask(mask)
+            ckpt = ck.save_checkpoint(tmp_path / f"run{mask:o}", 1, policy, tok, {"step": 1}, keep_last=2)
+            files = [p for p in ckpt.rglob("*") if p.is_file()]
+            assert any(p.name == "adapter_model.safetensors" for p in files)
+            for p in files:
+                assert p.stat().st_mode & 0o777 == file_mode, (p, oct(p.stat().st_mode))
+            for p in [ckpt, *(d for d in ckpt.rglob("*") if d.is_dir())]:
+                assert p.stat().st_mode & 0o777 == dir_mode, p
+            out = tmp_path / f"q{mask:o}.parquet"
+            convert_file("jsonl", str(src), str(out))
+            assert out.stat().st_mode & 0o777 == file_mode
+    finally:
+        os.umask(old)

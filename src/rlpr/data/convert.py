@@ -21,6 +21,7 @@ import pyarrow.parquet as pq
 
 from rlpr.data.loading import ColumnMapping, _from_flat
 from rlpr.data.records import DataError, Example
+from rlpr.errors import normal_modes
 from rlpr.data.sources import parse_source, read_rows
 from rlpr.data.templates import LETTERS, build_messages, format_choices
 
@@ -332,6 +333,7 @@ def _write_parquet(rows: list[dict], path: Path) -> None:
     os.close(fd)
     try:
         pq.write_table(table, tmp)
+        normal_modes(tmp)  # mkstemp's 0600: the mode a plain write gets under the umask
         os.replace(tmp, path)
     finally:
         Path(tmp).unlink(missing_ok=True)

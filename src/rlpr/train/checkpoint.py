@@ -20,7 +20,7 @@ import numpy as np
 import torch
 
 from rlpr.config import Config, load_config, read_yaml
-from rlpr.errors import ConfigError, error_reason
+from rlpr.errors import ConfigError, error_reason, normal_modes
 from rlpr.model.forward import causal_lm
 from rlpr.parallel import distributed as dist
 from rlpr.train.model_card import checkpoint_card, write_card
@@ -87,6 +87,7 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
             write_card(tmp, card)
             write_card(tmp / folder, card)
         torch.save(state, tmp / STATE_FILE)
+        normal_modes(tmp)  # safetensors writes its weights 0600: readable by the user's group and others as any file
         if final.exists():
             _remove(final)
         os.replace(tmp, final)
