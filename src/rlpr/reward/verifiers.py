@@ -68,7 +68,29 @@ def exact_match(response: str, answers: Sequence[str]) -> bool:
 
     answer = exact_answer(response)
     said = normalize_answer(answer) if answer is not None else ""
-    return bool(said) and said in {normalize_answer(a) for a in answers}
+    return bool(said) and said in {normalize_answer(a) for a in answers} and not _several_bare_lines(response)
+
+
+# A line that is only a short answer: at most three words without a verb, one sentence ("(B)", "Paris.").
+_BARE_LINE = re.compile(r"[^.!?\n]{1,40}[.!?]?")
+
+
+def _several_bare_lines(response: str) -> bool:
+    """One committed answer (issue 34): a response that boxes several answers side by side, or
+    lists several different short answers, one per line ("(A)\n(B)\n(C)\n(D)", "Paris\nLyon"), commits to none of them; "Paris.\nIt is
+    the capital." commits to Paris."""
+    from rlpr.evaluation.graders import extract_final_answer, normalize_answer
+    from rlpr.evaluation.graders.extraction import boxed_alternatives
+    from rlpr.evaluation.graders.wording import main_verb, tokens
+
+    if boxed_alternatives(response):  # "\\boxed{A} or \\boxed{B}"
+        return True
+    if extract_final_answer(response) is not None or _ANSWER_PHRASE.search(response):
+        return False
+    bare = {normalize_answer(line) for line in (x.strip() for x in response.splitlines())
+            if line and _BARE_LINE.fullmatch(line) and len(normalize_answer(line).split()) <= 3
+            and main_verb(tokens(line)) is None}
+    return len(bare - {""}) > 1
 
 
 def oracle(response: str, answers: Sequence[str], graded: bool | None) -> bool | None:

@@ -98,9 +98,12 @@ def _response_letter_rule(response: str, valid: str,
     if weak is None:
         return None, "none:no_cue_in_long_text"
     weak = _without_negated(weak)
-    letter = _letter_in(last_line(weak), valid, choices)
+    line = last_line(weak)
+    letter = _letter_in(line, valid, choices)
     if letter:
-        return letter, "last_line"
+        plain = _LETTER_MARKUP.sub("", weak).rstrip()
+        listed = _listed_with(plain, plain.rfind(_LETTER_MARKUP.sub("", line).strip()), valid)
+        return ("/".join(listed) if len(listed) > 1 and letter in listed else letter), "last_line"
     text = _LETTER_MARKUP.sub("", weak)
     for rule, pattern in (("marked_letter", _MARKED_LETTER), ("standalone_letter", _STANDALONE)):
         letter = _last_letter(pattern, text, valid)
@@ -157,10 +160,10 @@ def _last_letter(pattern: re.Pattern, text: str, valid: str) -> str | None:
 
 
 # A list of option letters: two or more letters joined by ",", "/", "&", "or", "and", "nor",
-# "vs", possibly hedged ("B or maybe D", "either B or D"). A letter is a capital that starts no
+# "vs" or only spaces ("A B C D"), possibly hedged ("B or maybe D", "either B or D"). A letter is a capital that starts no
 # word, or a letter of either case in parentheses.
 _LIST_LETTER = r"(?:\(([A-Za-z])\)|(?<![\w'’])([A-Z])(?![\w'’]))"
-_LIST_JOIN = (r"[\s*)\].]*(?:[,/&;]\s*(?:(?:or|and|nor)\b\s*)?|(?:or|and|nor|vs\.?|versus)\b\s*)"
+_LIST_JOIN = (r"(?:[\s*)\].]*(?:[,/&;]\s*(?:(?:or|and|nor)\b\s*)?|(?:or|and|nor|vs\.?|versus)\b\s*)|[\s*)\]]+)"
               r"(?:(?:either|maybe|perhaps|possibly|probably|even|also)\b\s*)*[\s*(\[]*")
 _LETTER_IN_LIST = re.compile(_LIST_LETTER)
 _LETTER_LIST = re.compile(r"(?:" + _LIST_LETTER + _LIST_JOIN + r")+" + _LIST_LETTER)
