@@ -117,7 +117,7 @@ class RolloutConfig:
     """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     stop: list[str] = field(default_factory=list)
     """Strings that end a response as the end-of-sequence token does: it is cut after the token that
-    completes the first one, and its text ends before it (e.g. ["\n"] for a base model answering in
+    completes the first one, and its text ends before it (e.g. ["\\n"] for a base model answering in
     the Question/Answer text format, which would go on to ask itself the next question)."""
     batch_sequences: int = 32
     """Sequences decoded together (per generate call)."""

@@ -28,6 +28,10 @@ TRAIN_PANELS = [
     ("Std filter: threshold and EMA std", [("filter/threshold", "threshold"), ("filter/ema_std", "EMA std")], ""),
     ("Response length", [("rollout/response_len_mean", "mean")], "tokens"),
     ("Entropy", [("policy/entropy", "entropy")], "nats/token"),
+    # collapse monitors (rlpr.train.metrics.COLLAPSE_WARNINGS): intrinsic rewards rise, then fall
+    ("Collapse: answers per group", [("rollout/distinct_answers", "distinct extracted answers")], "answers"),
+    ("Collapse: identical responses", [("rollout/identical_frac", "share equal to the group's most common"),
+                                       ("rollout/distinct_frac", "distinct responses / group size")], "fraction"),
     ("KL to the initial policy", [("policy/kl", "KL")], ""),
     ("Clip fraction", [("policy/clip_frac", "clipped")], "fraction"),
     ("Gradient norm", [("policy/grad_norm", "grad norm")], ""),

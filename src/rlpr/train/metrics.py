@@ -107,6 +107,35 @@ def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:
     return rows
 
 
+# The collapse monitors' documented thresholds (docs/training.md, "Collapse monitors"): one warning per run
+# and monitor the first time a step crosses it (intrinsic rewards such as entropy, self-certainty and
+# majority vote rise, then collapse: arXiv 2506.17219, 2505.21444). (metric, "below" | "above", limit, why)
+COLLAPSE_WARNINGS = [
+    ("policy/entropy", "below", 0.05, "the policy is nearly deterministic on its own responses"),
+    ("rollout/distinct_answers", "below", 1.05, "nearly every group gives a single answer (a majority-vote "
+                                                "reward then pays for consistency, right or wrong)"),
+    ("rollout/identical_frac", "above", 0.9, "most responses repeat their group's most common text"),
+]
+
+
+class CollapseMonitor:
+    """Warns once per monitor (COLLAPSE_WARNINGS) when a step's metric crosses its threshold; the
+    metrics themselves are logged every step (metrics.jsonl, the report's collapse panels)."""
+
+    def __init__(self):
+        self.warned: set[str] = set()
+
+    def __call__(self, step: int, m: dict) -> None:
+        for key, side, limit, why in COLLAPSE_WARNINGS:
+            value = m.get(key)
+            if value is None or not math.isfinite(value) or key in self.warned:
+                continue
+            if (value < limit) if side == "below" else (value > limit):
+                self.warned.add(key)
+                if dist.is_main():
+                    log.warning("step %d: collapse? %s %.3f is %s %g: %s", step, key, value, side, limit, why)
+
+
 def flag_collapse(step: int, m: dict, n: int) -> None:
     """Warn when the groups' responses are nearly all the same text (the policy collapsed onto
     one answer or template, so the advantages are mostly zero); the metric stays in the log.

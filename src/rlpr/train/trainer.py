@@ -40,7 +40,8 @@ from rlpr.train import held_out
 from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints, load_state, load_weights,
                                    restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
 from rlpr.train.held_out import held_out_report
-from rlpr.train.metrics import Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics, sample_rows
+from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics,
+                                sample_rows)
 from rlpr.train.model_card import held_out_until, refresh_card
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
@@ -108,6 +109,7 @@ class Trainer:
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
         self.filter = std_filter(cfg)
         self.length_monitor = LengthMonitor(cfg.trainer.length_warn_ratio)
+        self.collapse_monitor = CollapseMonitor()  # entropy, answers per group, identical responses
         self.optimizer = build_optimizer(cfg, self.trainable)
         self.strategy.attach(self.optimizer, self.trainable, cfg.trainer.grad_clip)
         self.scheduler = build_scheduler(cfg, self.optimizer)
@@ -337,9 +339,11 @@ class Trainer:
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
-        """Warn when the responses are nearly all the same text (`rlpr.train.metrics.flag_collapse`),
-        or have shortened (`LengthMonitor`: adds rollout/response_len_ratio)."""
+        """Warn when the responses are nearly all the same text (`rlpr.train.metrics.flag_collapse`), a
+        collapse monitor crosses its threshold (`CollapseMonitor`), or responses have shortened
+        (`LengthMonitor`: adds rollout/response_len_ratio)."""
         flag_collapse(step, m, self.cfg.rollout.responses_per_prompt)
+        self.collapse_monitor(step, m)
         self.length_monitor(step, m)
 
     # -- evaluation ---------------------------------------------------------------------------
