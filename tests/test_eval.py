@@ -149,3 +149,64 @@ def test_eval_user_errors_are_one_line(tmp_path, capsys):
                  "--output", str(tmp_path)]) == 2
     err = capsys.readouterr().err
     assert "missing.jsonl: file not found" in err and len(err.strip().splitlines()) == 1
+
+
+def test_eval_and_serve_of_a_run_start_from_the_run_s_config(tiny_dir, tokenizer, tmp_path, capsys, monkeypatch):
+    """issue 35, N4 and E1: `rlpr eval --checkpoint RUN` (the command rlpr prints after a SIGTERM)
+    and `rlpr serve --checkpoint RUN` loaded the embedded model instead of the run's model.path (a
+    size-mismatch traceback) and evaluated with the default template and 1024-token answers. Now
+    the run's config.yaml is the start (model, template, held-out lengths), with overrides on top
+    and the choice printed; an adapter on a base of another shape is one line."""
+    import rlpr.evaluation.benchmark as benchmark
+    import rlpr.evaluation.serve as serve
+    from helpers import tiny_cfg
+    from rlpr.cli.main import main
+    from rlpr.data.templates import build_messages
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.trainer import train
+
+    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", "trainer.eval_samples=0", "data.val=",
+                   "data.template=plain", "trainer.eval_max_new_tokens=5", "trainer.report=false"))
+    run = tmp_path / "run"
+    questions = tmp_path / "q.jsonl"
+    questions.write_text("".join(json.dumps({"question": f"What is {i} + {i}?", "answer": str(2 * i)}) + "\n"
+                                 for i in range(3)))
+    capsys.readouterr()
+    seen = {}
+    real = benchmark.evaluate
+
+    def spy(engine, tokenizer, benchmarks, output, rollout, judge=None, **kw):
+        seen.update(benchmarks=benchmarks, rollout=rollout, hidden=engine.model.config.hidden_size)
+        return real(engine, tokenizer, benchmarks, output, rollout, judge, **kw)
+    monkeypatch.setattr(benchmark, "evaluate", spy)
+    assert main(["eval", "--checkpoint", str(run), "--data", str(questions), "--output", str(tmp_path / "e")]) == 0
+    err = capsys.readouterr().err
+    assert f"config: the run's {run / 'config.yaml'}" in err
+    assert f"model.path {tiny_dir}, data.template plain, rollout.max_new_tokens 5" in err
+    assert seen["hidden"] == 64 and seen["rollout"].max_new_tokens == 5  # the run's tiny model, its lengths
+    assert seen["benchmarks"][0].examples[0].prompt == build_messages("What is 0 + 0?", "plain")
+    results = json.loads((tmp_path / "e" / "results.json").read_text())
+    assert 0 < results["q"]["mean_response_tokens"] <= 5
+    # a step directory names its run too; flags and overrides go on top
+    step = run / "checkpoints" / "step_1"
+    assert main(["eval", "--checkpoint", str(step), "--data", str(questions), "--output", str(tmp_path / "e2"),
+                 "--max-new-tokens", "3", "data.template=r1"]) == 0
+    assert seen["rollout"].max_new_tokens == 3
+    assert seen["benchmarks"][0].examples[0].prompt == build_messages("What is 0 + 0?", "r1")
+    capsys.readouterr()
+    # serve: the same start
+    got = {}
+    monkeypatch.setattr(serve, "serve", lambda cfg, checkpoint, **kw: got.update(cfg=cfg))
+    assert main(["serve", "--checkpoint", str(run), "--port", "0"]) == 0
+    assert got["cfg"].model.path == tiny_dir and got["cfg"].data.template == "plain"
+    assert got["cfg"].rollout.max_new_tokens == 8  # serve: the run's rollout length, not the held-out one
+    capsys.readouterr()
+    # an adapter on a base of another shape: one line, not a traceback
+    other = tmp_path / "other"
+    tiny_llama(tokenizer, layers=2, hidden=32, seed=0).save_pretrained(other)
+    tokenizer.save_pretrained(other)
+    assert main(["eval", "--checkpoint", str(run), "--model", str(other), "--data", str(questions),
+                 "--output", str(tmp_path / "e3")]) == 2
+    err = capsys.readouterr().err
+    assert "is not the run's base" in err and "size mismatch" in err and "Traceback" not in err
+    assert err.strip().splitlines()[-1].startswith("rlpr: error: ")

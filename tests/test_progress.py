@@ -120,3 +120,23 @@ def test_rich_bar_shows_the_phase_and_eta():
         text = out.getvalue()
     assert "step 2/16 · reward · ETA 3:45" in text
     assert "reward 0.500" in text
+
+
+def test_batch_progress_off_a_terminal_prints_a_line_with_the_eta_every_interval():
+    """issue 35, E1: `rlpr eval` off a terminal (a log file, nohup) printed nothing for 30 minutes;
+    now a plain line at most every `interval` seconds with the count, the elapsed time and an ETA."""
+    from rlpr.train.progress import progress_bar
+
+    clock, out = Clock(), io.StringIO()
+    with progress_bar(138, "evaluating", clock=clock, interval=30.0, stream=out) as advance:
+        for _ in range(10):  # 4 questions per 10 s: a line every 30 s
+            clock.t += 10
+            advance(4)
+    lines = out.getvalue().splitlines()
+    assert lines == ["evaluating: 12/138 (8%), 0:30 elapsed, ETA 5:15",
+                     "evaluating: 24/138 (17%), 1:00 elapsed, ETA 4:45",
+                     "evaluating: 36/138 (26%), 1:30 elapsed, ETA 4:15"]
+    out = io.StringIO()
+    with progress_bar(138, "evaluating", enabled=False, clock=clock, interval=0.0, stream=out) as advance:
+        advance(4)
+    assert out.getvalue() == ""

@@ -10,18 +10,71 @@ options.py says which setting wins). Handlers import torch/transformers lazily s
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 
-from rlpr.cli.options import FilesAndOverrides, add_config_options, command_config, shorthand
+from rlpr.cli.options import SETTINGS, FilesAndOverrides, add_config_options, command_config, shorthand
 from rlpr.cli.outputs import check_output_dir, check_output_file
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, ModelError
 
 
-def _sampling_config(args):
+def _sampling_config(args, held_out: bool = False):
     """The command's config, validated for the sections a command that does not train reads."""
     from rlpr.config import SAMPLING_SECTIONS, validate
 
-    cfg = command_config(args)
+    cfg = checkpoint_config(args, held_out)
     validate(cfg, SAMPLING_SECTIONS)
+    return cfg
+
+
+def run_of(checkpoint) -> Path | None:
+    """The run directory a --checkpoint names (the run itself, or the run of checkpoints/step_N), if
+    it holds its config.yaml."""
+    path = Path(checkpoint)
+    for run in (path, path.parent.parent):
+        if (run / "config.yaml").is_file():
+            return run
+    return None
+
+
+def _merged(base: dict, top: dict) -> dict:
+    out = dict(base)
+    for key, value in top.items():
+        out[key] = _merged(out[key], value) if isinstance(value, dict) and isinstance(out.get(key), dict) else value
+    return out
+
+
+def checkpoint_config(args, held_out: bool = False):
+    """The command's Config, not yet validated. With `--checkpoint` of a run (or one of its
+    checkpoints/step_N), the run's own config.yaml is the start (issue 35, E1): its model.path
+    (the base its LoRA adapter belongs to), data.template, rollout lengths, stop strings and dtype;
+    with `held_out` (rlpr eval) its answers as long as its held-out evaluation's
+    (trainer.eval_max_new_tokens). A --preset/--config goes on top of it, then the flags and dotted
+    overrides; the choice is printed on stderr. Without a run: `command_config`."""
+    from rlpr.config import build_config, preset_path, read_yaml
+
+    run = run_of(args.checkpoint) if getattr(args, "checkpoint", None) else None
+    if run is None:
+        return command_config(args)
+    base = read_yaml(run / "config.yaml")  # one line when it is not a mapping
+    trainer = base.get("trainer") if isinstance(base.get("trainer"), dict) else {}
+    if held_out and isinstance(trainer.get("eval_max_new_tokens"), int) and trainer["eval_max_new_tokens"] > 0:
+        rollout = base.get("rollout") if isinstance(base.get("rollout"), dict) else {}
+        base = {**base, "rollout": {**rollout, "max_new_tokens": trainer["eval_max_new_tokens"]}}
+    if args.preset:
+        preset = read_yaml(preset_path(args.preset))
+        preset.pop("preset", None)
+        base = _merged(base, preset)
+    settings = getattr(args, SETTINGS, None) or []
+    cfg = build_config("", settings, base=base)
+    saved_path = (base.get("model") or {}).get("path") if isinstance(base.get("model"), dict) else None
+    on_top = " and --preset " + args.preset if args.preset else ""
+    print(f"config: the run's {run / 'config.yaml'}{on_top}, flags and overrides on top: model.path "
+          f"{cfg.model.path}, data.template {cfg.data.template}, rollout.max_new_tokens "
+          f"{cfg.rollout.max_new_tokens}, rollout.temperature {cfg.rollout.temperature}, model.rollout_dtype "
+          f"{cfg.model.rollout_dtype}", file=sys.stderr)
+    if saved_path is not None and str(cfg.model.path) != str(saved_path):
+        print(f"warning: model.path {cfg.model.path} is not the run's base ({saved_path}): a LoRA adapter is "
+              f"merged into the model given", file=sys.stderr)
     return cfg
 
 
@@ -33,7 +86,13 @@ def _load(cfg, checkpoint):
 
     if cfg.model.threads > 0:
         torch.set_num_threads(cfg.model.threads)
-    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
+    try:
+        return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
+    except RuntimeError as e:  # a LoRA adapter on a base of another shape
+        if checkpoint is None or "size mismatch" not in str(e):
+            raise
+        raise ModelError(f"{checkpoint}: its weights do not fit the model {cfg.model.path} (size mismatch); give "
+                         f"the base model the run trained with (--model)") from None
 
 
 def _engine(cfg, checkpoint):
@@ -49,7 +108,10 @@ def cmd_eval(args) -> int:
     from rlpr.config import SAMPLING_SECTIONS, validate
     from rlpr.evaluation.benchmark import check_rollout, evaluate, load_benchmarks
 
-    cfg = command_config(args)
+    from rlpr.cli.quiet import quiet_libraries
+
+    quiet_libraries(args.verbose)
+    cfg = checkpoint_config(args, held_out=True)  # a run's own config.yaml first (issue 35, E1)
     check_rollout(cfg.rollout)  # the flags' own messages first
     validate(cfg, SAMPLING_SECTIONS)
     check_output_dir(args.output)  # not after the model has loaded and sampled
@@ -94,8 +156,10 @@ def cmd_grade(args) -> int:
 
 
 def cmd_serve(args) -> int:
+    from rlpr.cli.quiet import quiet_libraries
     from rlpr.evaluation.serve import serve
 
+    quiet_libraries(args.verbose)
     serve(_sampling_config(args), args.checkpoint, host=args.host, port=args.port, fault_mode=args.fault_mode,
           fault_delay=args.fault_delay, name=args.served_name, max_prompt_tokens=args.max_prompt_tokens,
           api_key_env=args.api_key_env, read_timeout=args.read_timeout, max_connections=args.max_connections)

@@ -9,12 +9,29 @@ from contextlib import contextmanager
 
 
 @contextmanager
-def progress_bar(total: int, description: str, enabled: bool | None = None):
-    """Yields `advance(n)`; a rich bar on stderr when it is a terminal."""
-    if enabled is None:
-        enabled = sys.stderr.isatty()
-    if not enabled:
+def progress_bar(total: int, description: str, enabled: bool | None = None, *, interval: float = 30.0,
+                 clock=time.monotonic, stream=None):
+    """Yields `advance(n)`; a rich bar on stderr when it is a terminal. Otherwise (a log file, a
+    pipe, nohup), unless `enabled` is False: a plain line on stderr at most every `interval`
+    seconds with the count done and an ETA ("evaluating: 40/138 (29%), 2:31 elapsed, ETA 6:10"),
+    so that long work is never silent (issue 35: a 30-minute evaluation printed nothing)."""
+    if enabled is False or not total:
         yield lambda n=1: None
+        return
+    if not sys.stderr.isatty():
+        start = clock()
+        state = {"done": 0, "said": start}
+
+        def advance(n=1):
+            state["done"] += n
+            now = clock()
+            if now - state["said"] >= interval and state["done"] < total:
+                state["said"] = now
+                done, elapsed = state["done"], now - start
+                eta = format_eta(elapsed / done * (total - done)) if done else "?"
+                print(f"{description}: {done}/{total} ({100 * done // total}%), {format_eta(elapsed)} elapsed, "
+                      f"ETA {eta}", file=stream or sys.stderr, flush=True)
+        yield advance
         return
     from rich.console import Console
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeRemainingColumn
