@@ -143,7 +143,9 @@ def test_theoremqa_reaches_the_math_grader_with_its_tolerance(tmp_path):
     assert grade_example(e["t3"], "<answer>3.14</answer>").correct
     assert grade_example(e["t1"], "The answer is true.").correct
     assert grade_example(e["t4"], "\\boxed{[1, 2]}").correct
-    assert not grade_example(e["t4"], "\\boxed{[2, 1]}").correct
+    assert grade_example(e["t4"], "\\boxed{[2, 1]}").correct  # TheoremQA sorts lists (issue 34)
+    assert not grade_example(e["t4"], "\\boxed{[1, 1]}").correct and not grade_example(e["t4"], "\\boxed{1}").correct
+    assert grade_example(e["t5"], "(b)").correct and grade_example(e["t1"], "Therefore, the statement is true.").correct
     assert grade_example(e["t5"], "<answer>(b)</answer>").correct
     assert not grade_example(e["t7"], "<answer>1.602e-19</answer>").correct  # the sign
     assert grade_example(e["t7"], "<answer>-1.6 \\times 10^{-19}</answer>").correct
@@ -211,6 +213,24 @@ def test_arc_malformed_rows(row, field):
         convert_rows("arc", [row], source="arc")
 
 
+def test_theoremqa_keeps_each_answers_json_type(tmp_path):
+    """Issue 34: a float that is a whole number stays a float ("1.0", "-6e+25"), so the grader
+    applies TheoremQA's 4% to it, not the integer rule (round)."""
+    rows = [{"Question": "q1", "Answer": 1.0, "Answer_type": "float"},
+            {"Question": "q2", "Answer": -6e+25, "Answer_type": "float"},
+            {"Question": "q3", "Answer": 100, "Answer_type": "integer"},
+            {"Question": "q4", "Answer": [0.5, 2.0], "Answer_type": "list of float"}]
+    e = load_examples_via(tmp_path, "theoremqa", write_jsonl(tmp_path / "tqa.jsonl", rows))
+    assert [x.reference for x in e] == ["1.0", "-6e+25", "100", "[0.5, 2.0]"]
+    assert [x.extra_info["answer_type"] for x in e] == ["float", "float", "integer", "list of float"]
+    assert grade_example(e[0], "\\boxed{1.03}").correct and not grade_example(e[0], "\\boxed{1.4}").correct
+    assert grade_example(e[1], "\\boxed{-6.2 \\times 10^{25}}").correct
+    assert not grade_example(e[1], "\\boxed{-6.5e25}").correct
+    assert grade_example(e[2], "\\boxed{100.4}").correct and not grade_example(e[2], "\\boxed{103}").correct
+    assert grade_example(e[3], "\\boxed{[2, 0.51]}").correct
+    assert grade_example(e[2], "The answer is 100 J.").correct
+
+
 def test_simpleqa(tmp_path):
     examples = load_examples_via(tmp_path, "simpleqa", fixture("simpleqa", tmp_path))
     assert [e.reference for e in examples] == ["Paris", "2", "1989"]
@@ -219,6 +239,10 @@ def test_simpleqa(tmp_path):
     assert grader_for(examples[0].data_source, examples[0].ability) == "short_answer"
     assert grade_example(examples[0], "<answer>Paris</answer>").correct
     assert grade_example(examples[1], "The answer is two.").correct
+    # the answer slot (issue 34): before ", which", not several candidates, not negated
+    assert grade_example(examples[0], "The answer is Paris, which is on the Seine.").correct
+    assert not grade_example(examples[0], "The answer is Paris or Lyon.").correct
+    assert not grade_example(examples[0], "It wasn't Paris.").correct
 
 
 def test_gz_input_for_existing_formats(tmp_path):

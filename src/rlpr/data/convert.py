@@ -185,15 +185,18 @@ class SkipRow(Exception):
 
 
 def _theoremqa_answer(r: _Row) -> str:
-    """TheoremQA's Answer as the text graders read: True/False, an integer, a float, a list
-    "[1, 2]" or an option "(a)" (the JSON release stores booleans, numbers and lists)."""
+    """TheoremQA's Answer as the text graders read, keeping its JSON type (issue 34): True/False,
+    an integer "6", a float "3.14159" / "1.0" / "-6e+25" (a whole float stays a float, so the
+    grader applies 4%, not the integer rule), a list "[1, 2]" / "[0.5, 1.0]" or an option "(a)"."""
     value = r.data.get("Answer")
     if isinstance(value, bool):
         return "True" if value else "False"
     if isinstance(value, (list, tuple)):
         if not value or not all(isinstance(v, (int, float)) and not isinstance(v, bool) for v in value):
             raise r.error("Answer", f"must be a list of numbers, got {value!r}")
-        return "[" + ", ".join(str(v) for v in value) + "]"
+        return "[" + ", ".join(repr(v) for v in value) + "]"
+    if isinstance(value, float):  # a float stays a float ("1.0", "-6e+25"): 4%, not round()
+        return repr(value)
     return r.scalar("Answer")
 
 

@@ -68,6 +68,8 @@ class BenchmarkRule:
     grader: str
     rel_tol: float = 0.0  # relative numeric tolerance; 0: exact (math-verify's own rounding)
     round_integers: bool = False  # an integer reference equals the answer rounded to an integer
+    sort_lists: bool = False  # list answers compared sorted (TheoremQA's compare_two_list)
+    strip_units: bool = False  # "3.2 m/s" is the number 3.2 (TheoremQA's clean_units)
     normalisation: str = ""
     source: str = ""
 
@@ -75,12 +77,16 @@ class BenchmarkRule:
 # The one table of per-benchmark rules; the entry naming the data source's benchmark wins.
 BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
     BenchmarkRule("TheoremQA", ("theoremqa",), "math", rel_tol=0.04, round_integers=True,
-                  normalisation="numbers within 4% of the reference; integer references: the "
-                  "answer rounded to an integer; True/False case-insensitive (yes/no accepted); "
-                  "option labels (a)-(f); lists element by element, in order",
-                  source="TIGER-AI-Lab/TheoremQA utils.py compare_answer_with_groundtruth / "
-                  "compare_two_numbers (within_eps: |pred - gt| <= 0.04 |gt|; round(pred) == gt "
-                  "for integers; the official script sorts list items, rlpr keeps their order)"),
+                  sort_lists=True, strip_units=True,
+                  normalisation="by the reference's JSON type (kept by the converter): floats within 4%; "
+                  "integers: the answer rounded; lists sorted, item by item, same length; booleans "
+                  "True/False/yes/no, also in a sentence ('the statement is true'), one polarity, not "
+                  "negated; options (a)-(d), also bare on the last line; plain units stripped ('3.2 m/s'); "
+                  "scientific notation ('1e-24')",
+                  source="https://github.com/TIGER-AI-Lab/TheoremQA (utils.py: compare_answer_with_groundtruth, "
+                  "compare_two_numbers: within_eps |pred - gt| <= 0.04 |gt|, round(pred) == gt for int; "
+                  "compare_two_list: sorted; extract_theoremqa_answer: 'yes'/'true' anywhere reads True, "
+                  "which rlpr narrows to one un-negated polarity)"),
     BenchmarkRule("GPQA-Diamond", ("gpqa", "gpqadiamond", "gpqamain", "gpqaextended"), "multiple_choice",
                   normalisation="option letter A-D in any case",
                   source="idavidrein/gpqa: four options, one letter; options shuffled at conversion"),
@@ -105,7 +111,9 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   source="hendrycks/math is_equiv (normalized string); math-verify is stricter on "
                   "form and accepts equivalent forms"),
     BenchmarkRule("SimpleQA", ("simpleqa",), "short_answer",
-                  normalisation="SQuAD normalization, exact match",
+                  normalisation="SQuAD normalization, exact match of the answer slot: after 'The answer "
+                  "is', before ', which' / ', and <clause>' / a second sentence; a reference with commas "
+                  "('March 5, 2010') whole; one candidate, not negated",
                   source="openai/simple-evals grades with an LLM (CORRECT / INCORRECT / NOT "
                   "ATTEMPTED); the rule grader is stricter: add --judge-url for the official rule"),
     BenchmarkRule("NQ-Open", ("nqopen", "nqopenefficientqa"), "short_answer",
@@ -134,7 +142,8 @@ def _multiple_choice(response, reference, choices, acceptable, question, rule) -
 
 
 def _math(response, reference, choices, acceptable, question, rule) -> Grade:
-    return grade_math(response, reference, acceptable, rel_tol=rule.rel_tol, round_integers=rule.round_integers)
+    return grade_math(response, reference, acceptable, rel_tol=rule.rel_tol, round_integers=rule.round_integers,
+                      sort_lists=rule.sort_lists, strip_units=rule.strip_units)
 
 
 def _short_answer(response, reference, choices, acceptable, question, rule) -> Grade:

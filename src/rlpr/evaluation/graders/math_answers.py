@@ -22,22 +22,27 @@ _MAX_FORMULA_CHARS = 1_000
 # rollout) and one when timeouts are disabled, which is expected in worker threads.
 logging.getLogger("math_verify").setLevel(logging.ERROR)
 
+_BARE_NUMBER = re.compile(r"[-+\u2212]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?")
 _DELIMITED = re.compile(r"(?<!\\)\$|\\\(|\\\[|\\boxed")
 
 
 def grade_math(response: str, reference: str, acceptable: list[str] | None = None, *,
-               rel_tol: float = 0.0, round_integers: bool = False) -> Grade:
+               rel_tol: float = 0.0, round_integers: bool = False, sort_lists: bool = False,
+               strip_units: bool = False) -> Grade:
     """Correct when the final answer equals the reference or any `acceptable` answer.
 
     The answer is read by the first rule that finds one (reported in `Grade.rule`): the answer
     part (`<answer>` tags, `\\boxed{}`), else the last "answer is X" / "answer: X" phrase (up to
     the end of its sentence), else math-verify's search for the last formula, only inside
-    `weak_cue_text` (never in long text without a cue). It is compared by the first rule that
-    applies to the reference (`math_equal`): booleans (case-insensitive, yes/no as true/false),
-    option labels "(a)"-"(f)", bracketed lists (ordered, same length, element by element),
+    `weak_cue_text` (never in long text without a cue); for a boolean or option reference also the
+    last line ("Therefore, the statement is true.", a bare "(a)"). One committed answer: boxed
+    answers side by side, "3 or 5" and a negated answer ("not 0") are wrong. It is compared by the
+    first rule that applies to the reference (`math_equal`): booleans (case-insensitive, yes/no as
+    true/false, in a sentence one un-negated polarity), option labels "(a)"-"(f)", bracketed lists
+    (same length, element by element, in order or with `sort_lists` sorted; a non-list is wrong),
     numbers within `rel_tol` (relative; `round_integers`: an integer reference equals the
-    rounded answer, TheoremQA's rule), else symbolic equality (math-verify), else the normalized
-    text.
+    rounded answer, TheoremQA's rule; `strip_units`: "3.2 m/s" is 3.2), else symbolic equality
+    (math-verify), else the normalized text.
 
     math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
     a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
@@ -46,6 +51,14 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     if boxes:
         return Grade(False, " or ".join(boxes), "boxed:several_answers")
     answer, where = _math_answer(response)
+    kind = _reference_kind(reference)
+    if kind and (answer is None or where == "math_search" or not _reads_as(kind, answer)):
+        # a boolean or an option read as TheoremQA's extraction reads it: in the answer, else in
+        # the last line ("Therefore, the statement is true.", a bare "(a)")
+        weak = weak_cue_text(response)
+        line = answer if answer is not None and where != "math_search" else (last_line(weak) if weak else None)
+        if line is not None and _reads_as(kind, line):
+            answer, where = line, ("last_line" if where in ("math_search", "none") else where)
     if answer is None:
         return Grade(False, None, where)
     if NEGATED_ANSWER.match(answer):
@@ -55,8 +68,8 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     if options and not any(_OR.search(g) or "," in g for g in golds):
         return Grade(False, " or ".join(options), f"{where}:several_answers")
     try:
-        correct, how = math_equal(answer, golds, rel_tol=rel_tol,
-                                  round_integers=round_integers)
+        correct, how = math_equal(answer, golds, rel_tol=rel_tol, round_integers=round_integers,
+                                  sort_lists=sort_lists, strip_units=strip_units)
     except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
         return Grade(False, answer, f"{where}:error")
     return Grade(bool(correct), answer, f"{where}:{how}")
@@ -73,8 +86,11 @@ def _math_answer(response: str) -> tuple[str | None, str]:
     weak = weak_cue_text(response)
     if weak is None:
         return None, "none:no_cue_in_long_text"
+    bare = weak.strip().rstrip(".").strip()
+    if _BARE_NUMBER.fullmatch(bare):  # "1e-24" alone: the number, not the search's "10"
+        return bare, "math_search"
     try:
-        pred = parse(weak, parsing_timeout=_math_timeout())
+        pred = parse(_SCIENTIFIC.sub(r"\1\\times 10^{\2}", weak), parsing_timeout=_math_timeout())
     except (Exception, TimeoutException):
         return None, "none"
     found = next((p for p in pred if isinstance(p, str) and p.strip()), None)
@@ -118,6 +134,33 @@ def _boolean(text: str) -> bool | None:
     return True if word in _TRUE else False if word in _FALSE else None
 
 
+_BOOL_WORD = re.compile(r"(?i)\b(true|yes|false|no)\b")
+_NEGATION = re.compile(r"(?i)\b(?:not|never|isn['’]?t|aren['’]?t|wasn['’]?t|neither|nor)\b")
+
+
+def sentence_boolean(text: str) -> bool | None:
+    """The boolean a short answer or sentence commits to: the bare word, else the one polarity
+    its words name ("Therefore, the statement is true.", "Yes, it converges."); None when both
+    polarities or a negation appear ("not true", "true or false") or none does."""
+    bare = _boolean(text)
+    if bare is not None:
+        return bare
+    if len(text) > 300 or _NEGATION.search(text):
+        return None
+    found = {m.group(1).lower() in _TRUE for m in _BOOL_WORD.finditer(LATEX_TEXT.sub("", text))}
+    return found.pop() if len(found) == 1 else None
+
+
+def _reference_kind(reference: str) -> str | None:
+    if _boolean(reference) is not None:
+        return "boolean"
+    return "option" if _OPTION_LABEL.fullmatch(reference.strip()) else None
+
+
+def _reads_as(kind: str, text: str) -> bool:
+    return (sentence_boolean(text) if kind == "boolean" else _option_label(text)) is not None
+
+
 def _option_label(text: str) -> str | None:
     """The option label an answer names: "(b)", "b", "\\text{(B)}", or the only "(x)" in it."""
     bare = _BOOL_MARKUP.sub("", LATEX_TEXT.sub("", text)).lower().rstrip(":")
@@ -147,8 +190,20 @@ def _bracket_items(text: str) -> list[str] | None:
     return items if all(items) else None
 
 
-def _number(text: str) -> float | None:
-    """The real number an answer is (via math-verify's parse), or None."""
+# A number followed by plain units: "3.2 m/s", "5 J", "9.8\\,\\text{m/s}^2", "20 %" (TheoremQA's clean_units).
+_NUMBER_WITH_UNITS = re.compile(
+    r"^\$?\s*([-+\u2212]?(?:\d+(?:\.\d*)?|\.\d+)(?:[eE][-+]?\d+)?(?:\s*\\times\s*10\^\{?[-+]?\d+\}?)?)"
+    r"\s*(?:\\[,;! ]\s*)*(?![eE][-+]?\d)(?:\\(?:text|mathrm|rm)\s*\{[^{}]{1,20}\}(?:\^\{?-?\d\}?)?"
+    r"|[A-Za-z\u03a9\u03bc\u00b5\u00b0%][A-Za-z\u03a9\u03bc\u00b5\u00b0%/^\-\d\s\u00b7*]{0,19})\s*\$?\.?$")
+
+
+def _number(text: str, strip_units: bool = False) -> float | None:
+    """The real number an answer is (via math-verify's parse), or None; with `strip_units`, a
+    number followed by plain units is that number."""
+    if strip_units:
+        m = _NUMBER_WITH_UNITS.match(text.strip())
+        if m:
+            text = m.group(1)
     for value in _parse_math(text):
         if isinstance(value, str):
             continue
@@ -167,34 +222,46 @@ def _number(text: str) -> float | None:
 _INTEGER = re.compile(r"[-+\u2212]?\d+")
 
 
-def math_equal(answer: str, golds: list[str], *, rel_tol: float = 0.0,
-               round_integers: bool = False) -> tuple[bool, str]:
+def math_equal(answer: str, golds: list[str], *, rel_tol: float = 0.0, round_integers: bool = False,
+               sort_lists: bool = False, strip_units: bool = False) -> tuple[bool, str]:
     """Whether `answer` equals any of `golds`, and how that was decided (see `grade_math`)."""
     how = "symbolic"
     for gold in golds:
-        ok, how = _math_equal_one(answer, gold, rel_tol, round_integers)
+        ok, how = _math_equal_one(answer, gold, rel_tol, round_integers, sort_lists, strip_units)
         if ok:
             return True, how
     return False, how
 
 
-def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool) -> tuple[bool, str]:
+def _sorted_items(items: list[str]) -> list[str]:
+    """List items in numeric order where all are numbers (TheoremQA sorts both lists), else as given."""
+    numbers = [_number(i) for i in items]
+    if any(n is None for n in numbers):
+        return items
+    return [i for _, i in sorted(zip(numbers, items), key=lambda pair: pair[0])]
+
+
+def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool,
+                    sort_lists: bool = False, strip_units: bool = False) -> tuple[bool, str]:
     if _compact(answer) == _compact(gold):  # the reference itself, however math-verify reads it
         return True, "identical"
     gold_bool = _boolean(gold)
     if gold_bool is not None:
-        return _boolean(answer) is gold_bool, "boolean"
+        return sentence_boolean(answer) is gold_bool, "boolean"
     if _OPTION_LABEL.fullmatch(gold.strip()):
         return _option_label(answer) == gold.strip()[1].lower(), "option_label"
     gold_items = _bracket_items(gold)
     if gold_items is not None and len(gold_items) >= 2:
         items = _bracket_items(answer)
-        if items is not None:
-            same = len(items) == len(gold_items) and all(
-                _math_equal_one(a, g, rel_tol, round_integers)[0] for a, g in zip(items, gold_items))
-            return same, "ordered_list"
+        if items is None:  # "1" is not [1, 1]
+            return False, "list"
+        if sort_lists:
+            gold_items, items = _sorted_items(gold_items), _sorted_items(items)
+        same = len(items) == len(gold_items) and all(
+            _math_equal_one(a, g, rel_tol, round_integers)[0] for a, g in zip(items, gold_items))
+        return same, "sorted_list" if sort_lists else "ordered_list"
     if rel_tol > 0 or round_integers:
-        gold_number, number = _number(gold), _number(answer)
+        gold_number, number = _number(gold), _number(answer, strip_units)
         if gold_number is not None and number is not None:
             if round_integers and _INTEGER.fullmatch(gold.strip()):
                 return round(number) == round(gold_number), "rounded_integer"
