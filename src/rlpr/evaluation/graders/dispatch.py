@@ -89,18 +89,18 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   "which rlpr narrows to one un-negated polarity)"),
     BenchmarkRule("GPQA-Diamond", ("gpqa", "gpqadiamond", "gpqamain", "gpqaextended"), "multiple_choice",
                   normalisation="option letter A-D in any case",
-                  source="idavidrein/gpqa: four options, one letter; options shuffled at conversion"),
+                  source="https://github.com/idavidrein/gpqa: four options, one letter; options shuffled at conversion"),
     BenchmarkRule("MMLU-Pro", ("mmlupro",), "multiple_choice",
                   normalisation="option letter A-J in any case",
-                  source="TIGER-AI-Lab/MMLU-Pro evaluate_from_local.py: 'answer is (X)', then "
+                  source="https://github.com/TIGER-AI-Lab/MMLU-Pro evaluate_from_local.py: 'answer is (X)', then "
                   "'Answer: X', then the last letter"),
     BenchmarkRule("MMLU", ("mmlu",), "multiple_choice", normalisation="option letter A-D",
-                  source="hendrycks/test: the letter of the correct option"),
+                  source="https://github.com/hendrycks/test: the letter of the correct option"),
     BenchmarkRule("ARC", ("arc", "arcchallenge", "arceasy", "ai2arc"), "multiple_choice",
                   normalisation="option letter (3-5 options)",
-                  source="allenai ARC: answerKey names one option"),
+                  source="https://allenai.org/data/arc (allenai ARC): answerKey names one option"),
     BenchmarkRule("GSM8K", ("gsm8k",), "math", normalisation="exact number (symbolic, math-verify)",
-                  source="openai/grade-school-math: the number after '####', exact"),
+                  source="https://github.com/openai/grade-school-math: the number after '####', exact"),
     BenchmarkRule("AIME / AMC", ("aime", "amc"), "math", normalisation="exact integer",
                   source="integer answers, exact"),
     BenchmarkRule("Minerva (OCW)", ("minerva", "minervamath"), "math",
@@ -108,20 +108,21 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   source="Lewkowycz et al. 2022 (symbolic / numeric equivalence); rlpr: exact"),
     BenchmarkRule("MATH / MATH-500", ("math", "hendrycksmath", "competitionmath"), "math",
                   normalisation="symbolic equality (math-verify)",
-                  source="hendrycks/math is_equiv (normalized string); math-verify is stricter on "
+                  source="https://github.com/hendrycks/math is_equiv (normalized string); math-verify is stricter on "
                   "form and accepts equivalent forms"),
     BenchmarkRule("SimpleQA", ("simpleqa",), "short_answer",
                   normalisation="SQuAD normalization, exact match of the answer slot: after 'The answer "
                   "is', before ', which' / ', and <clause>' / a second sentence; a reference with commas "
                   "('March 5, 2010') whole; one candidate, not negated",
-                  source="openai/simple-evals grades with an LLM (CORRECT / INCORRECT / NOT "
-                  "ATTEMPTED); the rule grader is stricter: add --judge-url for the official rule"),
+                  source="https://github.com/openai/simple-evals (simpleqa_eval.py) grades with an LLM (CORRECT / INCORRECT / NOT "
+                  "ATTEMPTED; a hedged single answer is CORRECT, a hedge between candidates INCORRECT); the "
+                  "rule grader is stricter: add --judge-url for the official rule"),
     BenchmarkRule("NQ-Open", ("nqopen", "nqopenefficientqa"), "short_answer",
                   normalisation="SQuAD normalization, exact match against any acceptable answer",
-                  source="google-research-datasets/natural-questions nq_open: exact match"),
+                  source="https://github.com/google-research-datasets/natural-questions nq_open: exact match"),
     BenchmarkRule("BIG-Bench Hard", ("bbh",), "short_answer",
                   normalisation="option letter when the target is '(X)', else exact match",
-                  source="suzgunmirac/BIG-Bench-Hard: exact match of the target"),
+                  source="https://github.com/suzgunmirac/BIG-Bench-Hard: exact match of the target"),
 )
 DEFAULT_RULE = BenchmarkRule("other", (), "", normalisation="by grader_for: no tolerance")
 
