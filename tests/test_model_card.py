@@ -89,3 +89,39 @@ def test_held_out_line():
     assert held_out_line(greedy, greedy) == "greedy 50.0% -> 50.0%"
     assert held_out_line(before, {}) == "greedy 38.0%, Avg@4 19.5% before training"
     assert held_out_line({}, {}) == "-"
+
+
+def test_cards_are_escaped_for_markdown_html_and_terminals(tmp_path):
+    """issue 35, N5: markup and terminal escapes from run names, data paths and metrics went into
+    README.md as they were, a newline broke out of the table, and the usage line was an unquoted
+    shell command (a run named `a;touch X;b` gave a card whose pasted command ran `touch`)."""
+    import re
+    import shlex
+    from rlpr.train.model_card import RunInfo, model_card, visible
+
+    name = "a;touch X;b <script>alert(1)</script> *x* \x1b[31mred\x1b[0m $x$ [l](x)\n| injected | row |"
+    run = tmp_path / "runs" / name
+    info = RunInfo(run, run / "checkpoints" / "step_3", "/models/b|ase <img src=x onerror=y>",
+                   "train: data/q|s.jsonl\r\n# heading; val: ```evil```", "probability (mean_prob; x)", 3,
+                   "greedy 10.0% -> 20.0%\x07", None)
+    for fmt in ("adapter", "model", "hf", "gguf"):
+        card = model_card(info, fmt)
+        for raw in ("\x1b", "\x07", "\r"):  # anywhere, the code block too
+            assert raw not in card, (fmt, raw)
+        prose = re.split(r"^`{3,}$", card, flags=re.M)[0]  # a code block shows markup as text
+        for raw in ("<script", "<img", "*x*", "[l](x)", "$x$"):
+            assert raw not in prose, (fmt, raw)
+        assert not any(line.startswith(("| injected", "# heading")) for line in card.splitlines())
+        table = [line for line in card.splitlines() if line.startswith("| ")]
+        assert len(table) == 7  # the header and six rows: nothing broke out
+        for row in table[1:]:
+            assert len(re.findall(r"(?<!\\)\|", row)) == 3, row  # the cell's own | are escaped
+        assert card.startswith("---\nlibrary_name: ") and card.count("\n---\n") == 1
+        fences = re.findall(r"^(`{3,})$", card, flags=re.M)
+        assert len(fences) == 2 and fences[0] == fences[1]
+        block = card.split(fences[0] + "\n")[1]
+        for line in block.splitlines():
+            if line.startswith("rlpr export"):
+                words = shlex.split(line, comments=True)
+                assert words[:2] == ["rlpr", "export"] and words[3] == "--step"
+                assert words[2] == visible(str(run))  # one argument, the run's path: `touch` never runs

@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import json
 import logging
+import re
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,6 +36,29 @@ class RunInfo:
     steps: int
     held_out: str
     max_steps: int | None = None
+
+
+# C0 and C1 control characters (newlines, ESC and the terminal escapes they start, NUL, DEL) and
+# the Unicode line and paragraph separators: never written as they are
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f\u2028\u2029]")
+# Markdown's inline markup (emphasis, code, links, tables, math, strikethrough) and backslash
+_MARKUP = re.compile(r"([\\`*\[\]|$~])")
+_WORD_EDGE_UNDERSCORE = re.compile(r"(?<![0-9A-Za-z])_|_(?![0-9A-Za-z])")  # emphasis; a_b inside a word is not
+
+
+def visible(text) -> str:
+    """`text` with every control character shown as an escape (`\x1b`, `\n`): a value read from a
+    run directory never moves the cursor, recolours a terminal or breaks a line."""
+    return _CONTROL.sub(lambda m: m.group().encode("unicode_escape").decode("ascii"), str(text))
+
+
+def md(text) -> str:
+    """`text` as literal text in a Markdown table cell or heading (issue 35, N5): control characters
+    shown as escapes, HTML's `<` and `&` as entities, Markdown's markup characters backslash-escaped,
+    so markup planted in a run name, data path or metric renders as the characters typed."""
+    text = visible(text).replace("&", "&amp;").replace("<", "&lt;")
+    text = _WORD_EDGE_UNDERSCORE.sub(r"\\_", _MARKUP.sub(r"\\\1", text))
+    return "\\" + text if text[:1] in ("#", "+", "-", "=", ">") else text
 
 
 def _section(cfg: dict, name: str) -> dict:
@@ -161,40 +186,44 @@ def model_card(info: RunInfo, fmt: str) -> str:
 
     base = "SmolLM2-135M-Instruct (embedded in rlpr)" if info.base == "default" else info.base
     step_dir = f"checkpoints/{info.checkpoint.name}"
+    run = shlex.quote(visible(info.run))  # a pasted command runs exactly one rlpr command
     usage = {
         "gguf": 'llama-cli -m model.gguf -p "..."  # llama.cpp; or Ollama / LM Studio',
         "hf": "AutoModelForCausalLM.from_pretrained(PATH)  # transformers, vLLM, TGI",
-        "model": f"AutoModelForCausalLM.from_pretrained(\"{step_dir}/model\")  # transformers, vLLM\n"
-                 f"rlpr export {info.run} --step {info.steps} --format gguf -o model.gguf  # llama.cpp",
-        "adapter": f"rlpr export {info.run} --step {info.steps} --format hf -o merged  # LoRA merged into the "
-                   f"base\nPeftModel.from_pretrained(base_model, \"{step_dir}/adapter\")  # peft, on the base model",
+        "model": f"AutoModelForCausalLM.from_pretrained({json.dumps(visible(step_dir + '/model'))})  "
+                 f"# transformers, vLLM\n"
+                 f"rlpr export {run} --step {int(info.steps)} --format gguf -o model.gguf  # llama.cpp",
+        "adapter": f"rlpr export {run} --step {int(info.steps)} --format hf -o merged  # LoRA merged into the "
+                   f"base\nPeftModel.from_pretrained(base_model, {json.dumps(visible(step_dir + '/adapter'))})  "
+                   f"# peft, on the base model",
     }[fmt]
+    fence = "`" * max(3, 1 + max((len(m) for m in re.findall(r"`+", usage)), default=0))
     library = {"gguf": "gguf", "adapter": "peft"}.get(fmt, "transformers")
     steps = str(info.steps)
     if info.max_steps and info.steps < info.max_steps:
         steps = f"{info.steps} of {info.max_steps} (an intermediate checkpoint)"
-    kind = info.reward.split()[0] if info.reward else "probability"
+    kind = re.sub(r"[^0-9A-Za-z_-]", "", info.reward.split()[0] if info.reward else "") or "probability"
     return f"""---
 library_name: {library}
 tags: [rlpr, reinforcement-learning, rlpr-{kind}]
 ---
-# {info.run.name}
+# {md(info.run.name)}
 
 Trained with rlpr {__version__} (Reinforcement Learning with Reference Probability Reward,
 [arXiv 2506.18254](https://arxiv.org/abs/2506.18254)).
 
 | | |
 |---|---|
-| base model | {base} |
-| training data | {info.data or '-'} |
-| reward | {info.reward} |
-| steps | {steps} |
-| held-out before -> after | {info.held_out} |
-| checkpoint | {info.checkpoint.name} of run {info.run.name} |
+| base model | {md(base)} |
+| training data | {md(info.data or '-')} |
+| reward | {md(info.reward)} |
+| steps | {md(steps)} |
+| held-out before -> after | {md(info.held_out)} |
+| checkpoint | {md(info.checkpoint.name)} of run {md(info.run.name)} |
 
-```
+{fence}
 {usage}
-```
+{fence}
 """
 
 
