@@ -203,3 +203,23 @@ def test_collapse_monitor_warns_once_per_monitor(caplog):
     lines = [r.getMessage() for r in caplog.records]
     assert len(lines) == 3 and all(line.startswith("step 2: collapse?") for line in lines)
     assert any("policy/entropy" in line for line in lines)
+
+
+@pytest.mark.parametrize("kind", ["random", "entropy", "self_certainty", "majority"])
+def test_rlpr_score_with_a_label_free_kind(tiny_dir, tmp_path, kind):
+    """`rlpr score reward.kind=...`: the label-free rewards on a file of responses, no training."""
+    import json
+    from pathlib import Path
+
+    from rlpr.cli.main import main
+
+    example = Path(__file__).resolve().parents[1] / "examples" / "score_example.jsonl"
+    out = tmp_path / "scored.jsonl"
+    assert main(["score", "--input", str(example), "--output", str(out), "--model", str(tiny_dir),
+                 f"reward.kind={kind}"]) == 0
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows and all(r["score_b"] == 0.0 and math.isfinite(r["reward"]) for r in rows)
+    if kind in ("random", "majority"):
+        assert {r["delta"] for r in rows} <= {0.0, 1.0}
+    if kind == "entropy":
+        assert all(r["delta"] < 0 for r in rows)
