@@ -257,3 +257,103 @@ def test_a_disk_too_small_for_a_checkpoint_is_refused_before_step_1(tiny_dir, tm
     assert str(run) in one_line(e.value)
     assert not (run / "metrics.jsonl").exists() or not read_metrics(run)  # found before step 1
     assert not (run / "checkpoints").exists() or not any((run / "checkpoints").iterdir())
+
+
+# -- issue 35: N6 (a reused folder), N7 (one writer), N8 (a state of the wrong shape), N10 (the name) ----
+
+def test_a_new_run_never_appends_to_a_run_folder_without_checkpoints(tiny_dir, tmp_path):
+    """N6: a new run in a folder whose run stopped before its first checkpoint appended to its
+    metrics.jsonl (and would reuse its tracker run ids)."""
+    run = tmp_path / "again"
+    run.mkdir()
+    (run / "metrics.jsonl").write_text('{"step": 0, "eval/accuracy": 0.5}\n')
+    (run / "wandb_run_id").write_text("abc")
+    cfg = tiny_cfg(tiny_dir, tmp_path, "again", "trainer.max_steps=1", "data.val=")
+    with pytest.raises(ConfigError, match="already holds a run that saved no checkpoint .metrics.jsonl, "
+                                          "wandb_run_id.*choose another trainer.name") as e:
+        train(cfg)
+    one_line(e.value)
+    assert sorted(p.name for p in run.iterdir()) == ["metrics.jsonl", "wandb_run_id"]  # nothing written
+    assert (run / "metrics.jsonl").read_text() == '{"step": 0, "eval/accuracy": 0.5}\n'
+    (run / "metrics.jsonl").unlink()
+    (run / "wandb_run_id").unlink()
+    (run / "config.yaml").write_text("stale: true\n")  # a run refused before its records: started anew
+    train(cfg)
+    assert [m["step"] for m in read_metrics(run)] == [1]
+
+
+def test_a_run_directory_has_one_writer(tiny_dir, tmp_path):
+    """N7: two resumes of one run could run at once, each writing its checkpoints and metrics."""
+    run = tmp_path / "locked"
+    train(tiny_cfg(tiny_dir, tmp_path, "locked", "trainer.max_steps=1", "data.val="))
+    holder = subprocess.Popen([sys.executable, "-c", textwrap.dedent(f"""
+        import sys, time
+        from pathlib import Path
+        from rlpr.train.run_dir import lock_run_dir
+        lock_run_dir(Path({str(run)!r}))
+        print("locked", flush=True)
+        time.sleep(120)
+        """)], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "locked"
+        before = sorted(p.name for p in run.rglob("*"))
+        with pytest.raises(ConfigError, match="another rlpr process is training this run") as e:
+            resume(run, 2)
+        one_line(e.value)
+        assert sorted(p.name for p in run.rglob("*")) == before  # the refused resume wrote nothing
+    finally:
+        holder.kill()
+        holder.wait()
+    resume(run, 2)  # the lock went with its process
+    assert [c.name for c in list_checkpoints(run)] == ["step_1", "step_2"]
+
+
+def test_a_trainer_state_of_the_wrong_shape_falls_back_and_an_absurd_step_is_refused(tiny_dir, tmp_path, caplog):
+    """N8: a state of the wrong shape loaded ("resumed") and failed later with a traceback and no
+    fallback; an absurd step was accepted, and resuming past max_steps saved step_N with it and
+    pruned the good checkpoints."""
+    run = tmp_path / "shape"
+    train(tiny_cfg(tiny_dir, tmp_path, "shape", "trainer.max_steps=2", "trainer.save_every=1", "data.val="))
+    first, second = list_checkpoints(run)
+    good = torch.load(second / STATE_FILE, weights_only=True)
+
+    def planted(**change):
+        state = {**good, **change}
+        torch.save(state, second / STATE_FILE)
+
+    bad_states = [dict(step=10 ** 9), dict(step=-1), dict(filter={**good["filter"], "ema": "abc"}),
+                  dict(filter={"ema": None}),
+                  dict(ranks=[{**good["ranks"][0], "stream": {"epoch": 0, "position": "x", "cache": []}}]),
+                  dict(ranks=[{**good["ranks"][0], "score_a_cache": [["only", "three", 1]]}])]
+    for change in bad_states:
+        planted(**change)
+        with pytest.raises(ConfigError, match="trainer_state.pt: not an rlpr trainer state") as e:
+            load_state(second, resumable=True)
+        one_line(e.value)
+    # a position past the data's end loads as data but not into the prompt stream: also skipped
+    planted(ranks=[{**good["ranks"][0], "stream": {**good["ranks"][0]["stream"], "position": 10 ** 6}}])
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        resume(run, 3)
+    assert f"skipped the corrupt checkpoint {second}" in caplog.text and "does not fit" in caplog.text
+    assert [c.name for c in list_checkpoints(run)] == ["step_2", "step_3"]
+    # the absurd step: skipped too, never saved as step_1000000000 pruning the good ones
+    caplog.clear()
+    third = run / "checkpoints" / "step_3"
+    state = torch.load(third / STATE_FILE, weights_only=True)
+    torch.save({**state, "step": 10 ** 9}, third / STATE_FILE)
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        resume(run, 4)
+    assert f"skipped the corrupt checkpoint {third}" in caplog.text and "step 1000000000 in step_3" in caplog.text
+    assert [c.name for c in list_checkpoints(run)] == ["step_3", "step_4"]
+
+
+@pytest.mark.parametrize("name", ["../escaped", "ABSOLUTE", "a/../../b", "."])
+def test_trainer_name_stays_inside_the_output_dir(tiny_dir, tmp_path, name):
+    """N10: trainer.name with ../ or an absolute path put the run outside trainer.output_dir."""
+    name = str(tmp_path / "elsewhere") if name == "ABSOLUTE" else name  # never outside the test's folder
+    out = tmp_path / "runs"
+    out.mkdir()
+    with pytest.raises(ConfigError, match="trainer.name: .* must name a folder inside trainer.output_dir") as e:
+        train(tiny_cfg(tiny_dir, out, name, "trainer.max_steps=1", "data.val="))
+    one_line(e.value)
+    assert list(out.iterdir()) == [] and sorted(p.name for p in tmp_path.iterdir()) == ["runs"]

@@ -84,6 +84,11 @@ class PromptStream:
         return {"epoch": self.epoch, "position": self.position, "cache": list(self.cache)}
 
     def load_state_dict(self, state: dict) -> None:
-        self.epoch, self.position = state["epoch"], state["position"]
-        self.cache = list(state["cache"])
+        """A saved position; one that does not fit this data (past its end, a cached index of no
+        prompt) is a ValueError: a checkpoint that does not load, never a later IndexError."""
+        epoch, position, cache = state["epoch"], state["position"], list(state["cache"])
+        if not (0 <= position <= self.size and epoch >= 0 and all(0 <= i < self.size for i in cache)):
+            raise ValueError(f"prompt stream at epoch {epoch}, position {position} with {len(cache)} cached prompts "
+                             f"does not fit {self.size} prompts")
+        self.epoch, self.position, self.cache = epoch, position, cache
         self._order = self._permutation(self.epoch)

@@ -62,11 +62,22 @@ def init_from_env(device: torch.device | None = None, timeout_s: float = 1800.0)
     dist.init_process_group(backend=backend, timeout=timedelta(seconds=timeout_s))
 
 
+_AT_SHUTDOWN: list = []
+
+
+def at_shutdown(fn) -> None:
+    """Call `fn()` once at the next `shutdown` (the end of a training run, however it ends), e.g. to
+    release the run directory's lock."""
+    _AT_SHUTDOWN.append(fn)
+
+
 def shutdown(wait: bool = True) -> None:
     """Leave the process group before the interpreter exits. Without it a rank that finishes
     first can abort in gloo's destructor ("terminate called without an active exception", rc -6)
     while rank 0 still writes the summary. `wait`: meet the other ranks first (not on an error,
-    where they may never arrive)."""
+    where they may never arrive). The `at_shutdown` callbacks run first, with or without a group."""
+    while _AT_SHUTDOWN:
+        _AT_SHUTDOWN.pop()()
     if not initialized():
         return
     if wait:

@@ -276,7 +276,56 @@ def load_state(ckpt: Path, resumable: bool = False) -> dict:
     if len(ranks) != state.get("world_size", 1) or not all(
             isinstance(r, dict) and {"stream", "rng", "score_a_cache"} <= set(r) for r in ranks):
         raise CorruptCheckpoint(f"{path}: not an rlpr trainer state (malformed per-process states)")
+    problem = state_shape_problem(state, ckpt)
+    if problem:
+        raise CorruptCheckpoint(f"{path}: not an rlpr trainer state ({problem})")
     return state
+
+
+def _number(v) -> bool:
+    import math
+
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+
+
+def _count(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool) and v >= 0
+
+
+def state_shape_problem(state: dict, ckpt: Path) -> str | None:
+    """What is wrong with a trainer state's contents, or None (issue 35, N8): a state of the wrong
+    shape used to load ("resumed") and fail steps later with a traceback and no fallback, and an
+    absurd step was accepted (resuming past trainer.max_steps saved a step_N that pruned the good
+    checkpoints). The step must be the folder's N; the filter, prompt stream, RNG states and caches
+    must hold what the trainer reads back."""
+    step = state["step"]
+    named = ckpt.name.removeprefix("step_")
+    if step < 0 or (named.isdigit() and step != int(named)):
+        return f"step {step} in {ckpt.name}"
+    f = state["filter"]
+    if not ({"ema", "history", "last_mean"} <= set(f) and (f["ema"] is None or _number(f["ema"]))
+            and isinstance(f["history"], list) and all(_number(v) for v in f["history"])
+            and (f["last_mean"] is None or _number(f["last_mean"]))):
+        return "malformed filter state"
+    for r in state["ranks"]:
+        stream, rng, cache = r["stream"], r["rng"], r["score_a_cache"]
+        if not (isinstance(stream, dict) and _count(stream.get("epoch")) and _count(stream.get("position"))
+                and isinstance(stream.get("cache"), list) and all(_count(i) for i in stream["cache"])):
+            return "malformed prompt stream"
+        if not (isinstance(rng, dict) and isinstance(rng.get("torch"), torch.Tensor)
+                and rng["torch"].dtype == torch.uint8 and isinstance(rng.get("python"), tuple)
+                and isinstance(rng.get("numpy"), (tuple, list)) and len(rng["numpy"]) == 5):
+            return "malformed RNG states"
+        if not (isinstance(cache, list) and all(isinstance(e, (list, tuple)) and len(e) == 4 for e in cache)):
+            return "malformed score-A cache"
+    lagged, length = state.get("lagged"), state.get("length")
+    if lagged is not None and not (isinstance(lagged, dict) and _count(lagged.get("steps"))
+                                   and isinstance(lagged.get("weights"), dict)):
+        return "malformed lagged scorer state"
+    if length and not (isinstance(length, dict) and isinstance(length.get("first"), list)
+                       and all(_number(v) for v in length["first"]) and isinstance(length.get("warned"), bool)):
+        return "malformed length monitor state"
+    return None
 
 
 def restore_latest(run_dir: Path, restore) -> Path:

@@ -11,6 +11,7 @@ import hashlib
 import json
 import logging
 import math
+import os
 import time
 from pathlib import Path
 
@@ -25,27 +26,99 @@ log = logging.getLogger("rlpr.train")
 
 
 def default_run_dir(cfg: Config) -> Path:
+    """trainer.output_dir/trainer.name (a name made of the preset and the time when empty). The name
+    stays inside output_dir: an absolute path or a `..` part is refused (issue 35, N10)."""
     name = cfg.trainer.name or f"{cfg.preset or 'run'}-{time.strftime('%Y%m%d-%H%M%S')}"
+    check_run_name(name)
     return Path(cfg.trainer.output_dir) / name
 
 
+def check_run_name(name: str) -> None:
+    """One line unless `name` is a relative path below trainer.output_dir (sub-folders allowed)."""
+    parts = name.replace("\\", "/").split("/")
+    if name.startswith(("/", "\\", "~")) or Path(name).is_absolute() or (len(name) > 1 and name[1] == ":") \
+            or any(part in ("..", ".") for part in parts) or not name.strip() or "\0" in name:
+        raise ConfigError(f"trainer.name: {name!r} must name a folder inside trainer.output_dir (no absolute "
+                          f"path, no '..' or '.' part); set trainer.output_dir for another place")
+
+
+# What a run writes and appends to besides config.yaml and data.yaml: a new run never mixes its
+# records into another's (issue 35, N6)
+RUN_FILES = ("metrics.jsonl", "samples", "summary.yaml", "tensorboard", "report.html")
+
+
 def check_fresh(run_dir: Path) -> None:
-    """A new run never writes into a run directory that has checkpoints."""
+    """A new run never writes into a run directory that has checkpoints, nor into one that holds a
+    run's records without any (a run stopped before its first save): its metrics.jsonl would be
+    appended to, and a tracker's run id (wandb, mlflow) reused."""
     if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
         raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
                           f"or choose another trainer.name")
+    found = [name for name in RUN_FILES if (run_dir / name).exists()]
+    found += sorted(p.name for p in run_dir.glob("*_run_id")) + sorted(p.name for p in run_dir.glob("resume_*.yaml"))
+    if found:
+        raise ConfigError(f"{run_dir} already holds a run that saved no checkpoint ({', '.join(found)}): a new run "
+                          f"would append to its records; remove the folder or choose another trainer.name")
+
+
+# The run directories this process holds locked (issue 35, N7): path -> the open directory.
+_LOCKS: dict[str, int] = {}
+
+
+def lock_run_dir(run_dir: Path) -> None:
+    """One writer per run directory: an exclusive, non-blocking lock on the folder itself (flock;
+    nothing is written into it), held until the training ends (`release_run_dir`, at
+    `dist.shutdown`), the process ends, or it locks another run directory. A second `rlpr train` or
+    `--resume` of the same run, while the first runs, is refused with one line."""
+    import fcntl
+
+    key = str(Path(run_dir).resolve())
+    if key in _LOCKS:
+        return
+    for other in list(_LOCKS):  # this process's earlier run has finished
+        os.close(_LOCKS.pop(other))
+    fd = os.open(key, os.O_RDONLY | getattr(os, "O_DIRECTORY", 0))
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except BlockingIOError:
+        os.close(fd)
+        raise ConfigError(f"{run_dir}: another rlpr process is training this run (its directory is locked); "
+                          f"wait for it to finish or stop it, then --resume {run_dir}") from None
+    except OSError:  # a file system without locks (some network mounts): no lock rather than no training
+        os.close(fd)
+        log.debug("%s: could not lock the run directory", run_dir)
+        return
+    _LOCKS[key] = fd
+    dist.at_shutdown(lambda: release_run_dir(key))
+
+
+def release_run_dir(run_dir) -> None:
+    """Let another process train `run_dir` (its lock, if this process holds it)."""
+    fd = _LOCKS.pop(str(Path(run_dir).resolve()), None)
+    if fd is not None:
+        os.close(fd)
 
 
 def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) -> None:
-    """Before the model loads. A new run: refused where checkpoints exist, then config.yaml and
+    """Before the model loads. The main process locks the run directory (`lock_run_dir`: one writer).
+    A new run: refused where checkpoints or another run's records exist, then config.yaml and
     data.yaml are written (main process). A resume writes nothing: refused when the data changed
     (`check_data`) or metrics.jsonl has a bad line before its last one (`check_metrics`)."""
     if resume:
+        if dist.is_main():
+            lock_run_dir(run_dir)
         check_data(run_dir, data_fingerprint(cfg, examples))
         check_metrics(run_dir / "metrics.jsonl")
         return
     check_fresh(run_dir)
     if dist.is_main():
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as e:
+            raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
+                              f"set trainer.output_dir") from None
+        lock_run_dir(run_dir)
+        check_fresh(run_dir)  # again under the lock: a run started beside this one
         write_config(run_dir, cfg, data_fingerprint(cfg, examples))
     dist.barrier()
 
