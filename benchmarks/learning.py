@@ -122,6 +122,7 @@ VARIANTS = {
 # (what the small preset needs beyond model.path: Gemma's base GGUF has no chat template, so its prompts
 # use the Question/Answer text format, the response ends at a new line, and y* is scored after a second
 # question in that format; rlpr.model.loading.QA_CHAT_TEMPLATE, docs/learning.md)
+MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct (the embedded model)", "gemma": "Gemma 3 270M (base)"}
 MODELS = {"smollm2": [],
           "gemma": ["model.path=gemma3-270m", 'rollout.stop=["\\n"]', "reward.answer_turn=''",
                     'reward.answer_cue="\\n\\nQuestion: Repeat your answer in as few words as possible.\\nAnswer: "']}
@@ -529,7 +530,7 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     if base is None:
         return [], "(no base run yet)\n"
     n = base["n_heldout"]
-    keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len"]
+    keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len", "entropy"]
     transfer_keys = [f"{s}_{k}" for s in TRANSFER for k in GRADED if f"{s}_{k}_before" in base]
     table = []
     lines = ["| variant | seeds | steps | Avg@8 before ± SE | Avg@8 after: mean ± sd (per run ± SE) | change in SEs "
@@ -542,8 +543,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             continue
         entry = {"variant": variant, "seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"], "n_heldout": n}
         for k in keys + [k for k in transfer_keys if all(f"{k}_after" in r for r in runs)]:
-            after = [r[f"{k}_after"] for r in runs]
-            entry[f"{k}_before"] = base[f"{k}_before"]
+            after = [r.get(f"{k}_after") for r in runs]  # entropy: rows recorded before it have none
+            entry[f"{k}_before"] = base.get(f"{k}_before")
             if any(a is None for a in after):
                 entry[f"{k}_after"], entry[f"{k}_after_sd"] = None, None
                 continue
@@ -561,6 +562,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                     entry[f"{s}_{k}_change_se"] = [in_ses(r[f"{s}_{k}_after"] - base[f"{s}_{k}_before"],
                                                           base[f"{s}_{k}_before"], m) for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
+        costs = [r.get("reward_s") for r in runs]
+        entry["reward_s"] = statistics.fmean(costs) if runs[0]["variant"] != "base" and None not in costs else None
         entry["minutes_per_run"] = statistics.fmean(r["seconds"] for r in runs) / 60
         table.append(entry)
 
@@ -579,7 +582,65 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             f"| {_pct(base['pass8_before'])}% -> {pm('pass8')}% "
             f"| {base['reward_before']:.3f} -> {pm('reward', 1, 3)} | {pm('score_b', 1, 3)} | {pm('format')}% "
             f"| {pm('len', 1, 1)} | {entry['step_s']:.0f} | {entry['minutes_per_run']:.0f} |")
-    return table, "\n".join(lines) + "\n" + transfer_table(table, base)
+    return table, "\n".join(lines) + "\n" + transfer_table(table, base) + controls_verdict(table, base)[1]
+
+
+CONTROLS = ("random", "shuffled_reference", "entropy", "self_certainty", "majority")
+METRICS = (("acc", "Avg@8"), ("greedy", "greedy"), ("pass8", "pass@8"))
+
+
+def diff_se(a: dict, b: dict, key: str, n: int) -> float:
+    """The standard error of (a's mean - b's mean) for `key`: the binomial error over the n questions of
+    each mean (sqrt(p (1 - p) / n), as if the two were independent: conservative on shared questions)
+    plus each mean's seed-to-seed spread (sd / sqrt(seeds))."""
+    def var(e):
+        p, k = e[f"{key}_after"], len(e["seeds"])
+        return p * (1 - p) / n + (e[f"{key}_after_sd"] ** 2 / k if k > 1 else 0.0)
+
+    return math.sqrt(var(a) + var(b))
+
+
+def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
+    """RLPR against the best control on every set and metric: RLPR's mean, each control's, the best
+    control's, and RLPR - best in standard errors of that difference (`diff_se`). Sharpening alone
+    lifts Avg@k toward greedy and can lower pass@k; learning lifts greedy and pass@k."""
+    by = {e["variant"]: e for e in table}
+    rlpr = by.get("rlpr")
+    controls = [by[c] for c in CONTROLS if c in by]
+    if rlpr is None or not controls:
+        return [], ""
+    sets = [("heldout", base["n_heldout"])] + [(s, base[f"n_{s}"]) for s in TRANSFER if base.get(f"n_{s}")]
+    rows, lines = [], []
+    names = [c["variant"] for c in controls]
+    lines += ["| set | metric | base | RLPR | " + " | ".join(names) + " | RLPR - best control (SEs) |",
+              "|---|---|---|---|" + "---|" * len(names) + "---|"]
+    for set_name, n in sets:
+        prefix = "" if set_name == "heldout" else f"{set_name}_"
+        for key, label in METRICS:
+            k = prefix + key
+            if rlpr.get(f"{k}_after") is None or any(c.get(f"{k}_after") is None for c in controls):
+                continue
+            best = max(controls, key=lambda c: c[f"{k}_after"])
+            net = rlpr[f"{k}_after"] - best[f"{k}_after"]
+            error = diff_se(rlpr, best, k, n)
+            rows.append({"set": set_name, "metric": label, "base": base[f"{k}_before"], "rlpr": rlpr[f"{k}_after"],
+                         **{c["variant"]: c[f"{k}_after"] for c in controls}, "best_control": best["variant"],
+                         "net": net, "net_se": net / error if error else math.nan})
+            cells = " | ".join(f"{100 * c[f'{k}_after']:.1f}" for c in controls)
+            lines.append(f"| {SET_TITLES[set_name]} | {label} | {100 * base[f'{k}_before']:.1f} "
+                         f"| {100 * rlpr[f'{k}_after']:.1f} | {cells} | {100 * net:+.1f} ({best['variant']}; "
+                         f"{rows[-1]['net_se']:+.1f} SE) |")
+    cost = ["", "Held-out mean token entropy after training (nats; base "
+            f"{base.get('entropy_before') or math.nan:.2f}), response length (tokens) and the reward's own cost per "
+            "step (s: score B and A, or the label-free kind's forward):", "",
+            "| variant | entropy after | length after | reward s/step |", "|---|---|---|---|"]
+    for e in [rlpr, *controls, *[by[v] for v in ("rlvr",) if v in by]]:
+        entropy, cost_s = e.get("entropy_after"), e.get("reward_s")
+        cost.append(f"| {e['variant']} | {'n/a' if entropy is None else f'{entropy:.2f}'} | {e['len_after']:.1f} "
+                    f"| {'n/a' if cost_s is None else f'{cost_s:.1f}'} |")
+    header = ["", "Is it the reward? RLPR beside the controls (mean over seeds, %), and RLPR minus the best "
+              "control in standard errors of the difference (binomial over questions plus seed spread).", ""]
+    return rows, "\n".join(header + lines + cost) + "\n"
 
 
 def transfer_table(table: list[dict], base: dict) -> str:
@@ -810,9 +871,20 @@ def main() -> int:
         with log_path.open("a") as f:
             f.write(json.dumps(row) + "\n")
         print({k: v for k, v in row.items() if k not in ("curve", "train", "settings")}, flush=True)
-    done = read_rows(log_path, settings)
-    table, markdown = summarise(done)
-    total = sum(r["seconds"] for r in done)
+    # every model family's rows (these settings otherwise) go into one summary: a section and a plot each
+    sections, runs, tables, total = [], [], {}, 0.0
+    for model in MODELS:
+        mine = {k: v for k, v in settings.items() if k != "model"} | ({"model": model} if model != "smollm2" else {})
+        done = read_rows(log_path, mine)
+        if not done:
+            continue
+        table, markdown = summarise(done)
+        base = next((r for r in done if r["variant"] == "base"), None)
+        tables[model] = {"table": table, "controls": controls_verdict(table, base)[0] if base else []}
+        sections.append((f"## {MODEL_TITLES[model]}\n\n" if model != "smollm2" or len(MODELS) > 1 else "") + markdown)
+        runs += done
+        total += sum(r["seconds"] for r in done)
+        plot(done, Path(args.output + ("" if model == "smollm2" else f"_{model}") + ".png"))
     transfer = (f"; transfer: {', '.join(f'{SET_TITLES[s]} ({TRANSFER[s].name})' for s in TRANSFER)}"
                 f"{f', first {args.transfer_questions} questions of each' if args.transfer_questions else ''}")
     header = (f"Learning benchmark: preset `{args.preset}` {' '.join(args.set)}, {args.steps} steps per run, "
@@ -820,11 +892,13 @@ def main() -> int:
               f"graded with grader version {settings['grader_version']}; "
               f"'change in SEs' = (after - base) / binomial SE of the base over the set's questions, per seed; "
               f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n")
+    markdown = "\n".join(sections)
     Path(args.output + ".md").write_text(header + markdown)
+    main_model = tables.get("smollm2", {"table": [], "controls": []})
     Path(args.output + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
-                                                       "table": table, "runs": done}, indent=1))
-    if done:
-        plot(done, Path(args.output + ".png"))
+                                                       "table": main_model["table"],
+                                                       "controls": main_model["controls"],
+                                                       "models": tables, "runs": runs}, indent=1))
     print(header + markdown)
     return 0
 

@@ -103,3 +103,27 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         for key in ("acc_after", "acc_before", "general_greedy_after", "new_items_pass8_after", "greedy_after"):
             assert new[key] == pytest.approx(r[key]), (r["variant"], key)  # the same grader: the same numbers
         assert [p["acc_curve"] for p in new["curve"]] == pytest.approx([p["acc_curve"] for p in r["curve"]])
+
+
+def test_controls_verdict_by_hand():
+    """RLPR minus the best control, in standard errors of the difference (binomial over the questions
+    plus each mean's seed spread)."""
+    import importlib.util
+    import math
+
+    spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
+    learning = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(learning)
+    base = {"n_heldout": 100, "acc_before": 0.2, "greedy_before": 0.4, "pass8_before": 0.5}
+    entry = lambda v, acc, sd, seeds: {"variant": v, "seeds": list(range(seeds)), "acc_after": acc,  # noqa: E731
+                                       "acc_after_sd": sd, "greedy_after": acc, "greedy_after_sd": sd,
+                                       "pass8_after": acc, "pass8_after_sd": sd, "len_after": 10.0}
+    table = [entry("rlpr", 0.5, 0.02, 3), entry("random", 0.3, 0.0, 1), entry("entropy", 0.4, 0.04, 2)]
+    rows, text = learning.controls_verdict(table, base)
+    first = rows[0]
+    assert first["best_control"] == "entropy" and math.isclose(first["net"], 0.1)
+    se = math.sqrt(0.5 * 0.5 / 100 + 0.02 ** 2 / 3 + 0.4 * 0.6 / 100 + 0.04 ** 2 / 2)
+    assert math.isclose(first["net_se"], 0.1 / se)
+    assert [r["metric"] for r in rows] == ["Avg@8", "greedy", "pass@8"]
+    assert "RLPR - best control" in text and "+10.0 (entropy;" in text
+    assert learning.controls_verdict([entry("rlpr", 0.5, 0.0, 1)], base) == ([], "")
