@@ -265,6 +265,8 @@ def test_model_flag_and_override_the_later_wins(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--gpus", "0"], "--gpus"),
     (["--gpu-gb", "-1"], "--gpu-gb"),
+    (["--gpu-gb", "inf"], "--gpu-gb: the memory of one GPU in GiB must be a positive finite number, got inf"),
+    (["--gpu-gb", "nan"], "--gpu-gb"),
     (["--gpus", "3"], "divisible by the number of processes"),
     (["trainer.cpu_offload=true"], "trainer.cpu_offload"),
     (["trainer.strategy=zero"], "trainer.strategy"),
@@ -283,3 +285,29 @@ def test_a_model_path_without_config_json_is_one_line(capsys, tmp_path):
     assert main(["plan", f"model.path={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert "cannot read config.json" in err and err.count("\n") == 1
+
+
+@pytest.mark.parametrize("change, message", [
+    ({"vocab_size": "abc"}, "vocab_size must be a positive whole number, got 'abc'"),
+    ({"num_attention_heads": 0}, "num_attention_heads must be a positive whole number, got 0"),
+    ({"num_hidden_layers": -1}, "num_hidden_layers must be a positive whole number"),
+    ({"hidden_size": 64.5}, "hidden_size must be a positive whole number"),
+    ({"hidden_size": True}, "hidden_size must be a positive whole number"),
+    ({"intermediate_size": None}, "intermediate_size must be a positive whole number"),
+    ({"num_attention_heads": 7}, "not a valid 'llama' configuration"),
+    ({"model_type": ["llama"]}, "model_type must be a string"),
+    ({"vocab_size": 10 ** 30}, "cannot build the model from its config"),
+])
+def test_plan_on_a_hostile_config_json_is_one_line(capsys, tmp_path, change, message):
+    """issue 35, N13 (and N12 above: --gpu-gb inf was accepted and --json printed Infinity): a
+    config.json with vocab_size "abc" or zero heads gave transformers' validator tracebacks or a
+    ZeroDivisionError; now one line naming the file and the key."""
+    base = {"model_type": "llama", "hidden_size": 64, "intermediate_size": 128, "num_hidden_layers": 2,
+            "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 1000, "max_position_embeddings": 256}
+    (tmp_path / "config.json").write_text(json.dumps({**base, **change}))
+    assert main(["plan", "--model", str(tmp_path), "--json"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("rlpr: error:") and message in err and err.count("\n") == 1, err
+    (tmp_path / "config.json").write_text(json.dumps(base))
+    assert main(["plan", "--model", str(tmp_path), "--json", "--gpu-gb", "1e6"]) == 0
+    json.loads(capsys.readouterr().out)  # strict JSON

@@ -12,6 +12,7 @@ from __future__ import annotations
 import argparse
 import copy
 import json
+import math
 import sys
 from dataclasses import replace
 
@@ -43,8 +44,8 @@ def plan_config(args):
     """The validated Config of the command and the Setup of the plan (one-line ConfigError for bad input)."""
     if args.gpus < 1:
         raise ConfigError(f"--gpus: the number of GPUs (processes) must be at least 1, got {args.gpus}")
-    if args.gpu_gb is not None and not args.gpu_gb > 0:
-        raise ConfigError(f"--gpu-gb: the memory of one GPU in GiB must be positive, got {args.gpu_gb}")
+    if args.gpu_gb is not None and not (math.isfinite(args.gpu_gb) and args.gpu_gb > 0):
+        raise ConfigError(f"--gpu-gb: the memory of one GPU in GiB must be a positive finite number, got {args.gpu_gb}")
     cfg = command_config(args)
     return cfg, checked_setup(cfg, args.gpus, args.gpu_gb)
 
@@ -189,7 +190,7 @@ def cmd_plan(args) -> int:
     rows = mp.alternatives(arch, setup)
     best = mp.recommend(rows)
     if args.json:
-        print(json.dumps(as_dict(arch, p, rows, best), indent=1))
+        print(json.dumps(as_dict(arch, p, rows, best), indent=1, allow_nan=False))  # strict JSON, never Infinity
     else:
         render(arch, cfg, p, rows, best)
     return 0

@@ -69,17 +69,38 @@ def _gguf_config(gguf: Path, cache: Path):
         raise ModelError(f"{gguf}: cannot read the GGUF metadata ({type(e).__name__}: {error_reason(e)})") from None
 
 
-def _from_dict(data: dict):
+# The fields that shape the memory: positive whole numbers (a hostile config.json with "abc" or 0
+# heads was a traceback from transformers' validators or a ZeroDivisionError; issue 35, N13)
+SHAPE_FIELDS = ("hidden_size", "intermediate_size", "num_hidden_layers", "num_attention_heads",
+                "num_key_value_heads", "vocab_size", "head_dim", "max_position_embeddings")
+
+
+def _check_shape_fields(data: dict, where: str) -> None:
+    for section in (data, data.get("text_config") if isinstance(data.get("text_config"), dict) else {}):
+        for key in SHAPE_FIELDS:
+            value = section.get(key)
+            if value is None and key in ("num_key_value_heads", "head_dim", "max_position_embeddings"):
+                continue  # optional: derived from the others
+            if key in section and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise ModelError(f"{where}: {key} must be a positive whole number, got {value!r}")
+
+
+def _from_dict(data: dict, where: str = "config.json"):
     from transformers import AutoConfig
 
     data = dict(data)
     model_type = data.pop("model_type", None)
     if not model_type:
-        raise ModelError("config.json has no model_type")
+        raise ModelError(f"{where} has no model_type")
+    if not isinstance(model_type, str):
+        raise ModelError(f"{where}: model_type must be a string, got {model_type!r}")
+    _check_shape_fields(data, where)
     try:
         return AutoConfig.for_model(model_type, **data)
-    except (ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"config.json: unknown or invalid model_type {model_type!r} ({error_reason(e)})") from None
+    except Exception as e:  # noqa: BLE001 - transformers' and huggingface_hub's validators raise many kinds
+        cause = f": {error_reason(e.__cause__)}" if e.__cause__ is not None else ""
+        raise ModelError(f"{where}: not a valid {model_type!r} configuration ({error_reason(e).rstrip(':')}"
+                         f"{cause})") from None
 
 
 def _read_config_json(path: Path):
@@ -89,7 +110,7 @@ def _read_config_json(path: Path):
         raise ModelError(f"{path}: cannot read config.json ({type(e).__name__}: {error_reason(e)})") from None
     if not isinstance(data, dict):
         raise ModelError(f"{path}: config.json is not a JSON object")
-    return _from_dict(data)
+    return _from_dict(data, str(path))
 
 
 def model_config(path: str):
@@ -126,7 +147,7 @@ def count_parameters(config, lora=None) -> dict:
     try:
         with torch.device("meta"):
             model = AutoModelForCausalLM.from_config(config)
-    except (ValueError, KeyError, TypeError, RuntimeError) as e:
+    except Exception as e:  # noqa: BLE001 - a hostile config fails in many ways (overflow, zero division, ...)
         raise ModelError(f"cannot build the model from its config ({type(e).__name__}: {error_reason(e)})") from None
     layers = getattr(model.get_decoder(), "layers", None)
     if layers is None or not len(layers):
