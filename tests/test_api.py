@@ -47,3 +47,35 @@ def test_train_resume_score_and_evaluate_from_python(tiny_dir, tmp_path):
     assert (tmp_path / "eval" / "results.json").exists()
     with pytest.raises(ValueError, match="differ in length"):
         rlpr.score(cfg, questions, responses[:1], references)
+
+
+def test_wrong_argument_types_are_one_line_before_any_work(tmp_path):
+    """issue 35, N11: a string where a list belongs was read character by character (each letter a
+    question, a file or an override), and other wrong types were raw AttributeErrors from deep
+    inside. Now one line naming the argument, a TypeError and a ConfigError at once."""
+    from rlpr.errors import ArgumentTypeError, ConfigError, DataError
+
+    cases = [
+        (lambda: rlpr.score("demo", "What?", ["It is."], ["Paris"]), "questions: expected a list of strings, got str "
+                                                                      "'What?' (for one, pass ['What?'])"),
+        (lambda: rlpr.score("demo", ["q"], ["a", 3], ["b"]), "responses[1]: expected a string, got int 3"),
+        (lambda: rlpr.score("demo", ["q"], ["a"], ["b"], model=object()), "give both"),
+        (lambda: rlpr.evaluate("demo", 5), "data: expected a list of data files, got int 5"),
+        (lambda: rlpr.evaluate("demo", ["x.jsonl"], samples="3"), "samples: expected a whole number, got str '3'"),
+        (lambda: rlpr.evaluate("demo", ["x.jsonl"], limit=True), "limit: expected a whole number, got bool True"),
+        (lambda: rlpr.evaluate("demo", ["x.jsonl"], samples=0), "samples: must be at least 1"),
+        (lambda: rlpr.train(5), "cfg: expected a Config"),
+        (lambda: rlpr.train("demo", "trainer.max_steps=5"), "overrides: expected a list of 'key=value' strings or a "
+                                                            "dict, got the string 'trainer.max_steps=5'"),
+        (lambda: rlpr.train("demo", {1: 2}), "overrides: the keys must be strings"),
+        (lambda: rlpr.train("demo", resume=3), "resume: expected a path"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ArgumentTypeError) as e:
+            call()
+        assert message in str(e.value) and len(str(e.value).splitlines()) == 1
+        assert isinstance(e.value, TypeError) and isinstance(e.value, ConfigError)
+    # one data file as a plain path is one file, not its characters
+    with pytest.raises(DataError, match="missing.jsonl: file not found"):
+        rlpr.evaluate("demo", str(tmp_path / "missing.jsonl"))
+    assert list(tmp_path.iterdir()) == []

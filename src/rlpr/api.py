@@ -15,12 +15,66 @@ from pathlib import Path
 from typing import Sequence
 
 from rlpr.config import SAMPLING_SECTIONS, Config, from_preset, override_list
+from rlpr.errors import ArgumentTypeError
+
+# -- the arguments' types, checked before any work (issue 35, N11): a string where a list belongs
+# was read character by character, a wrong type gave a raw AttributeError from deep inside
+
+
+def _kind(value) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
+def _path(name: str, value, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if not isinstance(value, (str, os.PathLike)) or isinstance(value, bool):
+        raise ArgumentTypeError(f"{name}: expected a path (str or os.PathLike), got {_kind(value)}")
+
+
+def _texts(name: str, value) -> list[str]:
+    if isinstance(value, (str, bytes)) or not isinstance(value, Sequence):
+        raise ArgumentTypeError(f"{name}: expected a list of strings, got {_kind(value)}"
+                                + (f" (for one, pass [{value!r}])" if isinstance(value, str) else ""))
+    for i, item in enumerate(value):
+        if not isinstance(item, str):
+            raise ArgumentTypeError(f"{name}[{i}]: expected a string, got {_kind(item)}")
+    return list(value)
+
+
+def _overrides(value):
+    if value is None or isinstance(value, dict) and all(isinstance(k, str) for k in value):
+        return value
+    if isinstance(value, str):
+        raise ArgumentTypeError(f"overrides: expected a list of 'key=value' strings or a dict, got the string "
+                                f"{value!r} (for one, pass [{value!r}])")
+    if isinstance(value, dict):
+        raise ArgumentTypeError(f"overrides: the keys must be strings like 'trainer.max_steps', got "
+                                f"{_kind(next(k for k in value if not isinstance(k, str)))}")
+    _texts("overrides", value)
+    return value
+
+
+def _int(name: str, value, low: int, optional: bool = False) -> None:
+    if value is None and optional:
+        return
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise ArgumentTypeError(f"{name}: expected a whole number, got {_kind(value)}")
+    if value < low:
+        raise ArgumentTypeError(f"{name}: must be at least {low}, got {value}")
+
+
+def _cfg(value) -> None:
+    if not isinstance(value, (Config, str, os.PathLike)) or isinstance(value, bool):
+        raise ArgumentTypeError(f"cfg: expected a Config (rlpr.config(...)) or a preset name or YAML path, got "
+                                f"{_kind(value)}")
 
 
 def config(preset: str = "demo", overrides: Sequence[str] | dict | None = None) -> Config:
     """A validated Config: the preset (a name in rlpr/configs or a YAML file) with dotted overrides,
     given as ["trainer.max_steps=5", ...] or {"trainer.max_steps": 5}; what every command reads."""
-    return from_preset(preset, overrides)
+    _path("preset", preset)
+    return from_preset(str(preset), _overrides(overrides))
 
 
 def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = None,
@@ -33,11 +87,14 @@ def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = N
 
     from rlpr.train.run_dir import default_run_dir
 
+    _cfg(cfg)
+    _overrides(overrides)
+    _path("resume", resume, optional=True)
     if resume is not None:
         cfg, run_dir = resume_config(str(resume), override_list(overrides)), Path(resume)
     else:
-        if isinstance(cfg, str):
-            cfg = config(cfg, overrides)
+        if isinstance(cfg, (str, os.PathLike)):
+            cfg = config(str(cfg), overrides)
         elif overrides:
             cfg = _with_overrides(cfg, overrides)
         run_dir = default_run_dir(cfg)  # named now, so that the caller learns where the run went
@@ -56,6 +113,12 @@ def score(cfg: Config | str, questions: Sequence[str], responses: Sequence[str],
     from rlpr.data.templates import build_messages
     from rlpr.reward.probability_reward import ProbabilityReward
 
+    _cfg(cfg)
+    questions, responses = _texts("questions", questions), _texts("responses", responses)
+    references = _texts("references", references)
+    _path("checkpoint", checkpoint, optional=True)
+    if (model is None) != (tokenizer is None):
+        raise ArgumentTypeError("model and tokenizer: give both (a model already loaded and its tokenizer) or neither")
     cfg = _sampling_config(cfg)
     if not len(questions) == len(responses) == len(references):
         raise ValueError(f"questions, responses and references differ in length "
@@ -78,6 +141,18 @@ def evaluate(cfg: Config | str, data: Sequence[str | os.PathLike], *, checkpoint
     from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.engines import build_engine
 
+    _cfg(cfg)
+    if isinstance(data, (str, os.PathLike)):
+        data = [data]  # one file
+    if not isinstance(data, Sequence) or not data:
+        raise ArgumentTypeError(f"data: expected a list of data files, got {_kind(data)}")
+    for i, d in enumerate(data):
+        _path(f"data[{i}]", d)
+    _path("checkpoint", checkpoint, optional=True)
+    _path("output_dir", output_dir)
+    _int("samples", samples, 1, optional=True)
+    _int("limit", limit, 0)
+    _int("seed", seed, 0)
     cfg = _sampling_config(cfg)
     check_rollout(cfg.rollout)
     benchmarks = load_benchmarks([str(d) for d in data], samples, limit, cfg.data.template)
@@ -98,7 +173,7 @@ def _sampling_config(cfg: Config | str) -> Config:
     """A preset name becomes its Config; only the sections scoring and sampling read are checked."""
     from rlpr.config import load_config
 
-    return load_config(cfg, sections=SAMPLING_SECTIONS) if isinstance(cfg, str) else cfg
+    return load_config(str(cfg), sections=SAMPLING_SECTIONS) if isinstance(cfg, (str, os.PathLike)) else cfg
 
 
 def _with_overrides(cfg: Config, overrides) -> Config:

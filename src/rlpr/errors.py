@@ -29,6 +29,11 @@ def error_reason(e: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(e).__name__
 
 
+class ArgumentTypeError(ConfigError, TypeError):
+    """A Python API argument of the wrong type (a string where a list of strings belongs); the
+    message names the argument, what it takes and what it got. Both a ConfigError and a TypeError."""
+
+
 class OutputError(OSError):
     """An output that cannot be written (a full disk, a read-only folder); the message names the file."""
 
