@@ -32,8 +32,11 @@ def test_train_eval_and_score_print_no_deprecation_warnings(tiny_dir, tmp_path):
               "trainer.eval_samples=2", "trainer.progress=false"]
     rlpr("train", *common, "trainer.name=lora", cwd=tmp_path)
     rlpr("train", *common, "trainer.name=full", "model.lora=false", "model.gradient_checkpointing=true", cwd=tmp_path)
-    rlpr("eval", "--model", tiny_dir, "--checkpoint", str(tmp_path / "lora"), "--data",
-         str(ROOT / "examples" / "my_questions_val.jsonl"), "--limit", "3", "--samples", "2",
-         "--max-new-tokens", "8", "--output", str(tmp_path / "eval"), cwd=tmp_path)
+    result = rlpr("eval", "--model", tiny_dir, "--checkpoint", str(tmp_path / "lora"), "--data",
+                  str(ROOT / "examples" / "my_questions_val.jsonl"), "--limit", "3", "--samples", "2",
+                  "--max-new-tokens", "8", "--output", str(tmp_path / "eval"), cwd=tmp_path)
+    # issue 35, E3: no DeepSpeed accelerator warning (DeepSpeed is not used) and no per-file bars
+    for library_line in ("Setting accelerator", "DeepSpeed", "Loading weights", "Writing model shards"):
+        assert library_line not in result.stderr, result.stderr
     rlpr("score", "--model", tiny_dir, "--input", str(ROOT / "examples" / "score_example.jsonl"),
          "--output", str(tmp_path / "scored.jsonl"), cwd=tmp_path)
