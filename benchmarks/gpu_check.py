@@ -474,12 +474,32 @@ def environment(device: str) -> dict:
             env[name] = __import__(name).__version__
         except Exception as e:  # noqa: BLE001 - a missing or broken package is a finding, not a crash
             env[name] = f"unavailable ({type(e).__name__})"
+    env["requirements"] = requirements_met()
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         env.update(gpu=torch.cuda.get_device_name(0), gpu_memory_gib=props.total_memory / GiB,
                    multiprocessors=props.multi_processor_count, capability=f"{props.major}.{props.minor}",
                    bf16_supported=torch.cuda.is_bf16_supported(), cudnn=torch.backends.cudnn.version())
     return env
+
+
+def requirements_met() -> dict:
+    """rlpr's own requirements (its installed metadata) against what is installed: {name: [spec, version, ok]}."""
+    from importlib.metadata import PackageNotFoundError, requires, version
+
+    from packaging.requirements import Requirement
+
+    out = {}
+    for line in requires("rlpr") or []:
+        req = Requirement(line)
+        if req.marker is not None and not req.marker.evaluate({"extra": ""}):
+            continue  # an extra's
+        try:
+            have = version(req.name)
+        except PackageNotFoundError:
+            have = None
+        out[req.name] = [str(req.specifier), have, have is not None and req.specifier.contains(have, prereleases=True)]
+    return out
 
 
 def rlpr_source() -> dict:
@@ -513,6 +533,9 @@ def write_report(out: Path, report: dict) -> None:
              f"(CUDA {env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}; "
              f"wall {fmt(report.get('wall_s'), '.0f')} s of a {report['budget_s']:.0f} s budget.", "",
              f"Command: `{report['command']}`", ""]
+    unmet = {k: v for k, v in env.get("requirements", {}).items() if not v[2]}
+    if unmet:
+        lines += [f"rlpr's requirements not met here: {unmet}", ""]
     if not env.get("rlpr_source", {}).get("matches_tree", True):
         lines += ["**rlpr was imported from files that differ from this tree** "
                   f"({env['rlpr_source']['path']}): rebuild the wheel.", ""]
