@@ -46,6 +46,7 @@ import json
 import os
 import platform
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -81,6 +82,7 @@ CHATML = ("{%- for message in messages %}{{ '<|im_start|>' + message['role'] + '
           "+ '<|im_end|>\\n' }}{%- endfor %}{%- if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}"
           "{%- endif %}")
 PHASES = ("sync", "rollout", "scoring", "update", "step")
+HARD_EXTRA_S = 90
 GiB = 1024 ** 3
 
 
@@ -270,6 +272,20 @@ def instrumented(meter: PhaseMeter, save: bool = True):
         tr.Trainer.save, tr.fill_logprobs, tr.accumulate_gradients = orig["save"], orig["fill"], orig["acc"]
 
 
+def free_device_memory() -> int:
+    """Collect what earlier parts left (a trainer in a reference cycle holds its GPU tensors until the
+    collector runs) and return the bytes still allocated, with the allocator's peak reset."""
+    import gc
+
+    import torch
+
+    gc.collect()
+    torch.cuda.synchronize()
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    return torch.cuda.memory_allocated()
+
+
 def cuda_context_gib() -> float | None:
     """What the process holds on the GPU outside torch's allocator (the CUDA context, cuBLAS' own
     handles): device memory in use minus the allocator's reserved bytes (no other process runs)."""
@@ -297,9 +313,7 @@ def train_shape(shape: str, work: Path, device: str, response_tokens: int, steps
                                                prompt_tokens=prompt_tokens, steps=steps))
     plan = planned(cfg, gpu_gb)
     meter = PhaseMeter(cuda)
-    if cuda:
-        torch.cuda.empty_cache()
-        torch.cuda.reset_peak_memory_stats()
+    baseline = free_device_memory() if cuda else 0.0  # what an earlier part still holds (should be 0)
     tick = time.perf_counter()
     with instrumented(meter, save=False):
         train(cfg)
@@ -309,6 +323,7 @@ def train_shape(shape: str, work: Path, device: str, response_tokens: int, steps
     update_tokens = sum(r["tokens"] for r in meter.records if r["phase"] == "update")
     update_s = phases["update"]["seconds"] + phases["step"]["seconds"]
     result = {"shape": SHAPES[shape], "params": plan["params"], "model_built_s": built_s, "train_wall_s": wall,
+              "allocated_before_gib": baseline / GiB,
               "prompt_tokens": prompt_tokens, "response_tokens": response_tokens,
               "overrides": paper_overrides("MODEL", "OUT", shape, device=device, response_tokens=response_tokens,
                                            prompt_tokens=prompt_tokens, steps=steps),
@@ -327,7 +342,7 @@ def train_shape(shape: str, work: Path, device: str, response_tokens: int, steps
             if "allocated_gib" not in phases[ph]:
                 continue
             model = plan["phases_gib"][ph] - plan["runtime_term_gib"]  # what the allocator should see
-            ratio[ph] = phases[ph]["allocated_gib"] / model if model > 0 else None
+            ratio[ph] = (phases[ph]["allocated_gib"] - baseline / GiB) / model if model > 0 else None
             reserved_ratio[ph] = ((phases[ph]["reserved_gib"] + (context or 0)) / plan["phases_gib"][ph]
                                   if plan["phases_gib"][ph] > 0 else None)
         result["measured_over_plan"] = ratio  # allocated peak / the plan's phase total without its runtime estimate
@@ -335,6 +350,8 @@ def train_shape(shape: str, work: Path, device: str, response_tokens: int, steps
         result["plan_holds"] = all(r is not None and abs(r - 1) <= PLAN_TOLERANCE for r in ratio.values())
         result["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / GiB
     shutil.rmtree(model_dir, ignore_errors=True)
+    if cuda:
+        free_device_memory()
     return result
 
 
@@ -596,6 +613,14 @@ def write_report(out: Path, report: dict) -> None:
     (out / "gpu_check.md").write_text("\n".join(lines))
 
 
+class PartDeadline(Exception):
+    """A part ran past the budget + HARD_EXTRA_S (raised by SIGALRM in the main thread)."""
+
+
+def _deadline(signum, frame):
+    raise PartDeadline(f"stopped: it ran past the budget + {HARD_EXTRA_S} s")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="gpu_check_out", help="folder for gpu_check.json / gpu_check.md")
@@ -626,12 +651,18 @@ def main(argv=None) -> int:
         if left() < need_s:
             return {"skipped": f"not started: {left():.0f} s of the budget left, {need_s:.0f} s needed"}
         tick = time.perf_counter()
+        # a part still running HARD_EXTRA_S after the budget is stopped, so that the report is written
+        # before the caller's own time limit (600 s with a 450 s budget)
+        signal.signal(signal.SIGALRM, _deadline)
+        signal.alarm(max(1, int(left() + HARD_EXTRA_S)))
         try:
             value = fn(*a)
         except Exception as e:  # noqa: BLE001 - the check reports every failure and goes on
             report["errors"].append(f"{key}: {type(e).__name__}: {e}")
             traceback.print_exc()
             value = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-4000:]}
+        finally:
+            signal.alarm(0)
         value["part_s"] = time.perf_counter() - tick
         return value
 
