@@ -56,12 +56,13 @@ def test_wrong_argument_types_are_one_line_before_any_work(tmp_path):
     from rlpr.errors import ArgumentTypeError, ConfigError, DataError
 
     cases = [
-        (lambda: rlpr.score("demo", "What?", ["It is."], ["Paris"]), "questions: expected a list of strings, got str "
-                                                                      "'What?' (for one, pass ['What?'])"),
+        (lambda: rlpr.score("demo", "What?", ["It is."], ["Paris"]),
+         "questions: expected a list of strings, got str 'What?' (for one, pass ['What?'])"),
         (lambda: rlpr.score("demo", ["q"], ["a", 3], ["b"]), "responses[1]: expected a string, got int 3"),
         (lambda: rlpr.score("demo", ["q"], ["a"], ["b"], model=object()), "give both"),
         (lambda: rlpr.evaluate("demo", 5), "data: expected a list of data files, got int 5"),
-        (lambda: rlpr.evaluate("demo", ["x.jsonl"], samples="3"), "samples: expected a whole number, got str '3'"),
+        (lambda: rlpr.evaluate("demo", ["x.jsonl"], samples="3"),
+         "samples: expected a whole number, got str '3'"),
         (lambda: rlpr.evaluate("demo", ["x.jsonl"], limit=True), "limit: expected a whole number, got bool True"),
         (lambda: rlpr.evaluate("demo", ["x.jsonl"], samples=0), "samples: must be at least 1"),
         (lambda: rlpr.train(5), "cfg: expected a Config"),

@@ -137,7 +137,8 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it_whole(runs,
         assert main(["export", str(runs / "lora"), "-o", str(runs), "--overwrite"]) == 2  # holds the run
         one_line_error(capsys, "--overwrite would replace")
     assert digest(tiny_dir) == base_before
-    assert sorted(p.name for p in stale.iterdir()) == ["model-00001-of-00002.safetensors", "model.safetensors.index.json"]
+    assert sorted(p.name for p in stale.iterdir()) == ["model-00001-of-00002.safetensors",
+                                                        "model.safetensors.index.json"]
     assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 0
     names = sorted(p.name for p in stale.iterdir())
     assert "model.safetensors" in names and not any("00001" in n or "index" in n for n in names)
