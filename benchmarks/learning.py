@@ -562,6 +562,11 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                     entry[f"{s}_{k}_change_se"] = [in_ses(r[f"{s}_{k}_after"] - base[f"{s}_{k}_before"],
                                                           base[f"{s}_{k}_before"], m) for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
+        # the update's mean token entropy over the last 3 steps (policy/entropy): recorded by every run
+        tails = [[t["policy/entropy"] for t in r.get("train", [])[-3:] if t.get("policy/entropy") is not None]
+                 for r in runs]
+        entry["train_entropy_last"] = statistics.fmean(x for t in tails for x in t) if all(tails) and runs[0][
+            "variant"] != "base" else None
         costs = [r.get("reward_s") for r in runs]
         entry["reward_s"] = statistics.fmean(costs) if runs[0]["variant"] != "base" and None not in costs else None
         entry["minutes_per_run"] = statistics.fmean(r["seconds"] for r in runs) / 60
@@ -631,13 +636,18 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
                          f"| {100 * rlpr[f'{k}_after']:.1f} | {cells} | {100 * net:+.1f} ({best['variant']}; "
                          f"{rows[-1]['net_se']:+.1f} SE) |")
     cost = ["", "Held-out mean token entropy after training (nats; base "
-            f"{base.get('entropy_before') or math.nan:.2f}), response length (tokens) and the reward's own cost per "
-            "step (s: score B and A, or the label-free kind's forward):", "",
-            "| variant | entropy after | length after | reward s/step |", "|---|---|---|---|"]
+            f"{base.get('entropy_before') or math.nan:.2f}; rows from before it was recorded: n/a), the update's "
+            "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
+            "reward's own cost per step (s: score B and A, or the label-free kind's forward):", "",
+            "| variant | held-out entropy after | training entropy, last 3 steps | length after | reward s/step |",
+            "|---|---|---|---|---|"]
+
+    def num(value, digits):
+        return "n/a" if value is None else f"{value:.{digits}f}"
+
     for e in [rlpr, *controls, *[by[v] for v in ("rlvr",) if v in by]]:
-        entropy, cost_s = e.get("entropy_after"), e.get("reward_s")
-        cost.append(f"| {e['variant']} | {'n/a' if entropy is None else f'{entropy:.2f}'} | {e['len_after']:.1f} "
-                    f"| {'n/a' if cost_s is None else f'{cost_s:.1f}'} |")
+        cost.append(f"| {e['variant']} | {num(e.get('entropy_after'), 2)} | {num(e.get('train_entropy_last'), 2)} "
+                    f"| {e['len_after']:.1f} | {num(e.get('reward_s'), 1)} |")
     header = ["", "Is it the reward? RLPR beside the controls (mean over seeds, %), and RLPR minus the best "
               "control in standard errors of the difference (binomial over questions plus seed spread).", ""]
     return rows, "\n".join(header + lines + cost) + "\n"

@@ -371,7 +371,11 @@ def test_over_long_scored_texts_are_counted_and_warned_once(tiny_model, tokenize
     class R:
         token_ids, finished, text = [1, 2], True, "t"
 
-    m = rollout_metrics([Group(prompt=None, rollouts=[R()] * 3, rewards=outs)])
+    class P:  # what the rollout metrics read of a Prompt
+        def response_text(self, text):
+            return text
+
+    m = rollout_metrics([Group(prompt=P(), rollouts=[R()] * 3, rewards=outs)])
     assert m["reward/too_long_frac"] == pytest.approx(1 / 3)
     invalid = reward(tiny_model, [prompt], ["no tags"], [references[1]])  # unscored anyway: not "too long"
     assert not invalid[0].too_long

@@ -96,7 +96,11 @@ def test_distribution_stats_match_full_softmax(tiny_model, tokenizer):
     target[0, 3:] = True
     with torch.no_grad():
         logp = torch.log_softmax(tiny_model(input_ids=ids, attention_mask=attn).logits.float(), -1)[0, 2:-1]
-    h, m = distribution_stats(tiny_model, ids, attn, target, rows=2)  # several pieces
+    from rlpr.model.forward import hidden_states
+
+    with torch.no_grad():
+        hidden = hidden_states(tiny_model, ids, attn)[:, :-1][target[:, 1:]]
+    h, m = distribution_stats(tiny_model, hidden, rows=2)  # several pieces
     assert torch.allclose(h, -(logp.exp() * logp).sum(-1), atol=1e-5)
     assert torch.allclose(m, logp.mean(-1), atol=1e-5)
 
@@ -111,6 +115,12 @@ def test_response_distribution_stats_cover_the_response_tokens(tiny_model, token
         len(tokenizer(prompt, add_special_tokens=False)["input_ids"])
     assert stats[0].shape == (n,) and stats[1].shape == (n,)
     assert bool((stats[0] >= 0).all())
+    # a group's responses share their prompt's forward: the same numbers as one at a time
+    responses = ["It is Paris.", "Paris", "I think it is Lyon, or maybe Paris."]
+    shared = response_distribution_stats(tiny_model, tokenizer, [prompt] * 3, responses)
+    for response, (h, m) in zip(responses, shared):
+        [(h1, m1)] = response_distribution_stats(tiny_model, tokenizer, [prompt], [response])
+        assert torch.allclose(h, h1, atol=1e-5) and torch.allclose(m, m1, atol=1e-5)
 
 
 def _reward(tokenizer, **kw):

@@ -202,6 +202,13 @@ class PrefixState:
 def continuation_logprobs(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]],
                           temperature: float = 1.0, with_entropy: bool = False, chunk: int = 512):
     """`shared_prefix_logprobs` given the prefix's state (computed once, reusable)."""
+    hidden, ids = continuation_hidden(model, state, continuations, targets)
+    return project_logprobs(model, hidden, ids, temperature, with_entropy, chunk)
+
+
+def continuation_hidden(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]]):
+    """(hidden states [N, H] before each marked continuation token, those tokens [N]), in row-major
+    order, the prefix run once (`state`) and its KV cache repeated for the continuations."""
     lm = causal_lm(model)
     n, width = len(continuations), max(len(c) for c in continuations)
     ids = torch.full((n, width), 0, dtype=torch.long)
@@ -220,7 +227,7 @@ def continuation_logprobs(model, state: PrefixState, continuations: list[list[in
                   use_cache=True)
     # the hidden state before continuation token j: the prefix's last one for j = 0
     before = torch.cat([state.last_hidden.expand(n, 1, -1), out.last_hidden_state[:, :-1]], dim=1)
-    return project_logprobs(model, before[target], ids[target], temperature, with_entropy, chunk)
+    return before[target], ids[target]
 
 
 def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[int]],
@@ -239,19 +246,15 @@ def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[in
 
 
 @torch.no_grad()
-def distribution_stats(model, input_ids: torch.Tensor, attention_mask: torch.Tensor, target_mask: torch.Tensor,
-                       rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
-    """The next-token distribution p_t at each position marked in `target_mask` [B, T] (temperature 1,
-    fp32, after the model's logit soft-capping): (entropy H(p_t) [N], mean over the vocabulary of
-    log p_t(v) [N]), in row-major order of the marked positions. The label-free rewards read these
-    (entropy: EM-RL / RENT; self-certainty: INTUITOR). The output layer runs on `rows` positions at a
-    time, so a 262k vocabulary costs rows x V floats, not T x V."""
-    if target_mask[:, 0].any():
-        raise ValueError("the first token of a sequence has no context and cannot be scored")
+def distribution_stats(model, hidden: torch.Tensor, rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
+    """The next-token distribution p_t after each of the hidden states [N, H] (temperature 1, fp32,
+    after the model's logit soft-capping): (entropy H(p_t) [N], mean over the vocabulary of
+    log p_t(v) [N]). The label-free rewards read these (entropy: EM-RL / RENT; self-certainty:
+    INTUITOR). The output layer runs on `rows` positions at a time, so a 262k vocabulary costs
+    rows x V floats, not N x V."""
     lm = causal_lm(model)
     head = lm.get_output_embeddings()
     softcap = getattr(lm.config, "final_logit_softcapping", None)
-    hidden = hidden_states(model, input_ids, attention_mask)[:, :-1][target_mask[:, 1:]]
     ents, means = [], []
     for piece in hidden.split(rows):
         logits = head(piece).float()

@@ -12,7 +12,8 @@ from typing import Callable
 import torch
 
 from rlpr.model.batching import token_budget_batches
-from rlpr.model.forward import distribution_stats, shared_prefix_logprobs, token_logprobs
+from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, hidden_states,
+                               shared_prefix_logprobs, token_logprobs)
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, pad_batch, strip_response, tokenize_scored
 
@@ -175,32 +176,48 @@ def score_texts(model, tokenizer, items: list[ScoredText | None], *, aggregation
     return [s if math.isfinite(s) else 0.0 for s in scores]
 
 
+@torch.no_grad()
 def response_distribution_stats(model, tokenizer, prompt_texts: list[str], responses: list[str], *,
                                 max_length: int | None = None, max_batch_tokens: int = 8192
                                 ) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
     """Per response, the policy's next-token distribution at each of its tokens given the prompt and
     the tokens before (`forward.distribution_stats`: entropy [T] and mean log-prob over the
     vocabulary [T]); None for an empty response or one longer, with its prompt, than `max_length`.
-    The response is the text after the prompt (EOS removed), tokenized with it as score B tokenizes o'."""
+    The response is the text after the prompt (EOS removed), tokenized with it as score B tokenizes
+    o'; a group's responses share their prompt's forward, as score B's do."""
     eos = tokenizer.eos_token or ""
-    items = [ScoredText(p + r, len(p), len(p) + len(r)) for p, r in
+    items = [ScoredText(p + r, len(p), len(p) + len(r), prefix_chars=len(p)) for p, r in
              ((p, strip_response(r, eos)) for p, r in zip(prompt_texts, responses))]
     out: list[tuple[torch.Tensor, torch.Tensor] | None] = [None] * len(items)
     enc = tokenize_scored(tokenizer, items)
     keep = [k for k in range(len(items)) if any(enc.ref_mask[k][1:]) and not enc.ref_mask[k][0]
             and (max_length is None or len(enc.input_ids[k]) <= max_length)]
+    groups, rest = _shared_prefix_groups(tokenizer, items, enc, keep)
+    device = next(model.parameters()).device
+
+    def store(ks: list[int], hidden: torch.Tensor, counts: list[int]) -> None:
+        entropy, mean_logp = distribution_stats(model, hidden)
+        for k, h, m in zip(ks, torch.split(entropy.cpu(), counts), torch.split(mean_logp.cpu(), counts)):
+            out[k] = (h, m)
+
     was_training = model.training
     model.eval()
     try:
-        for batch in token_budget_batches([len(enc.input_ids[k]) for k in keep], max_batch_tokens):
-            ks = [keep[j] for j in batch]
+        for prefix, ks in groups:
+            p = len(prefix)
+            state = PrefixState(model, prefix)
+            for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
+                batch_ks = [ks[j] for j in batch]
+                hidden, _ = continuation_hidden(model, state, [enc.input_ids[k][p:] for k in batch_ks],
+                                                [enc.ref_mask[k][p:] for k in batch_ks])
+                store(batch_ks, hidden, [sum(enc.ref_mask[k][p:]) for k in batch_ks])
+        for batch in token_budget_batches([len(enc.input_ids[k]) for k in rest], max_batch_tokens):
+            ks = [rest[j] for j in batch]
             ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
                                           tokenizer.pad_token_id, "right")
-            device = next(model.parameters()).device
-            entropy, mean_logp = distribution_stats(model, ids.to(device), attn.to(device), target.to(device))
-            counts = target[:, 1:].sum(-1).tolist()
-            for k, h, m in zip(ks, torch.split(entropy.cpu(), counts), torch.split(mean_logp.cpu(), counts)):
-                out[k] = (h, m)
+            ids, attn, target = ids.to(device), attn.to(device), target.to(device)
+            hidden = hidden_states(model, ids, attn)[:, :-1][target[:, 1:]]
+            store(ks, hidden, target[:, 1:].sum(-1).tolist())
     finally:
         model.train(was_training)
     return out
