@@ -30,7 +30,7 @@ GEMMA_TURNS = ("{{ bos_token }}{%- for message in messages -%}"
 
 def main() -> int:
     from rlpr.config import load_config
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
     from rlpr.model.loading import QA_CHAT_TEMPLATE, load_model
     from rlpr.rollout.engines import build_engine
     from rlpr.train.setup import load_examples_for

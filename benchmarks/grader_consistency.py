@@ -127,14 +127,14 @@ def _balanced(text: str) -> bool:
 
 
 def _grade_pairs(pairs: list[tuple]) -> list[bool]:
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
 
     return [grade_example(example, response).correct for example, response in pairs]
 
 
 def check(groups: list[list], *, workers: int = 1, seed: int = SHUFFLE_SEED) -> dict:
     """Form accuracies and the shuffled-reference rate for the Examples of one data set."""
-    from rlpr.evaluation.graders import grader_for, normalize_answer
+    from rlpr.grading import grader_for, normalize_answer
 
     pairs, shuffled_same = [], []
     for examples in groups:
@@ -211,7 +211,7 @@ def _scores(pairs: list[tuple[bool, bool]]) -> dict:
 def labeled_agreement(path: Path = LABELED, split: bool = True) -> dict:
     """`grade_short_answer` against the people's labels (see the module's docstring); `split`: by
     the dev/held halves too (the fresh set has none: "fresh" in its disagreements)."""
-    from rlpr.evaluation.graders import grade_short_answer
+    from rlpr.grading import grade_short_answer
 
     rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
     scored, groups, disagreements = [], {}, []
@@ -297,7 +297,7 @@ def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlpr.evaluation.graders import GRADER_VERSION
+    from rlpr.grading import GRADER_VERSION
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=0, help="rows per file (0: all)")

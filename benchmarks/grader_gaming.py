@@ -99,7 +99,7 @@ def load(fmt: str, source: str, path: Path, limit: int) -> list:
 
 def responses(examples: list, kind: str, seed: int = SEED) -> list[tuple]:
     """(example, form, response, must_be_credited) for each row and form of `kind`."""
-    from rlpr.evaluation.graders import LETTERS, normalize_answer
+    from rlpr.grading import LETTERS, normalize_answer
 
     rng = random.Random(seed)
     out = []
@@ -119,7 +119,7 @@ def responses(examples: list, kind: str, seed: int = SEED) -> list[tuple]:
 
 
 def probe(limit: int) -> dict:
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
 
     results = {}
     for name, fmt, source, file, kind in DATASETS:
@@ -162,7 +162,7 @@ def markdown(results: dict, version: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from rlpr.evaluation.graders import GRADER_VERSION
+    from rlpr.grading import GRADER_VERSION
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--limit", type=int, default=500, help="rows per data set")

@@ -45,7 +45,7 @@ that needs the base evaluation waits for it):
 
 Each finished run is appended to <output>.jsonl; a re-run skips the runs already there, so an
 interrupted benchmark loses at most the runs in progress. Every row records the graders' version
-(`rlpr.evaluation.graders.GRADER_VERSION`, also part of the settings): rows graded by another
+(`rlpr.grading.GRADER_VERSION`, also part of the settings): rows graded by another
 version are never mixed with new ones (they are skipped, with a message). Each run's final
 responses (held-out, transfer and curve questions: per question the greedy and sampled
 responses, the reference and its aliases, and their grades) go to
@@ -148,7 +148,7 @@ def in_ses(change: float, p: float, n: int) -> float:
 
 
 def grader_version() -> int:
-    from rlpr.evaluation.graders import GRADER_VERSION
+    from rlpr.grading import GRADER_VERSION
 
     return GRADER_VERSION
 
@@ -476,7 +476,7 @@ def regrade(log_path: Path, settings: dict) -> None:
     """Re-grade, with the current grader, every row of `log_path` with these settings (any grader
     version) whose responses were saved; rows graded by another version with no saved responses
     are left as they are (and stay out of the summary). Rewrites the .jsonl and the response files."""
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
 
     version = grader_version()
     lines = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]

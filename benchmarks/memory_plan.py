@@ -67,7 +67,7 @@ if rc.returncode:
 
 RUNTIME = """
 import re
-import rlpr.train.trainer, rlpr.evaluation.graders, peft  # what a run imports
+import rlpr.train.trainer, rlpr.grading, peft  # what a run imports
 from torch.utils.tensorboard import SummaryWriter
 from rlpr.model.loading import load_tokenizer
 load_tokenizer("default")

@@ -42,7 +42,7 @@ def main() -> int:
 
     from rlpr.config import load_config
     from rlpr.data.prompts import prepare_prompts
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
     from rlpr.model.forward import causal_lm
     from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward

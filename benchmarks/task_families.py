@@ -5,7 +5,7 @@ families worth training on are those where pass@k is well above the sampled accu
 Measured on TRAINING-split questions only (the `small` preset's split, one question in 2 held
 out; the held-out split is never looked at to choose tasks),
 per prompt template, with the grader `rlpr eval` uses (the first-statement rule for free-form
-answers, see rlpr.evaluation.graders.grade_short_answer).
+answers, see rlpr.grading.grade_short_answer).
 
     python benchmarks/task_families.py                          # about 20 min on 2 cores
     python benchmarks/task_families.py --per-family 8 --templates plain   # a quick look
@@ -32,7 +32,7 @@ def measure(template: str, per_family: int, samples: int, max_new_tokens: int, f
     from rlpr.seeding import SEED_MIX
     from rlpr.data.demo_tasks import FAMILIES, demo_examples, pool_size
     from rlpr.data.prompts import prepare_prompts
-    from rlpr.evaluation.graders import grade, grader_for
+    from rlpr.grading import grade, grader_for
     from rlpr.model.loading import load_model
     from rlpr.rollout.hf import HFRollout
 

@@ -15,7 +15,7 @@ from rlpr.cli.main import main
 from rlpr.data.convert import FORMATS, convert_file, convert_rows
 from rlpr.data.loading import load_examples
 from rlpr.data.records import DataError
-from rlpr.evaluation.graders import benchmark_rule, grade_example, grader_for
+from rlpr.grading import benchmark_rule, grade_example, grader_for
 
 pytestmark = pytest.mark.integration
 

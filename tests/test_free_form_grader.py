@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpr.evaluation.graders import GRADER_VERSION, grade_short_answer
+from rlpr.grading import GRADER_VERSION, grade_short_answer
 
 pytestmark = pytest.mark.unit
 

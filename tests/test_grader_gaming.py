@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from rlpr.config import RewardConfig
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import LETTERS, grade_example
+from rlpr.grading import LETTERS, grade_example
 from rlpr.reward.probability_reward import ProbabilityReward
 
 pytestmark = pytest.mark.unit
@@ -137,7 +137,7 @@ def math_answers(draw):
 
 @st.composite
 def math_rows(draw):
-    from rlpr.evaluation.graders.math_answers import _number
+    from rlpr.grading.math_answers import _number
 
     gold = draw(math_answers())
     g = _number(gold)

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from rlpr.data.records import Example
-from rlpr.evaluation.graders import (
+from rlpr.grading import (
     BENCHMARK_RULES,
     DEFAULT_RULE,
     Grade,

@@ -1,4 +1,4 @@
-"""Table-driven tests for the rule-based graders (rlpr.evaluation.graders)."""
+"""Table-driven tests for the rule-based graders (rlpr.grading)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from rlpr.evaluation import graders
-from rlpr.evaluation.graders import (
+from rlpr import grading as graders
+from rlpr.grading import (
     GRADERS,
     Grade,
     extract_final_answer,
@@ -171,7 +171,7 @@ def test_grade_math_works_off_the_main_thread():
 
 
 def test_grade_math_times_out_instead_of_hanging(monkeypatch):
-    from rlpr.evaluation.graders import math_answers
+    from rlpr.grading import math_answers
 
     monkeypatch.setattr(math_answers, "_MATH_TIMEOUT_S", 1)
     assert not grade_math("<answer>10^{10^{10}}</answer>", "1").correct  # returns: no hang
@@ -222,7 +222,7 @@ def test_grade_short_answer(response, reference, acceptable, correct):
 
 
 def test_first_statement_rule_with_the_question():
-    from rlpr.evaluation.graders import grade_short_answer as g
+    from rlpr.grading import grade_short_answer as g
 
     q = "Mexico City is the capital of which country?"
     assert not g("Mexico City is the capital of which country?", "Mexico", None, q).correct  # echoed question

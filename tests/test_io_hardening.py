@@ -268,7 +268,7 @@ def test_writable_output_checks_leave_nothing_behind(tmp_path):
     ("bbh/date_understanding", "", "short_answer"), ("WebInstruct-verified", "", "short_answer"),
 ])
 def test_grader_for_matches_names_exactly(data_source, ability, expected):
-    from rlpr.evaluation.graders import grader_for
+    from rlpr.grading import grader_for
 
     assert grader_for(data_source, ability) == expected
 

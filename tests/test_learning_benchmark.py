@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rlpr.evaluation.graders import GRADER_VERSION
+from rlpr.grading import GRADER_VERSION
 
 pytestmark = pytest.mark.integration
 

@@ -8,7 +8,7 @@ import torch
 
 from rlpr.algorithms.advantages import ADVANTAGES, compute_advantages, get_advantage
 from rlpr.data.templates import TEMPLATES, build_messages
-from rlpr.evaluation.graders import GRADERS, grade
+from rlpr.grading import GRADERS, grade
 from rlpr.model.precision import (MIXED_PRECISION, ROLLOUT_DTYPES, autocast_dtype, resolve_mixed_precision,
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel.sharding import STRATEGIES, make_strategy

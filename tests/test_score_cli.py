@@ -97,7 +97,7 @@ def test_score_with_the_verifier_reward(tiny_dir, tmp_path):
                  "reward.kind=verifier"]) == 0
     rows = [json.loads(line) for line in out.read_text().splitlines()]
     inputs = [json.loads(line) for line in EXAMPLE.read_text().splitlines()]
-    from rlpr.evaluation.graders import grade_short_answer
+    from rlpr.grading import grade_short_answer
 
     for row, given in zip(rows, inputs):
         correct = grade_short_answer(given["response"], given["reference"]).correct

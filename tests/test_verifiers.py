@@ -8,7 +8,7 @@ import pytest
 from rlpr.config import RewardConfig, load_config
 from rlpr.data.records import Example
 from rlpr.errors import ConfigError
-from rlpr.evaluation.graders import grade_example
+from rlpr.grading import grade_example
 from rlpr.reward.probability_reward import ProbabilityReward
 from rlpr.reward.verifiers import VERIFIERS, exact_answer, exact_match
 

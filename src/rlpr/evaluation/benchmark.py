@@ -18,7 +18,7 @@ from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
 from rlpr.errors import write_atomic
-from rlpr.evaluation.graders import grade_example, grader_for, question_text
+from rlpr.grading import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar
 

@@ -346,7 +346,7 @@ def score_rows(model, tokenizer, rows: list[dict], reward_cfg: RewardConfig | No
     """One pass of `model` over `read_labeled` rows with the reward settings `reward_cfg` (default:
     the documented defaults): the log-probs of B's scored tokens, of the answer block (VeriFree's
     span; a second forward over o' unless reward.score_span is block), of A's, and the rule verdicts."""
-    from rlpr.evaluation.graders import grade, grader_for
+    from rlpr.grading import grade, grader_for
     from rlpr.reward.probability_reward import ProbabilityReward
 
     reward = ProbabilityReward(reward_cfg or RewardConfig(), tokenizer,

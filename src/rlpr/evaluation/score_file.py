@@ -92,7 +92,7 @@ def _verdicts(batch: list[tuple[dict, list[dict]]]) -> list[bool]:
     """The eval grader's verdict per row, for reward kinds that read it (verifier, hybrid): the
     grader of the row's data_source (short answer when it has none), read against the last user
     turn as the question."""
-    from rlpr.evaluation.graders import grade, grader_for
+    from rlpr.grading import grade, grader_for
 
     verdicts = []
     for row, messages in batch:

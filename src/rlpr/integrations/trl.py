@@ -222,7 +222,7 @@ class RLPRReward:
     def _grades(self, prompts, responses, references, data) -> list[bool]:
         """rlpr's rule grader's verdicts (the verifier and hybrid kinds)."""
         from rlpr.data.records import Example
-        from rlpr.evaluation.graders import grade_example
+        from rlpr.grading import grade_example
 
         sources = data.get(self.data_source_column, [""] * len(prompts))
         return [grade_example(Example(prompt=[{"role": "user", "content": p}] if isinstance(p, str) else list(p),

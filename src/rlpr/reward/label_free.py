@@ -115,7 +115,7 @@ def self_certainty_kind(b: LabelFreeBatch) -> list[float]:
 def extracted_answer(response: str) -> str | None:
     """The answer a rule verifier reads (`verifiers.exact_answer`: answer tags, \\boxed{}, "answer
     is", else the first sentence), normalized as it compares (`normalize_answer`); None when empty."""
-    from rlpr.evaluation.graders import normalize_answer
+    from rlpr.grading import normalize_answer
     from rlpr.reward.verifiers import exact_answer
 
     answer = exact_answer(response)

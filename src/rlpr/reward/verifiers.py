@@ -9,7 +9,7 @@ which was written against hand-labeled responses of the very model being trained
 in a registry (`VERIFIERS`), for `reward.kind=verifier` and the verifier part of `hybrid`:
 
 - `oracle` (the default, rlpr's behaviour before the key existed): the eval grader's verdict
-  (`rlpr.evaluation.graders.grade_example`, the verdict of `rlpr eval` and `reward/accuracy`).
+  (`rlpr.grading.grade_example`, the verdict of `rlpr eval` and `reward/accuracy`).
   For free-form answers it also reads an answer stated in a sentence ("Paris is the capital of
   France.", "The capital is Paris, which ..."): an upper bound for a rule verifier, and on the
   demo tasks the metric's own grader, so RLVR (oracle) is rewarded by exactly what is measured.
@@ -50,7 +50,7 @@ def first_sentence(text: str) -> str | None:
 def exact_answer(response: str) -> str | None:
     """The answer a rule verifier reads: an answer part (`<answer>` tags, `\\boxed{}`), else what
     follows the last "answer is"/"answer:" up to its sentence's end, else the first sentence."""
-    from rlpr.evaluation.graders import extract_final_answer
+    from rlpr.grading import extract_final_answer
 
     tagged = extract_final_answer(response)
     if tagged is not None:
@@ -64,7 +64,7 @@ def exact_answer(response: str) -> str | None:
 def exact_match(response: str, answers: Sequence[str]) -> bool:
     """True iff the extracted answer (`exact_answer`) equals one of `answers` (the reference and
     its aliases) after `normalize_answer`; an answer that normalizes to nothing never matches."""
-    from rlpr.evaluation.graders import normalize_answer
+    from rlpr.grading import normalize_answer
 
     answer = exact_answer(response)
     said = normalize_answer(answer) if answer is not None else ""
@@ -79,9 +79,9 @@ def _several_bare_lines(response: str) -> bool:
     """One committed answer (issue 34): a response that boxes several answers side by side, or
     lists several different short answers, one per line ("(A)\n(B)\n(C)\n(D)", "Paris\nLyon"), commits to none of them; "Paris.\nIt is
     the capital." commits to Paris."""
-    from rlpr.evaluation.graders import extract_final_answer, normalize_answer
-    from rlpr.evaluation.graders.extraction import boxed_alternatives
-    from rlpr.evaluation.graders.wording import main_verb, tokens
+    from rlpr.grading import extract_final_answer, normalize_answer
+    from rlpr.grading.extraction import boxed_alternatives
+    from rlpr.grading.wording import main_verb, tokens
 
     if boxed_alternatives(response):  # "\\boxed{A} or \\boxed{B}"
         return True

@@ -34,7 +34,7 @@ def evaluate(trainer, responses: list | None = None) -> dict:
     `responses`: a list to which one dict per question of this rank is appended, for re-grading
     without re-generating: {"prompt": its Prompt, "greedy": the greedy response as graded,
     "greedy_correct": its verdict, "samples": the k sampled responses, "samples_correct": theirs}."""
-    from rlpr.evaluation.graders import grade_example
+    from rlpr.grading import grade_example
 
     trainer.display.phase("eval")  # on the live step display; left out of its ETA
     total = int(dist.sum_values([len(trainer.val_prompts)])[0])  # global: a rank may hold none

@@ -165,7 +165,7 @@ class Trainer:
         """Rewards of rollouts (with `reward`, default the training reward), graded for accuracy
         against the true references. `training`: prompts of the training set, scored against another
         prompt's reference under reward.shuffle_references."""
-        from rlpr.evaluation.graders import grade_example
+        from rlpr.grading import grade_example
 
         reward = reward or self.reward
         by_index = [prompts[r.prompt_index] for r in rollouts]

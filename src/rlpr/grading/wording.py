@@ -7,7 +7,7 @@ import re
 import unicodedata
 from dataclasses import dataclass
 
-from rlpr.evaluation.graders.normalization import normalize_answer
+from rlpr.grading.normalization import normalize_answer
 
 BE = frozenset("is are was were be been being am".split())
 AUX = BE | frozenset("has have had can could will would shall should may might must do does did "

@@ -24,8 +24,8 @@ slot.
 
 from __future__ import annotations
 
-from rlpr.evaluation.graders.answer_guards import Mentions, skip_parenthetical
-from rlpr.evaluation.graders.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
+from rlpr.grading.answer_guards import Mentions, skip_parenthetical
+from rlpr.grading.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
                                              OPENING_PREPOSITIONS, PRONOUNS, WH, hedged, is_verb)
 
 

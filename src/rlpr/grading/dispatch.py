@@ -7,10 +7,10 @@ import re
 from dataclasses import dataclass
 from typing import Callable
 
-from rlpr.evaluation.graders.free_form import grade_short_answer
-from rlpr.evaluation.graders.math_answers import grade_math
-from rlpr.evaluation.graders.multiple_choice import grade_multiple_choice
-from rlpr.evaluation.graders.verdict import Grade
+from rlpr.grading.free_form import grade_short_answer
+from rlpr.grading.math_answers import grade_math
+from rlpr.grading.multiple_choice import grade_multiple_choice
+from rlpr.grading.verdict import Grade
 
 # Benchmark names (lowercase, letters and digits) and the grader each gets. A data source matches
 # a name exactly once `benchmark_name` has taken off the conventions around it; never a substring

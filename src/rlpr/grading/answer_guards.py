@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import re
 
-from rlpr.evaluation.graders.normalization import normalize_answer
-from rlpr.evaluation.graders.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, ASIDES, AUX, BE, BREAK,
+from rlpr.grading.normalization import normalize_answer
+from rlpr.grading.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, ASIDES, AUX, BE, BREAK,
                                              CONCLUSION, DEMONYM, FILLERS, FUNCTION, HEDGES, MONTHS, PRONOUNS,
                                              QUALIFIERS, STARTERS, TITLES, WH, Question, Token, is_verb,
                                              main_verb, tokens, words)

@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import re
 
-from rlpr.evaluation.graders.answer_guards import gold_words
-from rlpr.evaluation.graders.answer_slot import Statement
-from rlpr.evaluation.graders.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
-from rlpr.evaluation.graders.normalization import answer_key, close_numbers, normalize_answer
-from rlpr.evaluation.graders.verdict import Grade
-from rlpr.evaluation.graders.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
+from rlpr.grading.answer_guards import gold_words
+from rlpr.grading.answer_slot import Statement
+from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
+from rlpr.grading.normalization import answer_key, close_numbers, normalize_answer
+from rlpr.grading.verdict import Grade
+from rlpr.grading.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
 
 # How many statements are read while the ones before give no answer at all.
 _MAX_STATEMENTS = 3

@@ -9,10 +9,10 @@ import threading
 from math_verify import parse, verify
 from math_verify.errors import TimeoutException
 
-from rlpr.evaluation.graders.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
+from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
                                                 phrase_answer, weak_cue_text)
-from rlpr.evaluation.graders.normalization import LATEX_TEXT, normalize_answer
-from rlpr.evaluation.graders.verdict import Grade
+from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
+from rlpr.grading.verdict import Grade
 
 # Longer "answers" are prose, not a formula: let math-verify pick the math out of them rather
 # than parse the whole text as one LaTeX expression (which can take seconds).

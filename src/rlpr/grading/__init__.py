@@ -30,7 +30,7 @@ from __future__ import annotations
 #    / ", and <clause>"; references with commas matched whole; TheoremQA's own rules.
 GRADER_VERSION = 4
 
-from rlpr.evaluation.graders.dispatch import (  # noqa: E402
+from rlpr.grading.dispatch import (  # noqa: E402
     BENCHMARK_RULES,
     DEFAULT_RULE,
     GRADERS,
@@ -42,20 +42,20 @@ from rlpr.evaluation.graders.dispatch import (  # noqa: E402
     grader_for,
     question_text,
 )
-from rlpr.evaluation.graders.extraction import (  # noqa: E402
+from rlpr.grading.extraction import (  # noqa: E402
     answer_part,
     extract_final_answer,
     weak_cue_text,
 )
-from rlpr.evaluation.graders.free_form import (  # noqa: E402
+from rlpr.grading.free_form import (  # noqa: E402
     first_statement,
     grade_short_answer,
     statement_answers,
 )
-from rlpr.evaluation.graders.math_answers import grade_math, math_equal  # noqa: E402
-from rlpr.evaluation.graders.multiple_choice import LETTERS, grade_multiple_choice  # noqa: E402
-from rlpr.evaluation.graders.normalization import normalize_answer, token_f1  # noqa: E402
-from rlpr.evaluation.graders.verdict import Grade  # noqa: E402
+from rlpr.grading.math_answers import grade_math, math_equal  # noqa: E402
+from rlpr.grading.multiple_choice import LETTERS, grade_multiple_choice  # noqa: E402
+from rlpr.grading.normalization import normalize_answer, token_f1  # noqa: E402
+from rlpr.grading.verdict import Grade  # noqa: E402
 
 __all__ = [
     "BENCHMARK_RULES", "DEFAULT_RULE", "GRADERS", "GRADER_VERSION", "LETTERS", "BenchmarkRule", "Grade",

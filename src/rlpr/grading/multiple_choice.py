@@ -5,9 +5,9 @@ from __future__ import annotations
 import re
 import string
 
-from rlpr.evaluation.graders.extraction import answer_part, boxed_alternatives, last_line, weak_cue_text
-from rlpr.evaluation.graders.normalization import normalize_answer
-from rlpr.evaluation.graders.verdict import Grade
+from rlpr.grading.extraction import answer_part, boxed_alternatives, last_line, weak_cue_text
+from rlpr.grading.normalization import normalize_answer
+from rlpr.grading.verdict import Grade
 
 LETTERS = string.ascii_uppercase
 
