@@ -69,6 +69,33 @@ def test_the_import_reader_sees_top_level_and_local_imports():
     assert "rlpr.algorithms.advantages" in config  # inside a function
 
 
+# Imports run down (docs/layout.md, issue 34): the stages below the loop never reach up into it.
+LOWER = ("rlpr.reward", "rlpr.model", "rlpr.rollout", "rlpr.data", "rlpr.algorithms")
+UPPER = ("rlpr.evaluation", "rlpr.train")
+
+
+def _under(name: str, packages: tuple[str, ...]) -> bool:
+    return any(name == p or name.startswith(p + ".") for p in packages)
+
+
+def test_no_lower_stage_imports_evaluation_or_train():
+    """No module under reward/, model/, rollout/, data/ or algorithms/ imports rlpr.evaluation or
+    rlpr.train, at any depth (function-local imports included): the graders live in rlpr.grading
+    and a checkpoint's files in rlpr.model.checkpoint_files, below both sides."""
+    upward = sorted(f"{name} -> {m}" for name in MODULES if _under(name, LOWER)
+                    for m in rlpr_imports(name) if _under(m, UPPER))
+    assert upward == []
+
+
+def test_the_downward_check_sees_a_function_local_upward_import(tmp_path, monkeypatch):
+    """The reader behind the check above finds an upward import hidden inside a function."""
+    path = tmp_path / "hidden.py"
+    path.write_text("def f():\n    from rlpr.train.checkpoint import latest_checkpoint\n"
+                    "    import rlpr.evaluation.benchmark\n")
+    monkeypatch.setitem(MODULES, "rlpr.reward.hidden", path)
+    assert {"rlpr.train.checkpoint", "rlpr.evaluation.benchmark"} <= rlpr_imports("rlpr.reward.hidden")
+
+
 TIERS = {"unit", "integration", "distributed", "slow"}
 
 

@@ -1,4 +1,4 @@
-"""The model card every checkpoint carries (rlpr/train/model_card.py): a README.md beside the LoRA
+"""The model card every checkpoint carries (rlpr/model/card.py): a README.md beside the LoRA
 adapter or the full weights, in place of peft's empty template, naming the base model, the data,
 the reward, the steps and the held-out before -> after; the same card `rlpr export` writes."""
 
@@ -7,7 +7,7 @@ import pytest
 import rlpr
 
 from rlpr.train.checkpoint import list_checkpoints, resume_config
-from rlpr.train.model_card import held_out_line
+from rlpr.model.card import held_out_line
 from rlpr.train.trainer import train
 
 from helpers import tiny_cfg
@@ -97,7 +97,7 @@ def test_cards_are_escaped_for_markdown_html_and_terminals(tmp_path):
     shell command (a run named `a;touch X;b` gave a card whose pasted command ran `touch`)."""
     import re
     import shlex
-    from rlpr.train.model_card import RunInfo, model_card, visible
+    from rlpr.model.card import RunInfo, model_card, visible
 
     name = "a;touch X;b <script>alert(1)</script> *x* \x1b[31mred\x1b[0m $x$ [l](x)\n| injected | row |"
     run = tmp_path / "runs" / name

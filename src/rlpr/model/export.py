@@ -20,7 +20,8 @@ from pathlib import Path
 import torch
 
 from rlpr.errors import ConfigError, OutputError, error_reason, normal_modes
-from rlpr.train.model_card import model_card, run_info
+from rlpr.model.card import model_card, run_info
+from rlpr.model.checkpoint_files import is_complete, step_dir
 
 
 @dataclass(frozen=True)
@@ -48,11 +49,10 @@ def choose_checkpoint(run: Path, step: int | None) -> Path:
     """The run's newest readable checkpoint (a corrupt newest one skipped with a warning), or
     checkpoints/step_N; one line when absent."""
     from rlpr.model.loading import usable_checkpoint
-    from rlpr.train.checkpoint import is_complete
 
     if step is None:
         return usable_checkpoint(run)
-    ckpt = run / "checkpoints" / f"step_{step}"
+    ckpt = step_dir(run, step)
     if not ckpt.is_dir() or not is_complete(ckpt):
         raise ConfigError(f"{run}: no complete checkpoint for step {step} (expected {ckpt})")
     return ckpt

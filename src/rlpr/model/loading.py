@@ -21,6 +21,8 @@ from pathlib import Path
 import torch
 
 from rlpr.errors import ModelError, error_reason
+from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
+                                         list_checkpoints, saved_weights)
 
 log = logging.getLogger(__name__)
 
@@ -203,10 +205,8 @@ def peft_quiet():
 def checkpoint_candidates(path: str | os.PathLike) -> list[Path]:
     """The checkpoints `path` names, newest first: a step dir alone, or a run directory's complete
     `checkpoints/step_N` (incomplete ones, a write or removal killed midway, are skipped)."""
-    from rlpr.train.checkpoint import is_complete, list_checkpoints
-
     path = Path(path)
-    if (path / "adapter").is_dir() or (path / "model").is_dir():
+    if (path / ADAPTER_DIR).is_dir() or (path / MODEL_DIR).is_dir():
         if not is_complete(path):
             raise ModelError(f"{path}: incomplete checkpoint (no trainer_state.pt or no weights file)")
         return [path]
@@ -227,17 +227,13 @@ def check_weights(ckpt: Path) -> None:
     not JSON; reads headers only."""
     from safetensors import safe_open
 
-    from rlpr.train.checkpoint import CorruptCheckpoint
-
-    files = [ckpt / "model" / "model.safetensors"] if (ckpt / "model").is_dir() else \
-        [ckpt / "adapter" / "adapter_model.safetensors"]
-    for weights in files:
-        try:
-            with safe_open(str(weights), "pt"):
-                pass
-        except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError: unreadable all the same
-            raise CorruptCheckpoint(f"{weights}: unreadable weights ({error_reason(e)})") from None
-    config = ckpt / "adapter" / "adapter_config.json"
+    weights = saved_weights(ckpt)
+    try:
+        with safe_open(str(weights), "pt"):
+            pass
+    except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError: unreadable all the same
+        raise CorruptCheckpoint(f"{weights}: unreadable weights ({error_reason(e)})") from None
+    config = ckpt / ADAPTER_DIR / ADAPTER_CONFIG
     if config.is_file():
         try:
             json.loads(config.read_text(encoding="utf-8"))
@@ -249,8 +245,6 @@ def usable_checkpoint(path: str | os.PathLike) -> Path:
     """The newest checkpoint `path` names whose weights read back (`check_weights`): a corrupt newest
     one of a run directory is skipped with a warning naming it, as `rlpr train --resume` does; an
     explicit step dir, or none readable, is one line."""
-    from rlpr.train.checkpoint import CorruptCheckpoint
-
     candidates, skipped = checkpoint_candidates(path), []
     if len(candidates) == 1:  # a step dir, or a run with one checkpoint: nothing to fall back to
         check_weights(candidates[0])
@@ -276,11 +270,11 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.Pa
     if checkpoint is None:
         return load_model(path, dtype, device)
     ckpt = usable_checkpoint(checkpoint)
-    if (ckpt / "model").is_dir():
-        return load_model(ckpt / "model", dtype, device)
+    if (ckpt / MODEL_DIR).is_dir():
+        return load_model(ckpt / MODEL_DIR, dtype, device)
     from peft import PeftModel
 
     model, tokenizer = load_model(path, dtype, device)
     with peft_quiet():
-        model = PeftModel.from_pretrained(model, ckpt / "adapter").merge_and_unload()
+        model = PeftModel.from_pretrained(model, ckpt / ADAPTER_DIR).merge_and_unload()
     return model.to(device).eval(), tokenizer

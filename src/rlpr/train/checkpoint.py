@@ -4,6 +4,8 @@
 model with safetensors, plus the tokenizer) and `trainer_state.pt`: optimizer, scheduler, RNG
 states, filter EMA and warm-up history, prompt stream and re-roll cache, score-A cache. It is
 written into a temporary directory and renamed, so a crash never leaves a half checkpoint.
+The files' names and what makes a checkpoint complete are the format `model/` reads too:
+`rlpr.model.checkpoint_files`.
 """
 
 from __future__ import annotations
@@ -21,18 +23,14 @@ import torch
 
 from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason, normal_modes
+from rlpr.model.card import checkpoint_card, write_card
+from rlpr.model.checkpoint_files import (ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, STATE_FILE, STEP_PREFIX,
+                                         CorruptCheckpoint, is_complete, list_checkpoints, step_dir, weights_file)
 from rlpr.model.forward import causal_lm
 from rlpr.parallel import distributed as dist
-from rlpr.train.model_card import checkpoint_card, write_card
 from rlpr.train.tracking import flatten
 
 log = logging.getLogger("rlpr.train")
-
-STATE_FILE = "trainer_state.pt"
-
-
-class CorruptCheckpoint(ConfigError):
-    """A checkpoint whose files cannot be read back (truncated, malformed); `restore_latest` skips it."""
 
 
 def rng_state() -> dict:
@@ -63,25 +61,25 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
                     weights: dict | None = None, config: dict | None = None) -> Path:
     """Write checkpoints/step_N atomically and keep only the newest `keep_last`. `weights`: the
     policy's full trainable state dict when the module itself is sharded (FSDP). The model card
-    (README.md, rlpr/train/model_card.py, from `config` or the run's config.yaml) goes in step_N/
+    (README.md, rlpr/model/card.py, from `config` or the run's config.yaml) goes in step_N/
     and in its adapter/ or model/ folder, in place of peft's empty template.
 
     Free space is checked first (against the size of the previous checkpoint, or of the state to
     write); a failed write (disk full, read-only) removes its partial copy and raises a one-line
     ConfigError, and the previous checkpoints stay intact and resumable."""
-    root = Path(run_dir) / "checkpoints"
-    final = root / f"step_{step}"
-    tmp = root / f".tmp-step_{step}"
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    final = step_dir(run_dir, step)
+    tmp = root / f".tmp-{final.name}"
     try:
         root.mkdir(parents=True, exist_ok=True)
         _check_free_space(root, state, weights if weights is not None else _trainable_state(policy))
         shutil.rmtree(tmp, ignore_errors=True)
         if is_peft(policy):
-            policy.save_pretrained(tmp / "adapter", state_dict=weights)
+            policy.save_pretrained(tmp / ADAPTER_DIR, state_dict=weights)
         else:
-            causal_lm(policy).save_pretrained(tmp / "model", safe_serialization=True, state_dict=weights)
-            tokenizer.save_pretrained(tmp / "model")
-        folder = "adapter" if is_peft(policy) else "model"
+            causal_lm(policy).save_pretrained(tmp / MODEL_DIR, safe_serialization=True, state_dict=weights)
+            tokenizer.save_pretrained(tmp / MODEL_DIR)
+        folder = ADAPTER_DIR if is_peft(policy) else MODEL_DIR
         card = checkpoint_card(Path(run_dir), final, folder, config)
         if card:
             write_card(tmp, card)
@@ -98,7 +96,7 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
         raise ConfigError(f"{root}: could not write checkpoint step_{step} ({error_reason(e)}); {kept}") from None
     for old in list_checkpoints(run_dir)[:-keep_last]:
         _remove(old)
-    for broken in root.glob("step_*"):  # half-deleted by an older rlpr: never loadable
+    for broken in root.glob(f"{STEP_PREFIX}*"):  # half-deleted by an older rlpr: never loadable
         if broken.is_dir() and not is_complete(broken):
             _remove(broken)
     for trash in root.glob(".trash-*"):  # left by a removal that was killed midway
@@ -138,7 +136,7 @@ def _enough(free: int, need: int) -> bool:
 
 
 def _check_free_space(root: Path, state: dict, weights: dict) -> None:
-    previous = [p for p in root.glob("step_*") if p.is_dir()]
+    previous = [p for p in root.glob(f"{STEP_PREFIX}*") if p.is_dir()]
     if previous:
         need = sum(f.stat().st_size for f in max(previous, key=os.path.getmtime).rglob("*") if f.is_file())
     else:
@@ -188,18 +186,6 @@ def check_space_before_training(trainer) -> None:
         raise ConfigError(problem)
 
 
-def is_complete(ckpt: Path) -> bool:
-    """A checkpoint with its trainer state and its weights (adapter or full model)."""
-    return (ckpt / STATE_FILE).is_file() and ((ckpt / "adapter" / "adapter_model.safetensors").is_file()
-                                              or (ckpt / "model" / "model.safetensors").is_file())
-
-
-def list_checkpoints(run_dir: Path) -> list[Path]:
-    root = Path(run_dir) / "checkpoints"
-    steps = [p for p in root.glob("step_*") if p.name[5:].isdigit() and is_complete(p)]
-    return sorted(steps, key=lambda p: int(p.name[5:]))
-
-
 def latest_checkpoint(run_dir: Path) -> Path:
     found = list_checkpoints(run_dir)
     if not found:
@@ -212,7 +198,7 @@ def load_weights(policy, ckpt: Path) -> None:
     cannot be read (truncated) or whose tensors do not fit the policy is a CorruptCheckpoint."""
     from safetensors.torch import load_file
 
-    path = ckpt / "adapter" / "adapter_model.safetensors" if is_peft(policy) else ckpt / "model" / "model.safetensors"
+    path = weights_file(ckpt, adapter=is_peft(policy))
     try:
         tensors = load_file(path)
     except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError, ...: unreadable all the same

@@ -24,6 +24,7 @@ from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
 from rlpr.errors import ConfigError, TrainingError
 from rlpr.model.attention import use_fp32_attention_under_autocast
+from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
 from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, resolve_mixed_precision,
@@ -42,7 +43,6 @@ from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics,
                                 sample_rows)
-from rlpr.train.model_card import held_out_until, refresh_card
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal

@@ -1,0 +1,60 @@
+"""The checkpoint format, as files: what `train/checkpoint.py` writes and `model/loading.py`,
+`model/export.py` and `rlpr eval --checkpoint` read (docs/layout.md: imports run down, so the
+format lives below both the trainer and the loaders).
+
+A run directory holds `checkpoints/step_N/`, each with the trained weights (`adapter/`: a peft
+LoRA adapter, `adapter_model.safetensors` and `adapter_config.json`; or `model/`: a Hugging Face
+model, `model.safetensors` and the tokenizer) and `trainer_state.pt` (what a resume needs). A
+checkpoint is complete when it has its trainer state and its weights; anything else under
+`checkpoints/` (`.tmp-step_N` being written, `.trash-step_N` being removed, `corrupt-step_N` set
+aside) is never loaded.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from rlpr.errors import ConfigError
+
+CHECKPOINTS_DIR = "checkpoints"
+STEP_PREFIX = "step_"
+STATE_FILE = "trainer_state.pt"
+ADAPTER_DIR = "adapter"
+MODEL_DIR = "model"
+ADAPTER_WEIGHTS = "adapter_model.safetensors"
+ADAPTER_CONFIG = "adapter_config.json"
+MODEL_WEIGHTS = "model.safetensors"
+
+
+class CorruptCheckpoint(ConfigError):
+    """A checkpoint whose files cannot be read back (truncated, malformed); `restore_latest` skips it."""
+
+
+def step_dir(run_dir: Path, step: int) -> Path:
+    """checkpoints/step_N of a run directory."""
+    return Path(run_dir) / CHECKPOINTS_DIR / f"{STEP_PREFIX}{step}"
+
+
+def weights_file(ckpt: Path, adapter: bool) -> Path:
+    """The safetensors file of a checkpoint's LoRA adapter (`adapter`) or full model."""
+    return ckpt / ADAPTER_DIR / ADAPTER_WEIGHTS if adapter else ckpt / MODEL_DIR / MODEL_WEIGHTS
+
+
+def saved_weights(ckpt: Path) -> Path:
+    """The weights file a checkpoint holds: its full model's when it has a model/ folder, else its
+    adapter's."""
+    return weights_file(ckpt, adapter=not (ckpt / MODEL_DIR).is_dir())
+
+
+def is_complete(ckpt: Path) -> bool:
+    """A checkpoint with its trainer state and its weights (adapter or full model)."""
+    return (ckpt / STATE_FILE).is_file() and (weights_file(ckpt, True).is_file()
+                                              or weights_file(ckpt, False).is_file())
+
+
+def list_checkpoints(run_dir: Path) -> list[Path]:
+    """A run directory's complete checkpoints, oldest first."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    n = len(STEP_PREFIX)
+    steps = [p for p in root.glob(f"{STEP_PREFIX}*") if p.name[n:].isdigit() and is_complete(p)]
+    return sorted(steps, key=lambda p: int(p.name[n:]))
