@@ -43,6 +43,24 @@ question in candidates.jsonl is dropped. Then every fresh greedy row is kept and
 `fresh<seed>-` prefix. Nothing is graded. A later fresh set (`fresh2_labeled_responses.jsonl`,
 seed 77, written after GRADER_VERSION 3) also leaves out every response and greedy question of the
 earlier fresh sets, so it holds sampled responses only.
+
+`--from-responses` makes a fresh set of TRAINED models' sampled responses (fresh set 3,
+`fresh3_labeled_responses.jsonl`, written after GRADER_VERSION 4) from the responses
+benchmarks/learning.py saves per run (`learning_responses/VARIANT-SEED-HASH.jsonl.gz`: per question
+the reference, its aliases and 8 samples at the rollout temperature). Nothing is generated: the
+files are only read (finished runs; the benchmark writes each whole and renames it into place), and
+the grades they hold (`greedy_correct`, `samples_correct`, from the grader the run had) are dropped
+before anything is written, so the labeler never sees a verdict:
+
+    python benchmarks/build_grading_set.py --seed 53 --pick 150 --out /tmp/fresh53_to_label.jsonl \
+        --from-responses benchmarks/results/learning_responses/{shuffled_reference-0-cdc062b22f,rlpr-0-b60d6c9eb2}.jsonl.gz
+
+Only the final responses are used (the held-out, new-item and general sets; the `curve` rows are an
+intermediate step's). A response whose text (whitespace collapsed) is already a response to the
+same question in candidates.jsonl or an earlier fresh set is dropped, and so are a question's
+repeated samples; then, seeded, one sample per (run, question), the same number per run x set, a
+question used for one run avoided for the others while others are left. Ids:
+`fresh<seed>-<run>-sampled-<question id>-<sample index>`; `model` is `trained`, `run` names the file.
 """
 
 from __future__ import annotations
@@ -244,9 +262,13 @@ def main() -> int:
                    help="a fresh set to label: base model, new --seed, responses not in candidates.jsonl, --pick rows")
     p.add_argument("--pick", type=int, default=0, help="write N seeded, stratified rows of --output to to_label.jsonl")
     p.add_argument("--more-greedy", type=int, default=0, help="with --pick: a second batch of N more greedy rows")
+    p.add_argument("--from-responses", nargs="+", default=None, metavar="FILE",
+                   help="a fresh set of trained runs' sampled responses from learning.py's .jsonl.gz files")
     p.add_argument("--more-forms", type=int, default=0,
                    help="with --pick: a second batch of N rows with a parenthetical or a quoted answer and more text")
     args = p.parse_args()
+    if args.from_responses:
+        return fresh_trained(args)
     if args.fresh:
         return fresh(args)
     args.samples = 2 if args.samples is None else args.samples
@@ -339,6 +361,107 @@ def fresh(args) -> int:
             "questions": {k: len(v) for k, v in sets.items()}, "responses": len(rows),
             "already_in_candidates": sum(_key(r) in known for r in rows), "picked": len(chosen),
             "generation_seconds": seconds}
+    out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
+    print(json.dumps(meta))
+    print(f"wrote {len(chosen)} rows to {out}")
+    return 0
+
+
+# learning.py's sets -> the grading set's names (the `curve` rows, an intermediate step's, are left out)
+LEARNING_SETS = {"heldout": "demo_family", "new_items": "new_item", "general": "general"}
+
+
+def _seen_responses(seed: int) -> list[dict]:
+    """Every response already read (candidates.jsonl and the fresh sets); a seed an earlier set used
+    is refused."""
+    if seed in USED_SEEDS:
+        raise SystemExit(f"--seed {seed} was used for candidates.jsonl; take another for a fresh set")
+    seen = []
+    for path in [OUT / "candidates.jsonl", *sorted(OUT.glob("fresh*_labeled_responses.jsonl"))]:
+        with open(path, encoding="utf-8") as f:
+            seen += [json.loads(line) for line in f if line.strip()]
+    if any(r["id"].startswith(f"fresh{seed}-") for r in seen):
+        raise SystemExit(f"--seed {seed} made an earlier fresh set; take another")
+    return seen
+
+
+def trained_rows(path: Path) -> list[dict]:
+    """The sampled responses of one learning.py run file as grading-set rows, with no grade: only
+    the fields named here are copied (never `greedy_correct` or `samples_correct`)."""
+    import gzip
+
+    kinds = {}
+    for name, field in ((NEW_ITEMS, "family"), (GENERAL, "kind")):
+        with open(name, encoding="utf-8") as f:
+            for line in f:
+                if line.strip():
+                    row = json.loads(line)
+                    kinds[row["id"]] = row[field]
+    run = path.name.removesuffix(".jsonl.gz")
+    rows = []
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        for line in f:
+            if not line.strip():
+                continue
+            r = json.loads(line)
+            if r["set"] not in LEARNING_SETS:
+                continue
+            kind = r["data_source"].removeprefix("demo/") if r["set"] == "heldout" else kinds[r["uid"]]
+            question = r["prompt"][-1]["content"]
+            aliases = [a for a in r.get("acceptable") or [] if a != r["reference"]]
+            for i, response in enumerate(r["samples"]):
+                rows.append({"id": f"{run}-sampled-{r['uid']}-{i}", "model": "trained", "run": run,
+                             "decoding": "sampled", "set": LEARNING_SETS[r["set"]], "family_or_kind": kind,
+                             "question": question, "reference": r["reference"], "aliases": aliases,
+                             "response": response})
+    return rows
+
+
+def pick_trained(runs: dict[str, list[dict]], seen: list[dict], n: int, seed: int) -> list[dict]:
+    """Seeded: one sample per (run, question), n spread evenly over run x set, a question taken for
+    one run avoided for the others while other questions are left (see the docstring)."""
+    rng = random.Random(seed)
+    known = {_key(r) for r in seen}
+    strata = [(run, s) for run in sorted(runs) for s in SETS]
+    out, used_questions = [], set()
+    for i, (run, set_name) in enumerate(strata):
+        per = n // len(strata) + (i < n % len(strata))
+        by_q: dict[str, list[dict]] = {}
+        for r in runs[run]:
+            if r["set"] == set_name and _key(r) not in known:
+                by_q.setdefault(r["question"], []).append(r)
+        questions = sorted(by_q)
+        rng.shuffle(questions)
+        questions.sort(key=lambda q: q in used_questions)  # stable: unused questions first, in shuffled order
+        for q in questions[:per]:
+            distinct = {}
+            for r in by_q[q]:  # a question's repeated samples count once
+                distinct.setdefault(" ".join(r["response"].split()), r)
+            out.append(rng.choice(list(distinct.values())))
+            used_questions.add(q)
+    rng.shuffle(out)
+    return out
+
+
+def fresh_trained(args) -> int:
+    """--from-responses: read learning.py's saved responses, drop what was read before, pick, write."""
+    seen = _seen_responses(args.seed)
+    runs, files = {}, {}
+    for name in args.from_responses:
+        path = Path(name)
+        rows = trained_rows(path)
+        runs[rows[0]["run"]] = rows
+        files[rows[0]["run"]] = {"file": path.as_posix(), "bytes": path.stat().st_size,
+                                 "mtime_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime(path.stat().st_mtime))}
+    chosen = [{**r, "id": f"fresh{args.seed}-{r['id']}"} for r in pick_trained(runs, seen, args.pick or 150, args.seed)]
+    out = Path(args.output or f"/tmp/fresh{args.seed}_to_label.jsonl")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    with open(out, "w", encoding="utf-8") as f:
+        for r in chosen:
+            f.write(json.dumps(r, ensure_ascii=False) + "\n")
+    known = {_key(r) for r in seen}
+    meta = {"seed": args.seed, "runs": files, "responses": {k: len(v) for k, v in runs.items()},
+            "already_read": sum(_key(r) in known for v in runs.values() for r in v), "picked": len(chosen)}
     out.with_suffix(".meta.json").write_text(json.dumps(meta, indent=2) + "\n", encoding="utf-8")
     print(json.dumps(meta))
     print(f"wrote {len(chosen)} rows to {out}")
