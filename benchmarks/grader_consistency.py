@@ -17,8 +17,8 @@ left out): precision and recall of `correct`, overall, on each half of a fixed s
 row id, even: "dev", odd: "held"), by question set, model x decoding and kind of question, the
 confusion counts and every remaining disagreement with its label's reason; beside it the fresh sets
 (FRESH_SETS: responses generated after a grader version was written and labeled blind; what each
-measured while blind is kept, since it was read afterwards): the same scores, by set and decoding,
-and their disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
+measured while blind is kept, since it was read afterwards): the same scores, by set and decoding
+(and by run for fresh set 3, trained models' responses), and their disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
 
 Writes benchmarks/results/grader_consistency.json and .md (with GRADER_VERSION). Data is read,
 never copied.
@@ -55,6 +55,12 @@ FRESH_SETS = (
      "blind": "version 3 as first written, blind: precision 0.944, recall 0.654 (17 of 26 right answers "
               "found); three rules were added after reading it (asides such as ', of course,', 'due to' "
               "ends a phrase, 'However, in ...' takes nothing back)"},
+    {"name": "fresh set 3", "path": GRADING / "fresh3_labeled_responses.jsonl",
+     "made": "`build_grading_set.py --from-responses ... --seed 53 --pick 150`, TRAINED models' sampled responses "
+             "saved by learning.py in runs finished after GRADER_VERSION 4 was written (shuffled_reference-0, "
+             "SmolLM2-135M, sentences; rlpr-0, Gemma 3 270M, mostly bare answers), 25 per run x set",
+     "blind": "version 4, blind: precision 1.000 (51 of 51), recall 0.962 (51 of 53 right answers found); "
+              "no rule changed after reading it"},
 )
 FORMS = {
     "answer_tag": "<answer> {} </answer>",
@@ -222,7 +228,7 @@ def labeled_agreement(path: Path = LABELED, split: bool = True) -> dict:
         pair = (g.correct, r["label"] == "correct")
         scored.append(pair)
         part = half(r["id"]) if split else "fresh"
-        for key in ([f"half/{part}"] if split else []) + [
+        for key in ([f"half/{part}"] if split else []) + ([f"run/{r['run']}"] if r.get("run") else []) + [
                 f"set/{r['set']}", f"model/{r['model']}-{r['decoding']}", f"kind/{r['set']}:{r['family_or_kind']}"]:
             groups.setdefault(key, []).append(pair)
         if pair[0] != pair[1]:
@@ -275,7 +281,7 @@ def fresh_markdown(fresh: dict) -> str:
 
     out = ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |",
            "|---|---|---|---|---|---|---|---|---|", line("**all**", fresh["overall"])]
-    out += [line(k.split("/", 1)[1], v) for k, v in fresh["groups"].items() if k.startswith(("set/", "model/"))]
+    out += [line(k.split("/", 1)[1], v) for k, v in fresh["groups"].items() if k.startswith(("set/", "model/", "run/"))]
     dis = ["| id | label | graded | rule | label's reason | response |", "|---|---|---|---|---|---|"]
     for d in fresh["disagreements"]:
         text = " ".join(d["response"].split())[:160].replace("|", "\\|")

@@ -251,6 +251,7 @@ def test_the_free_form_grader_agrees_with_people():
     # correct that offer two candidates ('"happy" or "overjoyed"', '"never" or "not at all"'): 0.902
     ("fresh_labeled_responses.jsonl", 0.97, 0.90),
     ("fresh2_labeled_responses.jsonl", 0.95, 0.76),  # blind for version 3 as first written: 0.944 / 0.654
+    ("fresh3_labeled_responses.jsonl", 0.99, 0.95),  # blind for version 4: 1.000 / 0.962
 ])
 def test_the_fresh_sets_do_not_regress(name, min_precision, min_recall):
     """The fresh sets were blind once (tests/data/grading/README.md); now read, they guard against
