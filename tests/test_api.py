@@ -80,3 +80,34 @@ def test_wrong_argument_types_are_one_line_before_any_work(tmp_path):
     with pytest.raises(DataError, match="missing.jsonl: file not found"):
         rlpr.evaluate("demo", str(tmp_path / "missing.jsonl"))
     assert list(tmp_path.iterdir()) == []
+
+
+def test_rlpr_config_checks_its_argument_types():
+    """issue 35, N11 for rlpr.config: once rlpr.config (the module) is imported, the name is the
+    callable module, whose call went straight to from_preset, so rlpr.config("demo", "a=b") read the
+    string character by character ("override 'a': expected key=value") and other wrong types were
+    raw TypeErrors. Now the same one-line ArgumentTypeError as rlpr.train's, naming the argument."""
+    import rlpr.config
+    from rlpr.config import from_preset, override_list
+    from rlpr.errors import ArgumentTypeError, ConfigError
+
+    assert type(rlpr.config).__name__ == "_CallableModule"  # the module's call, not rlpr/__init__'s api.config
+    cases = [
+        (lambda: rlpr.config("demo", "trainer.max_steps=5"), "overrides: expected a list of 'key=value' strings or "
+                                                             "a dict, got the string 'trainer.max_steps=5'"),
+        (lambda: rlpr.config("demo", overrides="a=b"), "got the string 'a=b' (for one, pass ['a=b'])"),
+        (lambda: rlpr.config("demo", 5), "overrides: expected a list of strings, got int 5"),
+        (lambda: rlpr.config("demo", ["trainer.max_steps=5", 3]), "overrides[1]: expected a string, got int 3"),
+        (lambda: rlpr.config("demo", {1: 2}), "overrides: the keys must be strings"),
+        (lambda: rlpr.config(5), "preset: expected a path (str or os.PathLike), got int 5"),
+        (lambda: from_preset("demo", "a=b"), "got the string 'a=b'"),  # the module-level helpers too
+        (lambda: override_list("a=b"), "got the string 'a=b'"),
+    ]
+    for call, message in cases:
+        with pytest.raises(ArgumentTypeError) as e:
+            call()
+        assert message in str(e.value) and len(str(e.value).splitlines()) == 1
+        assert isinstance(e.value, TypeError) and isinstance(e.value, ConfigError)
+    # the right types still work, positional or by name
+    assert rlpr.config("demo", ["trainer.max_steps=3"]).trainer.max_steps == 3
+    assert rlpr.config(preset="demo", overrides={"trainer.max_steps": 4}).trainer.max_steps == 4

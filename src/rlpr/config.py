@@ -20,7 +20,7 @@ import sys
 
 import yaml
 
-from rlpr.errors import ConfigError
+from rlpr.errors import ArgumentTypeError, ConfigError
 
 PRESET_DIR = Path(__file__).parent / "configs"
 
@@ -822,6 +822,9 @@ def from_preset(preset: str = "demo", overrides=None) -> Config:
 
 def override_list(overrides) -> list[str]:
     """Dotted overrides as load_config takes them: a list as given, a dict as ["key=value", ...]."""
+    if isinstance(overrides, (str, bytes)):  # list("a=b") would be its characters, each an override
+        raise ArgumentTypeError(f"overrides: expected a list of 'key=value' strings or a dict, got the string "
+                                f"{overrides!r} (for one, pass [{overrides!r}])")
     if isinstance(overrides, dict):
         return [f"{key}={value}" for key, value in overrides.items()]
     return list(overrides or [])
@@ -830,10 +833,14 @@ def override_list(overrides) -> list[str]:
 class _CallableModule(__import__("types").ModuleType):
     """`rlpr.config(...)` is the Python API's call (rlpr/api.py). Importing this module binds the
     name `config` on `rlpr` to the module, hiding rlpr/__init__'s __getattr__; so the module
-    itself is callable (as rlpr.train is), and its contents are unaffected."""
+    itself is callable (as rlpr.train is), and its contents are unaffected. The call is api.config,
+    which checks the arguments' types first (issue 35, N11: a string of overrides was read
+    character by character when the call came here first)."""
 
     def __call__(self, *args, **kwargs):
-        return from_preset(*args, **kwargs)
+        from rlpr.api import config
+
+        return config(*args, **kwargs)
 
 
 sys.modules[__name__].__class__ = _CallableModule
