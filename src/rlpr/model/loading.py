@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ModelError, error_reason
+from rlpr.errors import ModelError, error_reason, normal_modes
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
 
@@ -90,6 +90,7 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
+        normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: a cache others sharing RLPR_CACHE_DIR can read
         os.replace(tmp, target)
     except OSError:
         shutil.rmtree(tmp, ignore_errors=True)
