@@ -563,8 +563,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                                                           base[f"{s}_{k}_before"], m) for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
         # the update's mean token entropy over the last 3 steps (policy/entropy): recorded by every run
-        tails = [[t["policy/entropy"] for t in r.get("train", [])[-3:] if t.get("policy/entropy") is not None]
-                 for r in runs]
+        tails = [[t["policy/entropy"] for t in r.get("train", [])[-3:]  # NaN: a step that kept no group
+                  if t.get("policy/entropy") is not None and math.isfinite(t["policy/entropy"])] for r in runs]
         entry["train_entropy_last"] = statistics.fmean(x for t in tails for x in t) if all(tails) and runs[0][
             "variant"] != "base" else None
         costs = [r.get("reward_s") for r in runs]
