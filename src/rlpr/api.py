@@ -43,15 +43,7 @@ def _texts(name: str, value) -> list[str]:
 
 
 def _overrides(value):
-    if value is None or isinstance(value, dict) and all(isinstance(k, str) for k in value):
-        return value
-    if isinstance(value, str):
-        raise ArgumentTypeError(f"overrides: expected a list of 'key=value' strings or a dict, got the string "
-                                f"{value!r} (for one, pass [{value!r}])")
-    if isinstance(value, dict):
-        raise ArgumentTypeError(f"overrides: the keys must be strings like 'trainer.max_steps', got "
-                                f"{_kind(next(k for k in value if not isinstance(k, str)))}")
-    _texts("overrides", value)
+    override_list(value)  # the one check of an overrides argument's type (rlpr/config.py)
     return value
 
 

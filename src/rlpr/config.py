@@ -12,11 +12,11 @@ import dataclasses
 import difflib
 import importlib.util
 import math
+import os
+import sys
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-
-import sys
 
 import yaml
 
@@ -820,27 +820,42 @@ def from_preset(preset: str = "demo", overrides=None) -> Config:
     return load_config(preset, override_list(overrides))
 
 
+def _kind(value) -> str:
+    return f"{type(value).__name__} {value!r}"[:120]
+
+
 def override_list(overrides) -> list[str]:
-    """Dotted overrides as load_config takes them: a list as given, a dict as ["key=value", ...]."""
-    if isinstance(overrides, (str, bytes)):  # list("a=b") would be its characters, each an override
+    """Dotted overrides as load_config takes them: a list of "key=value" strings as given, a dict as
+    ["key=value", ...]; any other type is one line naming it (issue 35, N11: list("a=b") would be its
+    characters, each an override)."""
+    if overrides is None:
+        return []
+    if isinstance(overrides, (str, bytes)):
         raise ArgumentTypeError(f"overrides: expected a list of 'key=value' strings or a dict, got the string "
                                 f"{overrides!r} (for one, pass [{overrides!r}])")
     if isinstance(overrides, dict):
+        bad = next((k for k in overrides if not isinstance(k, str)), None)
+        if bad is not None:
+            raise ArgumentTypeError(f"overrides: the keys must be strings like 'trainer.max_steps', got {_kind(bad)}")
         return [f"{key}={value}" for key, value in overrides.items()]
-    return list(overrides or [])
+    if not isinstance(overrides, (list, tuple)):
+        raise ArgumentTypeError(f"overrides: expected a list of strings, got {_kind(overrides)}")
+    for i, item in enumerate(overrides):
+        if not isinstance(item, str):
+            raise ArgumentTypeError(f"overrides[{i}]: expected a string, got {_kind(item)}")
+    return list(overrides)
 
 
 class _CallableModule(__import__("types").ModuleType):
-    """`rlpr.config(...)` is the Python API's call (rlpr/api.py). Importing this module binds the
-    name `config` on `rlpr` to the module, hiding rlpr/__init__'s __getattr__; so the module
-    itself is callable (as rlpr.train is), and its contents are unaffected. The call is api.config,
-    which checks the arguments' types first (issue 35, N11: a string of overrides was read
-    character by character when the call came here first)."""
+    """`rlpr.config(...)` is the Python API's call (rlpr/api.py's config). Importing this module binds
+    the name `config` on `rlpr` to the module, hiding rlpr/__init__'s __getattr__; so the module
+    itself is callable (as rlpr.train is), with the same argument checks (issue 35, N11: a string of
+    overrides was read character by character), and its contents are unaffected."""
 
-    def __call__(self, *args, **kwargs):
-        from rlpr.api import config
-
-        return config(*args, **kwargs)
+    def __call__(self, preset: str = "demo", overrides=None) -> Config:
+        if not isinstance(preset, (str, os.PathLike)) or isinstance(preset, bool):
+            raise ArgumentTypeError(f"preset: expected a path (str or os.PathLike), got {_kind(preset)}")
+        return from_preset(str(preset), overrides)
 
 
 sys.modules[__name__].__class__ = _CallableModule
