@@ -113,14 +113,10 @@ def self_certainty_kind(b: LabelFreeBatch) -> list[float]:
 
 
 def extracted_answer(response: str) -> str | None:
-    """The answer a rule verifier reads (`verifiers.exact_answer`: answer tags, \\boxed{}, "answer
-    is", else the first sentence), normalized as it compares (`normalize_answer`); None when empty."""
-    from rlpr.grading import normalize_answer
-    from rlpr.reward.verifiers import exact_answer
+    """The answer a rule verifier reads, normalized as it compares (`verifiers.exact_key`)."""
+    from rlpr.reward.verifiers import exact_key
 
-    answer = exact_answer(response)
-    key = normalize_answer(answer) if answer is not None else ""
-    return key or None
+    return exact_key(response)
 
 
 def majority_kind(b: LabelFreeBatch) -> list[float]:

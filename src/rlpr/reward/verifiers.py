@@ -61,14 +61,22 @@ def exact_answer(response: str) -> str | None:
     return first_sentence(response)
 
 
-def exact_match(response: str, answers: Sequence[str]) -> bool:
-    """True iff the extracted answer (`exact_answer`) equals one of `answers` (the reference and
-    its aliases) after `normalize_answer`; an answer that normalizes to nothing never matches."""
+def exact_key(response: str) -> str | None:
+    """The extracted answer (`exact_answer`) after `normalize_answer`, what exact match compares and
+    majority vote counts; None when there is none or it normalizes to nothing."""
     from rlpr.grading import normalize_answer
 
     answer = exact_answer(response)
-    said = normalize_answer(answer) if answer is not None else ""
-    return bool(said) and said in {normalize_answer(a) for a in answers} and not _several_bare_lines(response)
+    return (normalize_answer(answer) if answer is not None else "") or None
+
+
+def exact_match(response: str, answers: Sequence[str]) -> bool:
+    """True iff the extracted answer (`exact_key`) equals one of `answers` (the reference and its
+    aliases) after `normalize_answer`; an answer that normalizes to nothing never matches."""
+    from rlpr.grading import normalize_answer
+
+    said = exact_key(response)
+    return said is not None and said in {normalize_answer(a) for a in answers} and not _several_bare_lines(response)
 
 
 # A line that is only a short answer: at most three words without a verb, one sentence ("(B)", "Paris.").
