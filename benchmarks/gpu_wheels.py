@@ -17,7 +17,9 @@ one-line command for the GPU machine (docs/distributed.md).
 from __future__ import annotations
 
 import argparse
+import hashlib
 import re
+import shutil
 import subprocess
 import sys
 import zipfile
@@ -80,6 +82,16 @@ def requirements(wheel: Path) -> list[str]:
     return out
 
 
+def wheel_differs(wheel: Path) -> list[str]:
+    """The .py files in which `wheel`'s rlpr package and this tree's src/rlpr differ (extra, missing or changed)."""
+    tree = ROOT / "src"
+    with zipfile.ZipFile(wheel) as z:
+        packed = {n: hashlib.sha256(z.read(n)).hexdigest() for n in z.namelist()
+                  if n.startswith("rlpr/") and n.endswith(".py")}
+    here = {str(f.relative_to(tree)): hashlib.sha256(f.read_bytes()).hexdigest() for f in (tree / "rlpr").rglob("*.py")}
+    return sorted(n for n in packed.keys() | here.keys() if packed.get(n) != here.get(n))
+
+
 def missing(wheels: list[Path]) -> dict[str, list[str]]:
     """Per wheel, the requirements neither the image nor the wheels provide."""
     have = IMAGE | {norm(w.name.split("-")[0]) for w in wheels}
@@ -95,7 +107,14 @@ def main(argv=None) -> int:
     for old in dest.glob("*.whl"):  # one version of each: two stop the whole install there
         old.unlink()
     pip = [sys.executable, "-m", "pip"]
+    # setuptools copies src/ into build/lib and never deletes there: modules moved or removed since an
+    # earlier build would ride along in the wheel (the first GPU run's wheel held 12 such files)
+    shutil.rmtree(ROOT / "build", ignore_errors=True)
     subprocess.run([*pip, "wheel", "--no-deps", "--no-build-isolation", "-q", "-w", str(dest), str(ROOT)], check=True)
+    rlpr_wheel = next(dest.glob("rlpr-*.whl"))
+    if (stale := wheel_differs(rlpr_wheel)):
+        print(f"gpu_wheels: {rlpr_wheel.name} differs from src/rlpr: {stale[:5]}", file=sys.stderr)
+        return 1
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     pins = [f"{name}=={version(name)}" for name in CARRIED]
     subprocess.run([*pip, "download", "--no-deps", "--only-binary=:all:", "--python-version", "3.12",
