@@ -106,6 +106,21 @@ def test_seeded_sampling_on_cuda_is_reproducible_and_follows_the_cpu(model_dir):
     assert [r[:4] for r in on_cpu] == [r[:4] for r in on_gpu]
 
 
+def test_rollouts_on_cuda_run_without_cudnn_attention(model_dir):
+    """rollout.hf.decode_attention: every forward of a CUDA rollout runs with cuDNN's SDPA kernel off
+    (it re-plans each new length: the first rollout of a model ran 10-13x slower), and it is back on after."""
+    from rlpr.model.loading import load_model
+    from rlpr.rollout.hf import HFRollout
+
+    model, tok = load_model(model_dir)
+    engine = HFRollout(model.to(CUDA), tok, dtype=torch.bfloat16, batch_sequences=8)
+    seen = []
+    engine.model.register_forward_pre_hook(lambda *_: seen.append(torch.backends.cuda.cudnn_sdp_enabled()))
+    engine.generate([tok("Hello there")["input_ids"]], 2, max_new_tokens=8, temperature=1.0, top_p=1.0)
+    assert seen and not any(seen)
+    assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
 def test_cuda_rng_state_is_saved_and_restored():
     from rlpr.train.checkpoint import rng_state, set_rng_state
 

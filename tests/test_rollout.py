@@ -227,3 +227,24 @@ def test_vllm_lora_needs_the_vllm_engine_and_a_lora_policy():
     for extra in (["rollout.engine=hf"], ["rollout.engine=vllm", "model.lora=false"]):
         with pytest.raises(ConfigError, match="rollout.vllm_lora serves the LoRA adapter through vLLM"):
             load_config("demo", ["rollout.vllm_lora=true", *extra])
+
+
+def test_rollouts_on_cuda_leave_cudnn_attention_out_and_cpu_rollouts_change_nothing(engine, tokenizer):
+    """cuDNN's SDPA kernel plans every new sequence length (a decode loop's every token): 10-13x slower
+    first rollouts on an H100 (benchmarks/results/gpu_check.md). The CUDA branch only sets torch's
+    backend flags, so it is checked here without a GPU; tests/test_cuda.py checks it inside a rollout."""
+    from rlpr.rollout.hf import decode_attention
+
+    flags = torch.backends.cuda
+    assert flags.cudnn_sdp_enabled()
+    with decode_attention(torch.device("cuda", 0)):
+        assert not flags.cudnn_sdp_enabled()
+        assert flags.flash_sdp_enabled() and flags.mem_efficient_sdp_enabled() and flags.math_sdp_enabled()
+    assert flags.cudnn_sdp_enabled()  # restored
+    seen = []
+    hook = engine.model.register_forward_pre_hook(lambda *_: seen.append(flags.cudnn_sdp_enabled()))
+    try:
+        engine.generate([tokenizer("Hi")["input_ids"]], 1, max_new_tokens=3, temperature=1.0, top_p=1.0)
+    finally:
+        hook.remove()
+    assert seen and all(seen)  # on the CPU: torch's choice of kernels untouched

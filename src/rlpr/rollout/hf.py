@@ -9,6 +9,7 @@ responses are sampled, never the loss.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 from dataclasses import dataclass
 from typing import Callable, Protocol
@@ -142,6 +143,22 @@ def decode_loop(name: str) -> DecodeLoop:
         raise ValueError(f"unknown rollout.decode_loop {name!r}; choose one of {', '.join(DECODE_LOOPS)}") from None
 
 
+# cuDNN's attention (one of torch's SDPA kernels on Hopper GPUs) builds an execution plan for every
+# new sequence length, and a decode loop meets a new length at every token: on an H100 the first
+# 512-token rollout of a model ran 10-13x slower than the second, and as fast as the second with
+# cuDNN attention off (benchmarks/results/gpu_check.md). The other kernels are as fast once warm.
+DECODE_SDPA = ("FLASH_ATTENTION", "EFFICIENT_ATTENTION", "MATH")
+
+
+def decode_attention(device: torch.device):
+    """The SDPA kernels a rollout on `device` may use: all but cuDNN's on CUDA; unchanged elsewhere."""
+    if torch.device(device).type != "cuda":
+        return contextlib.nullcontext()
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+
+    return sdpa_kernel([getattr(SDPBackend, name) for name in DECODE_SDPA])
+
+
 class HFRollout:
     """Sampling with `model.generate` on a (possibly lower-precision) copy of the policy, on the
     policy's device."""
@@ -193,30 +210,37 @@ class HFRollout:
         seeds = list(range(len(prompts))) if seeds is None else seeds
         flat = [(i, j, p) for i, p in enumerate(prompts) for j in range(n)]
         out: list[Rollout] = []
-        for start in range(0, len(flat), self.batch_sequences):
-            chunk = flat[start:start + self.batch_sequences]
-            width = max(len(p) for _, _, p in chunk)
-            ids = torch.full((len(chunk), width), pad, dtype=torch.long)
-            attn = torch.zeros_like(ids)
-            for r, (_, _, p) in enumerate(chunk):
-                ids[r, width - len(p):] = torch.tensor(p)
-                attn[r, width - len(p):] = 1
-            sampler = PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p) \
-                if temperature > 0 else None
-            ids, attn = ids.to(self.model.device), attn.to(self.model.device)
-            capacity = width + max_new_tokens if self._decode.preallocated else 0
-            cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
-            new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
-                                   cache=cache, min_new_tokens=min_new, ends=self.ends).cpu()
-            ends = {eos, *self.ends}
-            for r, (i, _, _) in enumerate(chunk):
-                tokens = new[r].tolist()
-                end = next((k for k, t in enumerate(tokens) if t in ends), None)
-                finished = end is not None
-                if finished:
-                    tokens = tokens[:end + 1]
-                text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-                out.append(Rollout(i, tokens, text, finished))
+        with decode_attention(self.model.device):
+            for start in range(0, len(flat), self.batch_sequences):
+                out += self._generate_chunk(flat[start:start + self.batch_sequences], seeds, max_new_tokens,
+                                            temperature, top_p, min_new, eos, pad)
+        return out
+
+    def _generate_chunk(self, chunk, seeds, max_new_tokens, temperature, top_p, min_new, eos, pad) -> list[Rollout]:
+        """One batch of rows (prompt index, response index, prompt ids) of `generate`."""
+        out: list[Rollout] = []
+        width = max(len(p) for _, _, p in chunk)
+        ids = torch.full((len(chunk), width), pad, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r, (_, _, p) in enumerate(chunk):
+            ids[r, width - len(p):] = torch.tensor(p)
+            attn[r, width - len(p):] = 1
+        sampler = PerRowSampler([row_seed(seeds[i], j) for i, j, _ in chunk], temperature, top_p) \
+            if temperature > 0 else None
+        ids, attn = ids.to(self.model.device), attn.to(self.model.device)
+        capacity = width + max_new_tokens if self._decode.preallocated else 0
+        cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
+        new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
+                               cache=cache, min_new_tokens=min_new, ends=self.ends).cpu()
+        ends = {eos, *self.ends}
+        for r, (i, _, _) in enumerate(chunk):
+            tokens = new[r].tolist()
+            end = next((k for k, t in enumerate(tokens) if t in ends), None)
+            finished = end is not None
+            if finished:
+                tokens = tokens[:end + 1]
+            text = self.tokenizer.decode(tokens, skip_special_tokens=True)
+            out.append(Rollout(i, tokens, text, finished))
         return out
 
     def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0):
