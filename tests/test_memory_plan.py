@@ -139,7 +139,8 @@ def test_peak_is_the_largest_phase_not_the_sum_of_terms():
 
 
 def test_verdicts_and_the_recommendation():
-    assert mp.verdict(70 * GiB, 80 * GiB) == "FITS"
+    assert mp.verdict(68 * GiB, 80 * GiB) == "FITS"
+    assert mp.verdict(70 * GiB, 80 * GiB) == "TIGHT"  # reserved memory ran 1.14-1.17x the plan on an H100
     assert mp.verdict(75 * GiB, 80 * GiB) == "TIGHT"
     assert mp.verdict(81 * GiB, 80 * GiB) == "DOES NOT FIT"
     small = qwen7b(hidden=576, intermediate=1536, layers=30, heads=9, kv_heads=3, head_dim=64, vocab=49152, tied=True,
@@ -199,7 +200,7 @@ def test_setup_from_the_paper_preset():
     s = mp.setup_from_config(cfg, 8, "cuda", 80 * GiB)
     assert (s.strategy, s.lora, s.gradient_checkpointing, s.bf16, s.rollout_bytes) == ("fsdp", False, True, False, 2)
     assert (s.micro_tokens, s.prompt_tokens, s.response_tokens) == (16384, 2048, 3072)
-    assert s.rollout_rows == 128 and s.mini_rows == 192 // 8 * 8
+    assert s.rollout_rows == 96 and s.mini_rows == 192 // 8 * 8
     assert mp.setup_from_config(cfg, 1, "cuda", 80 * GiB).strategy == "ddp"
 
 
