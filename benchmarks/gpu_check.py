@@ -575,7 +575,12 @@ def write_report(out: Path, report: dict) -> None:
                   f"- step time (s): {', '.join(fmt(v, '.1f') for v in r['step_s'])}",
                   f"- rollout tokens/s: {', '.join(fmt(v, '.0f') for v in r['rollout_tok_s'])}",
                   f"- update tokens/s (forward + backward + step, prompt and response tokens): "
-                  f"{fmt(r['update_tok_s'], '.0f')}", ""]
+                  f"{fmt(r['update_tok_s'], '.0f')}"]
+        per_step = {ph: r["phases"][ph].get("seconds_per_step") for ph in PHASES}
+        if all(per_step.values()):  # (the first GPU run predates them)
+            lines.append("- seconds per step, by phase: " + "; ".join(
+                f"{ph} {', '.join(fmt(v, '.1f') for v in per_step[ph].values())}" for ph in PHASES))
+        lines.append("")
         plan = r["plan"]
         lines += ["| phase | seconds | allocated GiB | reserved GiB | plan GiB (runtime term) | allocated / (plan - runtime) |",
                   "|---|---:|---:|---:|---:|---:|"]

@@ -39,9 +39,11 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
     assert tiny["update_tokens"] > 0 and tiny["update_tok_s"] > 0
     for phase in gpu_check.PHASES:
         assert tiny["phases"][phase]["calls"] >= 2, phase  # every phase of both steps was metered
+        assert list(tiny["phases"][phase]["seconds_per_step"]) == ["1", "2"], phase  # step 1's warm-up shows
         assert tiny["plan"]["phases_gib"][phase] > 0
     assert tiny["plan"]["verdict"] == "FITS" and "measured_over_plan" not in tiny  # CUDA only
 
+    assert "seconds per step, by phase" in (tmp_path / "gpu_check.md").read_text()
     resume = report["resume"]
     assert resume["passed"] and resume["bitwise"] and resume["step3_max_abs_change"] > 0
     assert resume["step3_metrics_that_differ"] == {}
