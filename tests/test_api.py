@@ -111,3 +111,17 @@ def test_rlpr_config_checks_its_argument_types():
     # the right types still work, positional or by name
     assert rlpr.config("demo", ["trainer.max_steps=3"]).trainer.max_steps == 3
     assert rlpr.config(preset="demo", overrides={"trainer.max_steps": 4}).trainer.max_steps == 4
+
+
+def test_dict_overrides_keep_their_python_values():
+    """A dict's values are the values meant, not text re-read as YAML: the string "true" stays a
+    string (it became the boolean True), None and lists pass as they are, and a wrong type is the
+    config's one-line error."""
+    import rlpr
+    from rlpr.config import ConfigError
+
+    cfg = rlpr.config("demo", {"reward.answer_cue": "true", "trainer.max_steps": 5, "rollout.stop": ["\n", "Q:"]})
+    assert cfg.reward.answer_cue == "true" and cfg.trainer.max_steps == 5 and cfg.rollout.stop == ["\n", "Q:"]
+    assert rlpr.config("demo", {"reward.answer_cue": "1: "}).reward.answer_cue == "1: "  # YAML would make a mapping
+    with pytest.raises(ConfigError, match="trainer.max_steps: expected an integer"):
+        rlpr.config("demo", {"trainer.max_steps": "five"})

@@ -824,10 +824,11 @@ def _kind(value) -> str:
     return f"{type(value).__name__} {value!r}"[:120]
 
 
-def override_list(overrides) -> list[str]:
+def override_list(overrides) -> list:
     """Dotted overrides as load_config takes them: a list of "key=value" strings as given, a dict as
-    ["key=value", ...]; any other type is one line naming it (issue 35, N11: list("a=b") would be its
-    characters, each an override)."""
+    (key, value) pairs, its values kept as the Python values they are (as text they would be re-read
+    as YAML: {"reward.answer_cue": "true"} became the boolean True); any other type is one line
+    naming it (issue 35, N11: list("a=b") would be its characters, each an override)."""
     if overrides is None:
         return []
     if isinstance(overrides, (str, bytes)):
@@ -837,7 +838,7 @@ def override_list(overrides) -> list[str]:
         bad = next((k for k in overrides if not isinstance(k, str)), None)
         if bad is not None:
             raise ArgumentTypeError(f"overrides: the keys must be strings like 'trainer.max_steps', got {_kind(bad)}")
-        return [f"{key}={value}" for key, value in overrides.items()]
+        return list(overrides.items())
     if not isinstance(overrides, (list, tuple)):
         raise ArgumentTypeError(f"overrides: expected a list of strings, got {_kind(overrides)}")
     for i, item in enumerate(overrides):
