@@ -775,6 +775,24 @@ def read_rows(log_path: Path, settings: dict, report: bool = False) -> list[dict
     return kept
 
 
+def reuse_base(log_path: Path, settings: dict) -> dict | None:
+    """The untrained model's row does not depend on the number of training steps: a base row of the
+    same settings but another `steps` (a longer run's settings, say), copied under these settings
+    and appended, so that a long run does not evaluate the base model again (~10 min)."""
+    if not log_path.exists() or any(r["variant"] == "base" for r in read_rows(log_path, settings)):
+        return None
+    same = {k: v for k, v in settings.items() if k != "steps"}
+    rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
+    donor = next((r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
+                  and {k: v for k, v in r["settings"].items() if k != "steps"} == same), None)
+    if donor is None:
+        return None
+    row = {**donor, "settings": settings, "reused_from_steps": donor["settings"]["steps"]}
+    with log_path.open("a") as f:
+        f.write(json.dumps(row) + "\n")
+    return row
+
+
 def claim(workdir: Path, job: tuple, settings: dict) -> bool:
     """Several workers share the job list: a job is claimed by creating a file (delete
     `workdir/claims` to re-run abandoned jobs)."""
@@ -843,6 +861,8 @@ def main() -> int:
                      "their workers would wait forever for a base row moved to the new version. Re-grade when "
                      "they finish, or delete those claim files if nothing runs them")
         regrade(log_path, settings)
+    if not (args.report or args.regrade) and claim(workdir, ("base_reuse", None), settings):
+        reuse_base(log_path, settings)
     done = read_rows(log_path, settings, report=True)
     have = {(r["variant"], r["seed"]) for r in done}
     variants = [v for v in args.variants.split(",") if v]

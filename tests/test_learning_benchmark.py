@@ -104,6 +104,23 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
             assert new[key] == pytest.approx(r[key]), (r["variant"], key)  # the same grader: the same numbers
         assert [p["acc_curve"] for p in new["curve"]] == pytest.approx([p["acc_curve"] for p in r["curve"]])
 
+    # a longer run (other settings: --steps 3) reuses the base row instead of evaluating the base again
+    longer = subprocess.run([*cmd[:cmd.index("--steps")], "--steps", "3", *cmd[cmd.index("--steps") + 2:]],
+                            capture_output=True, text=True, timeout=600)
+    assert longer.returncode == 0, longer.stderr[-3000:]
+    assert "('base', None)" not in longer.stdout and "('rlpr', 0)" in longer.stdout
+    rows = [json.loads(line) for line in log.read_text().splitlines()]
+    base3 = [r for r in rows if r["variant"] == "base" and r["settings"]["steps"] == 3]
+    assert len(base3) == 1 and base3[0]["reused_from_steps"] == 2
+    assert base3[0]["acc_before"] == rows_base(rows, 2)["acc_before"]
+    rlpr3 = next(r for r in rows if r["variant"] == "rlpr" and r["settings"]["steps"] == 3)
+    assert rlpr3["acc_before"] == base3[0]["acc_before"] and rlpr3["steps"] == 3
+
+
+def rows_base(rows: list[dict], steps: int) -> dict:
+    return next(r for r in rows if r["variant"] == "base" and r["settings"]["steps"] == steps
+                and r["grader_version"] == GRADER_VERSION)
+
 
 def test_controls_verdict_by_hand():
     """RLPR minus the best control, in standard errors of the difference (binomial over the questions
