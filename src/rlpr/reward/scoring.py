@@ -6,6 +6,7 @@ budget so that padding waste stays small; only reference positions go through th
 
 from __future__ import annotations
 
+import contextlib
 import math
 from typing import Callable
 
@@ -116,6 +117,28 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
     return groups, rest
 
 
+def _forward_batches(enc, groups, rest, max_batch_tokens: int):
+    """The forwards of a scoring pass, as (prefix ids or None, indices into enc): each shared-prefix
+    group's rows (a row counts its full length: the prompt's keys/values are repeated for it), then
+    the rest for padded batches, all in token-budget batches (`token_budget_batches`)."""
+    for prefix, ks in groups:
+        for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
+            yield prefix, [ks[j] for j in batch]
+    for batch in token_budget_batches([len(enc.input_ids[k]) for k in rest], max_batch_tokens):
+        yield None, [rest[j] for j in batch]
+
+
+@contextlib.contextmanager
+def _eval_mode(model):
+    """The model in eval mode (no dropout) for a scoring pass, its own mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
+
+
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
@@ -140,31 +163,21 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     if too_long is not None and max_length is not None:
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
-    was_training = model.training
-    model.eval()
-    try:
-        for prefix, ks in groups:
-            p = len(prefix)
-            # the prompt's keys/values are repeated for every row: a row counts its full length
-            for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
-                batch_ks = [ks[j] for j in batch]
-                logp, _ = shared_prefix_logprobs(model, prefix, [enc.input_ids[k][p:] for k in batch_ks],
-                                                 [enc.ref_mask[k][p:] for k in batch_ks], temperature)
-                counts = [sum(enc.ref_mask[k][p:]) for k in batch_ks]
-                for k, piece in zip(batch_ks, torch.split(logp.float().cpu(), counts)):
-                    out[todo[k]] = piece
-        lengths = [len(enc.input_ids[k]) for k in rest]
-        for batch in token_budget_batches(lengths, max_batch_tokens):
-            ks = [rest[j] for j in batch]
-            ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
-                                          tokenizer.pad_token_id, padding_side)
-            ids, attn, target = (t.to(model.device) for t in (ids, attn, target))
-            logp, _ = token_logprobs(model, ids, attn, target, temperature)
-            counts = target[:, 1:].sum(-1).tolist()
+    with _eval_mode(model):
+        for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
+            if prefix is not None:
+                p = len(prefix)
+                logp, _ = shared_prefix_logprobs(model, prefix, [enc.input_ids[k][p:] for k in ks],
+                                                 [enc.ref_mask[k][p:] for k in ks], temperature)
+                counts = [sum(enc.ref_mask[k][p:]) for k in ks]
+            else:
+                ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
+                                              tokenizer.pad_token_id, padding_side)
+                ids, attn, target = (t.to(model.device) for t in (ids, attn, target))
+                logp, _ = token_logprobs(model, ids, attn, target, temperature)
+                counts = target[:, 1:].sum(-1).tolist()
             for k, piece in zip(ks, torch.split(logp.float().cpu(), counts)):
                 out[todo[k]] = piece
-    finally:
-        model.train(was_training)
     return out
 
 
@@ -195,29 +208,23 @@ def response_distribution_stats(model, tokenizer, prompt_texts: list[str], respo
     groups, rest = _shared_prefix_groups(tokenizer, items, enc, keep)
     device = next(model.parameters()).device
 
-    def store(ks: list[int], hidden: torch.Tensor, counts: list[int]) -> None:
-        entropy, mean_logp = distribution_stats(model, hidden)
-        for k, h, m in zip(ks, torch.split(entropy.cpu(), counts), torch.split(mean_logp.cpu(), counts)):
-            out[k] = (h, m)
-
-    was_training = model.training
-    model.eval()
-    try:
-        for prefix, ks in groups:
-            p = len(prefix)
-            state = PrefixState(model, prefix)
-            for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
-                batch_ks = [ks[j] for j in batch]
-                hidden, _ = continuation_hidden(model, state, [enc.input_ids[k][p:] for k in batch_ks],
-                                                [enc.ref_mask[k][p:] for k in batch_ks])
-                store(batch_ks, hidden, [sum(enc.ref_mask[k][p:]) for k in batch_ks])
-        for batch in token_budget_batches([len(enc.input_ids[k]) for k in rest], max_batch_tokens):
-            ks = [rest[j] for j in batch]
-            ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
-                                          tokenizer.pad_token_id, "right")
-            ids, attn, target = ids.to(device), attn.to(device), target.to(device)
-            hidden = hidden_states(model, ids, attn)[:, :-1][target[:, 1:]]
-            store(ks, hidden, target[:, 1:].sum(-1).tolist())
-    finally:
-        model.train(was_training)
+    state, state_of = None, None
+    with _eval_mode(model):
+        for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
+            if prefix is not None:
+                p = len(prefix)
+                if state_of is not prefix:  # the group's prompt runs once
+                    state, state_of = PrefixState(model, prefix), prefix
+                hidden, _ = continuation_hidden(model, state, [enc.input_ids[k][p:] for k in ks],
+                                                [enc.ref_mask[k][p:] for k in ks])
+                counts = [sum(enc.ref_mask[k][p:]) for k in ks]
+            else:
+                ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
+                                              tokenizer.pad_token_id, "right")
+                ids, attn, target = ids.to(device), attn.to(device), target.to(device)
+                hidden = hidden_states(model, ids, attn)[:, :-1][target[:, 1:]]
+                counts = target[:, 1:].sum(-1).tolist()
+            entropy, mean_logp = distribution_stats(model, hidden)
+            for k, h, m in zip(ks, torch.split(entropy.cpu(), counts), torch.split(mean_logp.cpu(), counts)):
+                out[k] = (h, m)
     return out
