@@ -638,7 +638,9 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     cost = ["", "Held-out mean token entropy after training (nats; base "
             f"{base.get('entropy_before') or math.nan:.2f}; rows from before it was recorded: n/a), the update's "
             "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
-            "reward's own cost per step (s: score B and A, or the label-free kind's forward):", "",
+            "reward's own cost per step (s: score B and A, or the label-free kind's forward; each row on the "
+            "machine and under the load it ran with, so rows are not comparable: the side-by-side ratios are "
+            "benchmarks/results/reward_cost.md's; RLPR's rows predate this column):", "",
             "| variant | held-out entropy after | training entropy, last 3 steps | length after | reward s/step |",
             "|---|---|---|---|---|"]
 
