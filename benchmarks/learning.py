@@ -832,6 +832,9 @@ def main() -> int:
                         help="the model family: the embedded SmolLM2-135M-Instruct or Gemma 3 270M (base)")
     parser.add_argument("--threads", type=int, default=0, help="torch threads (0: all cores)")
     parser.add_argument("--output", default=str(RESULTS / "learning"))
+    parser.add_argument("--summary", default=None,
+                        help="path prefix of the summary (.md, .json, .png; default: --output's): runs of other "
+                             "settings (--steps 60) share --output's .jsonl and its base row, not its summary")
     parser.add_argument("--reverse", action="store_true", help="take jobs in reverse order (a second worker)")
     parser.add_argument("--report", action="store_true", help="only summarise the runs already in the .jsonl")
     parser.add_argument("--regrade", action="store_true",
@@ -904,6 +907,7 @@ def main() -> int:
             f.write(json.dumps(row) + "\n")
         print({k: v for k, v in row.items() if k not in ("curve", "train", "settings")}, flush=True)
     # every model family's rows (these settings otherwise) go into one summary: a section and a plot each
+    summary = args.summary or args.output
     sections, runs, tables, total = [], [], {}, 0.0
     for model in MODELS:
         mine = {k: v for k, v in settings.items() if k != "model"} | ({"model": model} if model != "smollm2" else {})
@@ -916,7 +920,7 @@ def main() -> int:
         sections.append((f"## {MODEL_TITLES[model]}\n\n" if model != "smollm2" or len(MODELS) > 1 else "") + markdown)
         runs += done
         total += sum(r["seconds"] for r in done)
-        plot(done, Path(args.output + ("" if model == "smollm2" else f"_{model}") + ".png"))
+        plot(done, Path(summary + ("" if model == "smollm2" else f"_{model}") + ".png"))
     transfer = (f"; transfer: {', '.join(f'{SET_TITLES[s]} ({TRANSFER[s].name})' for s in TRANSFER)}"
                 f"{f', first {args.transfer_questions} questions of each' if args.transfer_questions else ''}")
     header = (f"Learning benchmark: preset `{args.preset}` {' '.join(args.set)}, {args.steps} steps per run, "
@@ -925,9 +929,9 @@ def main() -> int:
               f"'change in SEs' = (after - base) / binomial SE of the base over the set's questions, per seed; "
               f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n")
     markdown = "\n".join(sections)
-    Path(args.output + ".md").write_text(header + markdown)
+    Path(summary + ".md").write_text(header + markdown)
     main_model = tables.get("smollm2", {"table": [], "controls": []})
-    Path(args.output + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
+    Path(summary + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
                                                        "table": main_model["table"],
                                                        "controls": main_model["controls"],
                                                        "models": tables, "runs": runs}, indent=1))

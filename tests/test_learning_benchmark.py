@@ -105,9 +105,13 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         assert [p["acc_curve"] for p in new["curve"]] == pytest.approx([p["acc_curve"] for p in r["curve"]])
 
     # a longer run (other settings: --steps 3) reuses the base row instead of evaluating the base again
-    longer = subprocess.run([*cmd[:cmd.index("--steps")], "--steps", "3", *cmd[cmd.index("--steps") + 2:]],
-                            capture_output=True, text=True, timeout=600)
+    main_summary = out.with_suffix(".json").read_text()
+    longer = subprocess.run([*cmd[:cmd.index("--steps")], "--steps", "3", *cmd[cmd.index("--steps") + 2:],
+                             "--summary", str(tmp_path / "long")], capture_output=True, text=True, timeout=600)
     assert longer.returncode == 0, longer.stderr[-3000:]
+    # ... into a summary of its own: the 2-step summary is untouched
+    assert out.with_suffix(".json").read_text() == main_summary
+    assert json.loads((tmp_path / "long.json").read_text())["settings"]["steps"] == 3
     assert "('base', None)" not in longer.stdout and "('rlpr', 0)" in longer.stdout
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     base3 = [r for r in rows if r["variant"] == "base" and r["settings"]["steps"] == 3]
