@@ -706,7 +706,7 @@ def main(argv=None) -> int:
             # seconds each part needs on one H100 (1024 tokens, 3 steps): measured 192 and 243 s
             # (benchmarks/results/gpu_check.md), of which ~55 s each was cuDNN attention planning the
             # first rollout, now left out; a part that starts runs to the budget + HARD_EXTRA_S at most
-            need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 200}
+            need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 180}
             for name in models:
                 report["models"][name] = part(f"models/{name}", train_shape, need.get(name, 10), name, work / name,
                                               device, response, args.steps, gpu_gb)
