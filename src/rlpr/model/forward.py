@@ -9,10 +9,22 @@ right-padded batches give the same numbers as unpadded single sequences.
 
 from __future__ import annotations
 
+import contextlib
 import copy
 import inspect
 
 import torch
+
+
+@contextlib.contextmanager
+def eval_mode(model):
+    """The model in eval mode (no dropout) for a no-grad pass over it, its own mode restored after."""
+    was_training = model.training
+    model.eval()
+    try:
+        yield
+    finally:
+        model.train(was_training)
 
 
 def causal_lm(model):

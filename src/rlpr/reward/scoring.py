@@ -6,14 +6,13 @@ budget so that padding waste stays small; only reference positions go through th
 
 from __future__ import annotations
 
-import contextlib
 import math
 from typing import Callable
 
 import torch
 
 from rlpr.model.batching import token_budget_batches
-from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, hidden_states,
+from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
                                shared_prefix_logprobs, token_logprobs)
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, pad_batch, strip_response, tokenize_scored
@@ -128,17 +127,6 @@ def _forward_batches(enc, groups, rest, max_batch_tokens: int):
         yield None, [rest[j] for j in batch]
 
 
-@contextlib.contextmanager
-def _eval_mode(model):
-    """The model in eval mode (no dropout) for a scoring pass, its own mode restored after."""
-    was_training = model.training
-    model.eval()
-    try:
-        yield
-    finally:
-        model.train(was_training)
-
-
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
@@ -163,7 +151,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     if too_long is not None and max_length is not None:
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
-    with _eval_mode(model):
+    with eval_mode(model):
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
                 p = len(prefix)
@@ -209,7 +197,7 @@ def response_distribution_stats(model, tokenizer, prompt_texts: list[str], respo
     device = next(model.parameters()).device
 
     state, state_of = None, None
-    with _eval_mode(model):
+    with eval_mode(model):
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
                 p = len(prefix)

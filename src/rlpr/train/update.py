@@ -16,7 +16,7 @@ from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, 
                                    ppo_clip_token_loss, ref_sft_loss, rollout_is_weights)
 from rlpr.config import AlgorithmConfig
 from rlpr.model.batching import split_batches
-from rlpr.model.forward import PrefixState, continuation_logprobs, token_logprobs
+from rlpr.model.forward import PrefixState, continuation_logprobs, eval_mode, token_logprobs
 from rlpr.model.memory import release_memory
 from rlpr.reward.parsing import answer_block_start
 from rlpr.reward.sequence import pad_batch, reasoning_token_count
@@ -169,15 +169,13 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
     """Per-token log-probs of each response under `model`, stored in `sample.<attr>` on the CPU
     (one copy per micro-batch; they wait there for the update, off the GPU); micro-batches as
     the update's (`micro_batches`)."""
-    was_training = model.training
-    model.eval()
-    for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix, max_tokens)):
-        state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
-        for mb in run:
-            logp, _ = mb.logprobs(model, temperature, state=state)
-            for s, piece in zip(mb.samples, torch.split(logp.cpu(), [s.response_len for s in mb.samples])):
-                setattr(s, attr, piece.clone())
-    model.train(was_training)
+    with eval_mode(model):
+        for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix, max_tokens)):
+            state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
+            for mb in run:
+                logp, _ = mb.logprobs(model, temperature, state=state)
+                for s, piece in zip(mb.samples, torch.split(logp.cpu(), [s.response_len for s in mb.samples])):
+                    setattr(s, attr, piece.clone())
 
 
 def normaliser(samples: list[Sample]) -> Normaliser:
