@@ -229,14 +229,14 @@ class PhaseMeter:
         for ph in PHASES:
             recs = [r for r in self.records if r["phase"] == ph]
             late = [r for r in recs if r["step"] >= 2] or recs
+            by_step = {s: [r for r in recs if r["step"] == s] for s in sorted({r["step"] for r in recs})}
             entry = {"calls": len(recs), "seconds": sum(r["seconds"] for r in recs),
-                     "seconds_per_step": {str(s): sum(r["seconds"] for r in recs if r["step"] == s)
-                                          for s in sorted({r["step"] for r in recs})}}
+                     "seconds_per_step": {str(s): sum(r["seconds"] for r in rs) for s, rs in by_step.items()}}
             if self.cuda and late:
                 entry["allocated_gib"] = max(r["allocated"] for r in late) / GiB
                 entry["reserved_gib"] = max(r["reserved"] for r in late) / GiB
-                entry["allocated_gib_per_step"] = {str(s): max(r["allocated"] for r in recs if r["step"] == s) / GiB
-                                                   for s in sorted({r["step"] for r in recs})}
+                entry["allocated_gib_per_step"] = {str(s): max(r["allocated"] for r in rs) / GiB
+                                                   for s, rs in by_step.items()}
             out[ph] = entry
         return out
 

@@ -781,12 +781,18 @@ def reuse_base(log_path: Path, settings: dict) -> dict | None:
     """The untrained model's row does not depend on the number of training steps: a base row of the
     same settings but another `steps` (a longer run's settings, say), copied under these settings
     and appended, so that a long run does not evaluate the base model again (~10 min)."""
-    if not log_path.exists() or any(r["variant"] == "base" for r in read_rows(log_path, settings)):
+    if not log_path.exists():
         return None
-    same = {k: v for k, v in settings.items() if k != "steps"}
     rows = [json.loads(line) for line in log_path.read_text().splitlines() if line.strip()]
-    donor = next((r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
-                  and {k: v for k, v in r["settings"].items() if k != "steps"} == same), None)
+    bases = [r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
+             and r.get("grader_version") == settings["grader_version"]]  # as read_rows keeps them
+
+    def stepless(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k != "steps"}
+
+    if any(r["settings"] == settings for r in bases):
+        return None
+    donor = next((r for r in bases if stepless(r["settings"]) == stepless(settings)), None)
     if donor is None:
         return None
     row = {**donor, "settings": settings, "reused_from_steps": donor["settings"]["steps"]}
