@@ -74,6 +74,26 @@ def torchrun(args, resume=None, launcher="torchrun"):
     return result
 
 
+REPORT = """
+def report(*values):  # one line per rank in its own file: the ranks' stdout lines can interleave
+    import os
+    with open(os.path.join(os.environ["RANK_REPORTS"], f"rank{os.environ['RANK']}"), "w") as f:
+        f.write(" ".join(map(str, values)))
+"""
+
+
+def rank_reports(worker, tmp_path, *args):
+    """Run `worker` (Python source that may call report(*values)) on 2 torchrun processes; the
+    values each rank reported, as strings, in rank order."""
+    script, out = tmp_path / "worker.py", tmp_path / "reports"
+    script.write_text(REPORT + worker)
+    out.mkdir()
+    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), *args], capture_output=True, text=True,
+                            timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1", "RANK_REPORTS": str(out)})
+    assert result.returncode == 0, result.stderr[-3000:]
+    return [(out / f"rank{r}").read_text().split() for r in range(2)]
+
+
 def assert_close(a, b, atol):
     assert a.keys() == b.keys()
     for k in a:

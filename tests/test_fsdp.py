@@ -2,8 +2,6 @@
 the same parameters as one process for full fine-tuning, and exact resume (the LoRA case is
 parametrized with ddp in test_distributed.py)."""
 
-import os
-import subprocess
 from pathlib import Path
 
 import pytest
@@ -15,7 +13,7 @@ from rlpr.errors import ConfigError
 from rlpr.parallel.sharding import Replicated, make_strategy
 from rlpr.train.trainer import train
 
-from helpers import LAUNCHERS, TIMEOUT, assert_close, common, torchrun
+from helpers import assert_close, common, rank_reports, torchrun
 
 pytestmark = pytest.mark.distributed
 
@@ -108,7 +106,7 @@ with precision(sharding.Replicated()):
 expected = {n: p.grad for n, p in single.named_parameters() if p.requires_grad}
 assert grads.keys() == expected.keys()
 diff = sum((grads[k] - expected[k]).norm() ** 2 for k in grads) ** 0.5
-print("RELDIFF", (diff / sum(expected[k].norm() ** 2 for k in grads) ** 0.5).item())  # of the whole gradient
+report((diff / sum(expected[k].norm() ** 2 for k in grads) ** 0.5).item())  # of the whole gradient
 '''
 
 
@@ -120,13 +118,7 @@ def test_fsdp_gradients_with_unequal_work_equal_one_process(tiny_dir, tmp_path, 
     the single-process gradient of the whole mini-batch, in fp32 and under bf16 autocast (where
     autocast's weight cache lost gradients under FSDP: 32% off); with activation checkpointing
     (`ckpt`: model.gradient_checkpointing on the sharded side only) and FSDP2's CPU offload."""
-    script = tmp_path / "worker.py"
-    script.write_text(WORKER)
-    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora, precision,
-                             *options.split(",")], capture_output=True,
-                            text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    diffs = [float(line.split()[1]) for line in result.stdout.splitlines() if line.startswith("RELDIFF")]
+    diffs = [float(row[0]) for row in rank_reports(WORKER, tmp_path, tiny_dir, lora, precision, *options.split(","))]
     # bf16: rounding of different matmul shapes (one process shares the prompt's forward)
     assert len(diffs) == 2 and max(diffs) < (1e-5 if precision == "fp32" else 0.02), diffs
 
@@ -170,7 +162,7 @@ got = engine.model.state_dict()
 assert set(got) == set(expected), set(got) ^ set(expected)
 diff = max((got[k] - expected[k]).abs().max().item() for k in expected)
 after = sum(not any(isinstance(p, DTensor) for p in l.parameters()) for l in layers)
-print("SYNC", most, diff, after)
+report(most, diff, after)
 '''
 
 
@@ -179,12 +171,7 @@ def test_fsdp_sync_gathers_one_layer_at_a_time(tiny_dir, tmp_path, lora):
     """The rollout copy's weights come from the shards one decoder layer at a time (never the whole
     model gathered beside the copy): they equal the unsharded policy's (LoRA merged), and every
     layer is sharded again afterwards."""
-    script = tmp_path / "sync.py"
-    script.write_text(SYNC_WORKER)
-    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), tiny_dir, lora], capture_output=True,
-                            text=True, timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1"})
-    assert result.returncode == 0, result.stderr[-3000:]
-    rows = [line.split()[1:] for line in result.stdout.splitlines() if line.startswith("SYNC")]
+    rows = rank_reports(SYNC_WORKER, tmp_path, tiny_dir, lora)
     assert len(rows) == 2
     for most, diff, after in rows:
         assert int(most) == 1 and float(diff) == 0.0 and int(after) == 0
