@@ -640,7 +640,7 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
             "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
             "reward's own cost per step (s: score B and A, or the label-free kind's forward; each row on the "
             "machine and under the load it ran with, so rows are not comparable: the side-by-side ratios are "
-            "benchmarks/results/reward_cost.md's; RLPR's rows predate this column):", "",
+            "benchmarks/results/reward_cost.md's; n/a: rows recorded before the column existed):", "",
             "| variant | held-out entropy after | training entropy, last 3 steps | length after | reward s/step |",
             "|---|---|---|---|---|"]
 
