@@ -64,14 +64,16 @@ LAUNCHERS = {
 }
 
 
-def torchrun(args, resume=None, launcher="torchrun"):
-    env = {**os.environ, "OMP_NUM_THREADS": "1"}
-    cmd = [*LAUNCHERS[launcher], "-m", "rlpr", "train", *args]
-    if resume:
-        cmd[cmd.index("train") + 1:cmd.index("train") + 1] = ["--resume", resume]
-    result = subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=TIMEOUT)
+def launch(args, launcher="torchrun", **env):
+    """`args` on 2 processes of `launcher`, one thread each; the finished process (exit status 0)."""
+    result = subprocess.run([*LAUNCHERS[launcher], *args], env={**os.environ, "OMP_NUM_THREADS": "1", **env},
+                            capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
+
+
+def torchrun(args, resume=None, launcher="torchrun"):
+    return launch(["-m", "rlpr", "train", *(["--resume", resume] if resume else []), *args], launcher)
 
 
 REPORT = """
@@ -88,9 +90,7 @@ def rank_reports(worker, tmp_path, *args):
     script, out = tmp_path / "worker.py", tmp_path / "reports"
     script.write_text(REPORT + worker)
     out.mkdir()
-    result = subprocess.run([*LAUNCHERS["torchrun"], str(script), *args], capture_output=True, text=True,
-                            timeout=TIMEOUT, env={**os.environ, "OMP_NUM_THREADS": "1", "RANK_REPORTS": str(out)})
-    assert result.returncode == 0, result.stderr[-3000:]
+    launch([str(script), *args], RANK_REPORTS=str(out))
     return [(out / f"rank{r}").read_text().split() for r in range(2)]
 
 
