@@ -21,7 +21,13 @@ measured); the short parts (1, 4, 3) run before the shapes (2), which took 430 s
 4. resume on the device: 3 steps with a checkpoint at step 2, then a resume from it; step 3's weights
    and metrics against the uninterrupted run's (bitwise, or within RESUME_TOLERANCE of step 3's own
    weight change, which CUDA's non-deterministic kernels may need);
-5. the device's name, torch / CUDA / transformers versions.
+5. the device's name, torch / CUDA / transformers versions;
+6. `decode` (gpu_decode.py): the CUDA-graph decode loop's tokens/s against the eager loop's, 32/128/256
+   rows of the Qwen2.5-0.5B shape, as a fraction of the HBM floor (issue 40);
+7. `learning_cuda` (gpu_learning.py; only with --parts, it needs the embedded model carried over by
+   gpu_transfer.py): the learning benchmark's RLPR and shuffled-reference runs on the GPU beside the CPU rows.
+
+`--parts` selects parts; `--merge` keeps an earlier call's report (a plan over several calls or loans).
 
 Scaled from the paper preset so that it fits the time (each change is in `paper_overrides`): 4 prompts
 x 8 responses per step, 2 prompts per mini-batch (2 updates per step), no held-out evaluation, the std
@@ -56,6 +62,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "benchmarks"))  # its parts in files of their own (gpu_decode, gpu_learning)
 PLAN_TOLERANCE = 0.25  # |measured / planned - 1| of each phase's peak
 # resume: max |w3(resumed) - w3| / max |w3 - w2| (step 3's own change), where not bitwise
 RESUME_TOLERANCE = 1e-2
@@ -552,6 +559,7 @@ def write_report(out: Path, report: dict) -> None:
              f"(CUDA {env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}; "
              f"wall {fmt(report.get('wall_s'), '.0f')} s of a {report['budget_s']:.0f} s budget.", "",
              f"Command: `{report['command']}`", ""]
+    lines += report.get("notes", [])  # what a person wrote of the run (kept when the report is rewritten)
     unmet = {k: v for k, v in env.get("requirements", {}).items() if not v[2]}
     if unmet:
         lines += [f"rlpr's requirements not met here: {unmet}", ""]
@@ -615,6 +623,14 @@ def write_report(out: Path, report: dict) -> None:
                       f"{r['relative_to_step3_change']:.3g} of step 3's own change {r['step3_max_abs_change']:.3g}; "
                       f"tolerance {r['tolerance']:g}): **{'passed' if r['passed'] else 'FAILED'}**; "
                       f"step-3 metrics that differ: {r['step3_metrics_that_differ'] or 'none'}.", ""]
+    if report.get("decode"):
+        from gpu_decode import report_lines as decode_lines
+
+        lines += decode_lines(report["decode"])
+    if report.get("learning_cuda"):
+        from gpu_learning import report_lines as learning_lines
+
+        lines += learning_lines(report["learning_cuda"])
     if report.get("errors"):
         lines += ["## Errors", ""] + [f"- {e}" for e in report["errors"]] + [""]
     (out / "gpu_check.md").write_text("\n".join(lines))
@@ -628,27 +644,55 @@ def _deadline(signum, frame):
     raise PartDeadline(f"stopped: it ran past the budget + {HARD_EXTRA_S} s")
 
 
+PARTS_ORDER = ("cuda_tests", "resume", "score_b", "decode", "learning_cuda", "models")
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--out", default="gpu_check_out", help="folder for gpu_check.json / gpu_check.md")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
+    ap.add_argument("--parts", nargs="*", default=None, choices=PARTS_ORDER,
+                    help="the parts to run, in this order: " + ", ".join(PARTS_ORDER) + " (default: all but "
+                         "learning_cuda, which needs the embedded model: benchmarks/gpu_transfer.py)")
+    ap.add_argument("--merge", default=None,
+                    help="an earlier gpu_check.json: its sections are kept and the parts run now replace theirs "
+                         "(a second call or loan resumes where the first stopped)")
     ap.add_argument("--models", nargs="*", default=None,
                     help="shapes to train (default: qwen2.5-0.5b qwen2.5-1.5b on cuda, tiny on cpu)")
     ap.add_argument("--steps", type=int, default=3)
     ap.add_argument("--response-tokens", type=int, default=None, help="forced response length (cuda 1024, cpu 16)")
+    ap.add_argument("--decode-rows", type=int, nargs="*", default=None, help="decode: rows (default 32 128 256)")
+    ap.add_argument("--decode-tokens", type=int, default=None, help="decode: new tokens (cuda 1024, cpu 24)")
+    ap.add_argument("--learning-steps", type=int, default=20)
+    ap.add_argument("--learning-heldout", type=int, default=0,
+                    help="learning_cuda: held-out and transfer questions (0: the benchmark's own; the dry run's few)")
+    ap.add_argument("--learning-set", nargs="*", default=[], help="learning_cuda: more config overrides (the dry run's model)")
+    ap.add_argument("--learning-resume", default=None,
+                    help="learning_cuda: an earlier call's learning_cuda.tar.gz; its finished runs are kept")
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting parts after this (default 450)")
     ap.add_argument("--gpu-gb", type=float, default=None, help="plan for this GPU size (default: the device's)")
     ap.add_argument("--no-tests", action="store_true", help="skip tests/test_cuda.py")
-    ap.add_argument("--skip", nargs="*", default=[], choices=("models", "score_b", "resume"))
+    ap.add_argument("--skip", nargs="*", default=[], choices=PARTS_ORDER)
     args = ap.parse_args(argv)
     start = time.perf_counter()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     cuda = args.device == "cuda"
-    report = {"started": datetime.now(timezone.utc).isoformat(timespec="seconds"), "budget_s": args.budget_s,
-              "command": " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else f"main({argv})",
-              "errors": [], "models": {}}
+    command = " ".join([Path(sys.executable).name, *sys.argv]) if argv is None else f"main({argv})"
+    started = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    report = {"started": started, "budget_s": args.budget_s, "command": command, "errors": [], "models": {}}
+    if args.merge:
+        report = json.loads(Path(args.merge).read_text())
+        report.setdefault("calls", [{"started": report["started"], "command": report["command"]}])
+        report["calls"].append({"started": started, "command": command})
+        report.update(budget_s=args.budget_s, command=command)
+        report.setdefault("errors", [])
+    parts = [p for p in (args.parts if args.parts is not None else [p for p in PARTS_ORDER if p != "learning_cuda"])
+             if p not in args.skip and not (p == "cuda_tests" and args.no_tests)]
+    parts = [p for p in PARTS_ORDER if p in parts]
+    # a part run now replaces the merged report's errors of that part
+    report["errors"] = [e for e in report["errors"] if e.split(":", 1)[0].split("/", 1)[0] not in parts]
 
     def left() -> float:
         return args.budget_s - (time.perf_counter() - start)
@@ -688,29 +732,41 @@ def main(argv=None) -> int:
     write_report(out, report)
     work = Path(tempfile.mkdtemp(prefix="rlpr-gpu-check-"))
     try:
-        if not args.no_tests:
-            report["cuda_tests"] = part("cuda_tests", cuda_tests, 20, out, max(30.0, min(150.0, left() - 60)))
-            write_report(out, report)
         # the short parts first: a model part running long must not starve them (the first GPU run
         # spent its whole budget on the two shapes)
-        if "resume" not in args.skip:
-            small = "qwen-small" if cuda else "tiny"
-            report["resume"] = part("resume", resume_check, 30 if cuda else 5, small, work / "resume", device,
-                                    128 if cuda else response)
+        for name in parts:
+            if name == "cuda_tests":
+                report["cuda_tests"] = part("cuda_tests", cuda_tests, 20, out, max(30.0, min(150.0, left() - 60)))
+            elif name == "resume":
+                small = "qwen-small" if cuda else "tiny"
+                report["resume"] = part("resume", resume_check, 30 if cuda else 5, small, work / "resume", device,
+                                        128 if cuda else response)
+            elif name == "score_b":
+                report["score_b"] = part("score_b", score_b_comparison, 25 if cuda else 5,
+                                         models[0] if models else "tiny", work / "score-b", device, response)
+            elif name == "decode":
+                from gpu_decode import decode_part
+
+                report["decode"] = part("decode", decode_part, 60 if cuda else 5, device, None,
+                                        tuple(args.decode_rows or (32, 128, 256) if cuda else args.decode_rows or (8,)),
+                                        args.decode_tokens)
+            elif name == "learning_cuda":
+                from gpu_learning import learning_part
+
+                report["learning_cuda"] = part("learning_cuda", learning_part, 120 if cuda else 5, out, device,
+                                               args.learning_steps, 0, args.learning_heldout or None,
+                                               max(60.0, left() + HARD_EXTRA_S / 2), args.learning_set,
+                                               args.learning_resume)
+            elif name == "models":
+                # seconds each part needs on one H100 (1024 tokens, 3 steps): measured 192 and 243 s
+                # (benchmarks/results/gpu_check.md), of which ~55 s each was cuDNN attention planning the
+                # first rollout, now left out; a part that starts runs to the budget + HARD_EXTRA_S at most
+                need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 180}
+                for shape in models:
+                    report["models"][shape] = part(f"models/{shape}", train_shape, need.get(shape, 10), shape,
+                                                   work / shape, device, response, args.steps, gpu_gb)
+                    write_report(out, report)
             write_report(out, report)
-        if "score_b" not in args.skip:
-            report["score_b"] = part("score_b", score_b_comparison, 25 if cuda else 5, models[0] if models else "tiny",
-                                     work / "score-b", device, response)
-            write_report(out, report)
-        if "models" not in args.skip:
-            # seconds each part needs on one H100 (1024 tokens, 3 steps): measured 192 and 243 s
-            # (benchmarks/results/gpu_check.md), of which ~55 s each was cuDNN attention planning the
-            # first rollout, now left out; a part that starts runs to the budget + HARD_EXTRA_S at most
-            need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 180}
-            for name in models:
-                report["models"][name] = part(f"models/{name}", train_shape, need.get(name, 10), name, work / name,
-                                              device, response, args.steps, gpu_gb)
-                write_report(out, report)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         report["wall_s"] = time.perf_counter() - start

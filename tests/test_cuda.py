@@ -192,3 +192,52 @@ def test_phase_meter_records_cuda_peaks(model_dir, tmp_path):
         assert phases[ph]["calls"] >= 1, ph
         assert phases[ph]["allocated_gib"] * gpu_check.GiB >= weights, ph
         assert phases[ph]["reserved_gib"] >= phases[ph]["allocated_gib"], ph
+
+
+def test_graph_decode_on_cuda_captures_graphs_and_equals_the_eager_loop(model_dir):
+    """rollout.decode_loop=graph (the default on CUDA): the step is captured as CUDA graphs (no capture
+    failure, no host synchronisation inside it) and its seeded and greedy tokens equal rlpr's eager loop
+    on the same GPU in fp32, with rows ending early (min lengths differ) across batch buckets."""
+    from rlpr.model.loading import load_model
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+
+    model, tok = load_model(model_dir)
+    model = model.to(CUDA)
+    prompts = [tok(q)["input_ids"] for q in ("What is the capital of France?", "Spell cat backwards.", "Why?")]
+
+    def run(loop, dtype, **kw):
+        engine = HFRollout(model, tok, dtype=dtype, batch_sequences=12, loop=loop)
+        out = engine.generate(prompts, 4, max_new_tokens=40, seeds=[3, 4, 5], **kw)
+        return engine, [r.token_ids for r in out]
+
+    assert HFRollout(model, tok, dtype=torch.float32).loop == "graph"
+    for kw in (dict(temperature=1.0), dict(temperature=0.7, top_p=0.9), dict(temperature=0.0)):
+        engine, graph = run("graph", torch.float32, **kw)
+        dec = graph_decode.decoder_for(engine.model)
+        assert dec.failed == "" and dec.graphs, dec.failed
+        assert graph == run("rlpr", torch.float32, **kw)[1]
+    _, graph = run("graph", torch.bfloat16, temperature=1.0)
+    _, eager = run("rlpr", torch.bfloat16, temperature=1.0)
+    assert [r[:4] for r in graph] == [r[:4] for r in eager]  # bf16: kernels differ, the first draws agree
+
+
+def test_graph_decode_on_cuda_recaptures_after_its_buffers_grow(model_dir):
+    """A later call with more rows, a longer prompt and a longer response reallocates the static buffers:
+    the old graphs and their memory pool are dropped and new ones captured (a capture into the freed
+    pool's handle failed an allocator assert, and a failed capture leaves CUDA's RNG unusable)."""
+    from rlpr.model.loading import load_model
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+
+    model, tok = load_model(model_dir)
+    model = model.to(CUDA)
+    engine = HFRollout(model, tok, dtype=torch.bfloat16, batch_sequences=64)
+    dec = graph_decode.decoder_for(engine.model)
+    short, long = tok("Hi")["input_ids"], tok("A much longer question about rivers and mountains " * 30)["input_ids"]
+    engine.generate([short], 4, max_new_tokens=8, temperature=1.0)
+    first = dec.keys[0]
+    engine.generate([short, long], 16, max_new_tokens=300, temperature=1.0)
+    engine.generate([short], 4, max_new_tokens=8, temperature=0.0)
+    assert dec.keys[0] is not first and dec.failed == "" and dec.graphs, dec.failed
+    torch.randn(4, device=CUDA)  # CUDA's generator is not left in capture mode

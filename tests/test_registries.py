@@ -31,7 +31,7 @@ def one_line_error(call, exception=ValueError) -> str:
 @pytest.mark.parametrize("call,message", [
     (lambda: parse_response("x", "xml"), "unknown format mode 'xml'; choose one of r1, r1_nothink, boxed"),
     (lambda: format_reward("x", "xml"), "unknown format mode 'xml'; choose one of r1, r1_nothink, boxed"),
-    (lambda: decode_loop("beam"), "unknown rollout.decode_loop 'beam'; choose one of rlpr, generate"),
+    (lambda: decode_loop("beam"), "unknown rollout.decode_loop 'beam'; choose one of auto, rlpr, generate, graph"),
     (lambda: resolve_rollout_dtype("float16", CPU),
      "unknown model.rollout_dtype 'float16'; choose one of bfloat16, float32, auto"),
     (lambda: resolve_mixed_precision("fp16", CPU),
@@ -53,7 +53,7 @@ def test_unknown_names_fail_with_the_known_ones(call, message):
 
 def test_an_unknown_decode_loop_fails_before_the_rollout_copy_is_made(tiny_model, tokenizer):
     message = one_line_error(lambda: HFRollout(tiny_model, tokenizer, torch.float32, loop="beam"))
-    assert message == "unknown rollout.decode_loop 'beam'; choose one of rlpr, generate"
+    assert message == "unknown rollout.decode_loop 'beam'; choose one of auto, rlpr, generate, graph"
 
 
 def test_every_registered_name_resolves():
@@ -62,7 +62,7 @@ def test_every_registered_name_resolves():
     assert format_reward("<think> r </think> <answer> x </answer>", "r1") == 1.0
     assert format_reward("<answer> x </answer>", "r1_nothink") == 1.0
     assert format_reward("so \\boxed{4}", "boxed") == 1.0
-    assert set(DECODE_LOOPS) == {"rlpr", "generate"}
+    assert set(DECODE_LOOPS) == {"rlpr", "generate", "graph"}
     assert DECODE_LOOPS["rlpr"].preallocated and not DECODE_LOOPS["generate"].preallocated
     assert {name: resolve_rollout_dtype(name, CPU) for name in ROLLOUT_DTYPES} == {
         "bfloat16": torch.bfloat16, "float32": torch.float32}

@@ -123,8 +123,10 @@ class RolloutConfig:
     """Sequences decoded together (per generate call)."""
     share_prefill: bool = True
     """Prefill each prompt once and repeat its KV cache for its n rows (fp32: identical samples)."""
-    decode_loop: str = "rlpr"
-    """rlpr (preallocated KV cache, finished rows leave the batch) or generate (HF's); the same samples."""
+    decode_loop: str = "auto"
+    """auto (graph on a GPU, rlpr elsewhere), rlpr (preallocated KV cache, finished rows leave the
+    batch), graph (static shapes, each step replayed as a CUDA graph on a GPU; models with
+    sliding-window layers take rlpr) or generate (HF's); the same samples from each."""
     vllm_kv_cache_gb: float = 2.0
     """engine=vllm on CPU: vLLM's KV cache in GiB (VLLM_CPU_KVCACHE_SPACE, unless set)."""
     vllm_gpu_memory_utilization: float = 0.3
@@ -643,7 +645,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.verifiers import VERIFIERS
     from rlpr.reward.sequence import FALLBACKS, SCORE_SPANS, SPLICES
     from rlpr.rollout.engines import ENGINES
-    from rlpr.rollout.hf import DECODE_LOOPS
+    from rlpr.rollout.hf import loop_names
     from rlpr.train.tracking import TRACKERS
 
     return {
@@ -651,7 +653,7 @@ def choices() -> dict[str, tuple]:
         "model.device": tuple(DEVICES),
         "data.template": tuple(TEMPLATES),
         "rollout.engine": tuple(ENGINES),
-        "rollout.decode_loop": tuple(DECODE_LOOPS),
+        "rollout.decode_loop": loop_names(),
         "reward.kind": tuple(REWARD_KINDS),
         "reward.verifier": tuple(VERIFIERS),
         "reward.format_mode": tuple(FORMAT_MODES),

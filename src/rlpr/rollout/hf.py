@@ -16,10 +16,11 @@ from typing import Callable, Protocol
 
 import torch
 
-from rlpr.seeding import SEED_MIX
 from rlpr.model.forward import cache_kwargs, causal_lm, output_cache, position_ids_from_mask
 from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
 from rlpr.rollout.decode import preallocated_cache, sample
+from rlpr.rollout.graph_decode import static_sample, supports_static_decode
+from rlpr.rollout.sampling import PerRowSampler, inverse_cdf, row_seed  # noqa: F401 (re-exported)
 
 
 @dataclass
@@ -118,6 +119,13 @@ def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, p
                           generation_config=gen_config, logits_processor=processors)[:, ids.shape[1]:]
 
 
+def graph_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
+               ends: tuple[int, ...] = ()):
+    """The static-shape loop (rollout/graph_decode.py): CUDA graphs on a GPU, the same code eagerly elsewhere."""
+    return static_sample(model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
+                         min_new_tokens=min_new_tokens, ends=ends)
+
+
 @dataclass(frozen=True)
 class DecodeLoop:
     """A decode loop: `run(model, ids, attn, sampler, max_new_tokens=, eos=, pad=, cache=,
@@ -133,14 +141,32 @@ class DecodeLoop:
 DECODE_LOOPS: dict[str, DecodeLoop] = {
     "rlpr": DecodeLoop(rlpr_loop, preallocated=True),
     "generate": DecodeLoop(generate_loop, preallocated=False),
+    "graph": DecodeLoop(graph_loop, preallocated=False),
 }
+AUTO = "auto"  # rollout.decode_loop's default: graph on a GPU where the model allows it, else rlpr
+
+
+def resolve_loop(name: str, model) -> str:
+    """The decode loop `name` means for the rollout copy `model`: `auto` is `graph` on CUDA and `rlpr`
+    elsewhere; `graph` on a model with sliding-window (or other special) cache layers is `rlpr`."""
+    device = next(model.parameters()).device
+    if name == AUTO:
+        name = "graph" if device.type == "cuda" else "rlpr"
+    if name == "graph" and not supports_static_decode(model):
+        return "rlpr"
+    return name
 
 
 def decode_loop(name: str) -> DecodeLoop:
     try:
         return DECODE_LOOPS[name]
     except KeyError:
-        raise ValueError(f"unknown rollout.decode_loop {name!r}; choose one of {', '.join(DECODE_LOOPS)}") from None
+        raise ValueError(f"unknown rollout.decode_loop {name!r}; choose one of {', '.join(loop_names())}") from None
+
+
+def loop_names() -> tuple[str, ...]:
+    """The allowed values of rollout.decode_loop."""
+    return (AUTO, *DECODE_LOOPS)
 
 
 # cuDNN's attention (one of torch's SDPA kernels on Hopper GPUs) builds an execution plan for every
@@ -164,16 +190,20 @@ class HFRollout:
     policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
-                 share_prefill: bool = True, loop: str = "rlpr", min_new_tokens: int = 0, stop: list[str] = ()):
+                 share_prefill: bool = True, loop: str = AUTO, min_new_tokens: int = 0, stop: list[str] = ()):
         self.tokenizer = tokenizer
         self.ends = stop_tokens(tokenizer, stop)  # rollout.stop: tokens that end a row early
         self.min_new_tokens = min_new_tokens  # rollout.min_new_tokens: generate's default (training rollouts)
-        self.loop = loop  # a key of DECODE_LOOPS: "rlpr" (rollout/decode.py) or "generate" (transformers')
-        self._decode = decode_loop(loop)
+        if loop != AUTO:
+            decode_loop(loop)  # an unknown name fails before the rollout copy is made
         self.batch_sequences = batch_sequences
         self.share_prefill = share_prefill
         lm = causal_lm(policy)
         self.model = plain_copy(lm, dtype, next(lm.parameters()).device)
+        # rollout.decode_loop resolved for this copy: "rlpr" (rollout/decode.py), "generate"
+        # (transformers') or "graph" (rollout/graph_decode.py)
+        self.loop = resolve_loop(loop, self.model)
+        self._decode = decode_loop(self.loop)
         self.sync(policy)
 
     def sleep(self) -> None:
@@ -268,59 +298,3 @@ class HFRollout:
         cache = output_cache(out)
         cache.reorder_cache(rows)  # an index_select per layer: row r gets its prompt's keys/values
         return cache
-
-
-def row_seed(prompt_seed: int, sample: int) -> int:
-    return (prompt_seed * SEED_MIX + sample) % (2**63 - 1)
-
-
-class PerRowSampler:
-    """A logits processor that samples each row with its own torch.Generator (temperature, top-p)
-    and returns scores whose argmax is the sampled token, so generation is reproducible per row.
-
-    The generators stay on the CPU (one uniform draw per row and token, the same stream whatever
-    the device) and the draws move to the scores' device, where the inverse-CDF lookup runs."""
-
-    def __init__(self, seeds: list[int], temperature: float = 1.0, top_p: float = 1.0):
-        self.generators = [torch.Generator().manual_seed(s) for s in seeds]
-        self.temperature, self.top_p = temperature, top_p
-
-    def __call__(self, input_ids: torch.Tensor, scores: torch.Tensor) -> torch.Tensor:
-        """As a `generate` logits processor: scores whose argmax is each row's draw."""
-        tokens = self.draw(scores, torch.arange(scores.shape[0]))
-        out = torch.full_like(scores, float("-inf"))
-        return out.scatter(-1, tokens[:, None], 0.0)
-
-    def draw(self, scores: torch.Tensor, rows: torch.Tensor) -> torch.Tensor:
-        """One token [b] for each of the original rows `rows` [b], from scores [b, V]."""
-        logits = scores.float()
-        if self.temperature != 1.0:  # x / 1.0 == x: skip a full-vocabulary copy
-            logits = logits / self.temperature
-        probs = torch.softmax(logits, dim=-1)
-        if self.top_p < 1.0:
-            sorted_probs, order = probs.sort(dim=-1, descending=True)
-            drop = sorted_probs.cumsum(-1) - sorted_probs > self.top_p  # keeps at least the top token
-            sorted_probs = sorted_probs.masked_fill(drop, 0.0)
-            probs = torch.zeros_like(probs).scatter(-1, order, sorted_probs)
-            probs = probs / probs.sum(-1, keepdim=True)
-        u = torch.cat([torch.rand(1, generator=self.generators[r], dtype=torch.float64) for r in rows.tolist()])
-        return inverse_cdf(probs, u)
-
-
-def inverse_cdf(probs: torch.Tensor, u: torch.Tensor, block: int = 1024) -> torch.Tensor:
-    """Per row, the first token whose float64 cumulative probability reaches u * total ([B] long).
-
-    Two levels: cumulative sums over blocks of `block` tokens, then within the one block that
-    holds the target. The same draw as a full-vocabulary float64 cumsum (up to rounding in the
-    last bits) at a fraction of its cost: that cumsum was 8% of a bf16 rollout step on CPU.
-    """
-    rows, vocab = probs.shape
-    padded = torch.nn.functional.pad(probs, (0, (-vocab) % block)).view(rows, -1, block)
-    mass = padded.sum(-1, dtype=torch.float64)  # [B, blocks]
-    cdf = mass.cumsum(-1)
-    target = (u.to(cdf.device) * cdf[:, -1])[:, None]
-    b = torch.searchsorted(cdf, target).clamp(max=cdf.shape[1] - 1)  # [B, 1]
-    rest = target - (cdf.gather(1, b) - mass.gather(1, b))
-    inner = padded[torch.arange(rows, device=probs.device), b[:, 0]].double().cumsum(-1)  # [B, block]
-    t = torch.searchsorted(inner, rest).clamp(max=block - 1)
-    return (b * block + t)[:, 0].clamp(max=vocab - 1)
