@@ -13,6 +13,12 @@ Needs vLLM: run it in vLLM's environment (docs/vllm.md), with nothing else on th
 
 Writes benchmarks/results/rollout.json and rollout.md.
 
+`--before REV`: instead, rlpr's hf engine of this tree against the same engine at commit REV (a
+temporary git worktree), no vLLM: each side in its own process, alternated over `--repeats` rounds
+(the demo shape, one untimed warm-up call each), the median of the paired ratios. Writes
+benchmarks/results/rollout_before_after.json and .md. It checks that a change leaves the default
+CPU path no slower (issue 40: the CUDA-graph loop must not cost the CPU anything).
+
 `--lora`: instead, the two ways vLLM can hold a LoRA policy (the demo's rank 16, adapters made
 non-zero): merged weights synced every step (rollout.vllm_lora=false, the default) against the
 base weights plus the adapter served through vLLM's LoRA support (rollout.vllm_lora=true): sync
@@ -60,8 +66,15 @@ def main() -> None:
     ap.add_argument("--shapes", nargs="+", default=list(SHAPES), choices=list(SHAPES))
     ap.add_argument("--out", default=str(RESULTS))
     ap.add_argument("--lora", action="store_true", help="merged weights against vLLM's LoRA adapters instead")
+    ap.add_argument("--before", default=None, help="compare the hf engine with this commit's (no vLLM)")
+    ap.add_argument("--repeats", type=int, default=5, help="--before: paired rounds")
+    ap.add_argument("--hf-once", action="store_true", help=argparse.SUPPRESS)  # one timed hf call (--before's child)
     args = ap.parse_args()
     torch.set_num_threads(args.threads)
+    if args.hf_once:
+        return hf_once(args)
+    if args.before:
+        return before_after(args)
     if args.lora:
         return lora_comparison(args)
 
@@ -105,6 +118,80 @@ def main() -> None:
         row["ratio"] = row["vllm_tok_s"] / row["hf_tok_s"]
         shapes[name] = row
         write(args, shapes, sync, vllm_build_s, hf_build_s, dtype, ro)  # after each shape: a partial run keeps its rows
+
+
+def hf_once(args) -> None:
+    """One timed demo-shape rollout of the hf engine with the default decode loop (prints JSON)."""
+    from rlpr.config import RolloutConfig
+    from rlpr.model.loading import load_model
+    from rlpr.model.precision import resolve_rollout_dtype
+    from rlpr.rollout.engines import build_engine
+
+    model, tokenizer = load_model("default")
+    dtype = resolve_rollout_dtype(args.dtype, torch.device("cpu"))
+    p, n, new = SHAPES["demo"]
+    prompts = demo_prompts(tokenizer, p)
+    engine = build_engine(model, tokenizer, RolloutConfig(batch_sequences=p * n), dtype)
+    timed(engine, prompts[:2], 2, 8, seed=99)  # warm-up
+    cpu = time.process_time()
+    seconds, tokens = timed(engine, prompts, n, new, seed=1)
+    # CPU seconds of this process too: on a loaded machine they vary far less than wall seconds
+    print(json.dumps({"seconds": seconds, "cpu_seconds": time.process_time() - cpu, "tokens": tokens,
+                      "loop": getattr(engine, "loop", "?")}))
+
+
+def before_after(args) -> None:
+    """This tree's hf engine against commit `args.before`'s, alternated in fresh processes."""
+    import statistics
+    import sys
+    import tempfile
+
+    root = Path(__file__).resolve().parents[1]
+    old = Path(tempfile.mkdtemp(prefix="rlpr-before-")) / "tree"
+    subprocess.run(["git", "worktree", "add", "--detach", str(old), args.before], cwd=root, check=True,
+                   capture_output=True)
+    script = Path(__file__).resolve()
+    rounds = []
+    try:
+        for k in range(args.repeats):
+            row = {}
+            for side, tree in (("after", root), ("before", old)) if k % 2 else (("before", old), ("after", root)):
+                env = {**os.environ, "PYTHONPATH": str(tree / "src")}
+                out = subprocess.run([sys.executable, str(script), "--hf-once", "--threads", str(args.threads),
+                                      "--dtype", args.dtype], env=env, capture_output=True, text=True, check=True)
+                row[side] = json.loads(out.stdout.strip().splitlines()[-1])
+            row["ratio"] = (row["after"]["tokens"] / row["after"]["seconds"]) / (row["before"]["tokens"] / row["before"]["seconds"])
+            row["cpu_ratio"] = ((row["after"]["tokens"] / row["after"]["cpu_seconds"])
+                                / (row["before"]["tokens"] / row["before"]["cpu_seconds"]))
+            rounds.append(row)
+            print(f"round {k + 1}: before {row['before']['seconds']:.2f} s, after {row['after']['seconds']:.2f} s, "
+                  f"after/before tok/s {row['ratio']:.3f} (per CPU second {row['cpu_ratio']:.3f})", flush=True)
+    finally:
+        subprocess.run(["git", "worktree", "remove", "--force", str(old)], cwd=root, capture_output=True)
+    commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], capture_output=True, text=True, cwd=root).stdout.strip()
+    median = statistics.median(r["ratio"] for r in rounds)
+    cpu_median = statistics.median(r["cpu_ratio"] for r in rounds)
+    result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000"), "before": args.before,
+              "after": commit + (" + uncommitted changes" if subprocess.run(["git", "status", "--porcelain", "src"],
+                                 capture_output=True, text=True, cwd=root).stdout.strip() else ""),
+              "shape": "demo (4 prompts x 8 responses x 32 new tokens)", "threads": args.threads, "dtype": args.dtype,
+              "rounds": rounds, "median_ratio": median, "median_cpu_ratio": cpu_median, "cpu": platform.processor() or platform.machine(),
+              "load_average_at_end": os.getloadavg()}
+    out = Path(args.out)
+    (out / "rollout_before_after.json").write_text(json.dumps(result, indent=2) + "\n")
+    lines = [f"# The hf engine's CPU rollout: {result['after']} against {args.before} ({result['date']})", "",
+             f"Demo shape, default decode loop (`{rounds[0]['after']['loop']}` after), dtype {args.dtype}, "
+             f"{args.threads} torch thread(s); {args.repeats} rounds, each side in a fresh process, the order "
+             f"alternated; load average at the end {result['load_average_at_end'][0]:.1f}.", "",
+             "| round | before s (CPU s) | after s (CPU s) | after / before tok/s | per CPU second |",
+             "|---:|---:|---:|---:|---:|"]
+    lines += [f"| {k + 1} | {r['before']['seconds']:.2f} ({r['before']['cpu_seconds']:.2f}) | "
+              f"{r['after']['seconds']:.2f} ({r['after']['cpu_seconds']:.2f}) | {r['ratio']:.3f} | {r['cpu_ratio']:.3f} |"
+              for k, r in enumerate(rounds)]
+    lines += ["", f"Median after / before: **{median:.3f}** in tokens per wall second, **{cpu_median:.3f}** per CPU "
+              "second (the steadier figure on a shared machine)."]
+    (out / "rollout_before_after.md").write_text("\n".join(lines) + "\n")
+    print("\n".join(lines))
 
 
 def lora_comparison(args) -> None:
