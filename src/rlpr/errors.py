@@ -6,7 +6,10 @@ the data or model loaders) only to raise or catch an error.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import shlex
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -21,6 +24,12 @@ class DataError(ValueError):
 
 class ModelError(ValueError):
     """A model path that cannot be loaded, with a one-line reason."""
+
+
+def command_line(*args: str) -> str:
+    """A command for a user to paste, each argument quoted for the shell (a run named `a b;rm x`
+    stays one argument and runs nothing else)."""
+    return shlex.join(str(a) for a in args)
 
 
 def error_reason(e: BaseException) -> str:
@@ -98,3 +107,21 @@ def write_atomic(path, data: str | bytes) -> None:
     """Write a whole output file or nothing (`atomic_output`)."""
     with atomic_output(path, "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def json_safe(value):
+    """`value` with every non-finite float (NaN, +-inf) as None, so that the output is strict JSON
+    (json.dumps writes NaN, which other JSON readers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def json_line(value, **kwargs) -> str:
+    """One strict-JSON line (`json_safe`, then `allow_nan=False`: a non-finite value can never be
+    written as a bare NaN or Infinity), newline included."""
+    return json.dumps(json_safe(value), allow_nan=False, **kwargs) + "\n"

@@ -17,7 +17,7 @@ from rlpr.config import RolloutConfig
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
-from rlpr.errors import write_atomic
+from rlpr.errors import json_line, json_safe, write_atomic
 from rlpr.grading import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar
@@ -269,7 +269,7 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
             if results[name]["judge_failed"]:
                 log.warning("%s: %d of %d judgments failed; those keep the rule verdict", name,
                             results[name]["judge_failed"], results[name]["judge_calls"])
-            lines += [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g]
+            lines += [json_line(s.to_dict(name), ensure_ascii=False) for g in groups for s in g]
             log.info("%s: Avg@%d = %.1f%% over %d questions", name, k,
                      100 * results[name]["accuracy"], len(examples))
     results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
@@ -281,7 +281,7 @@ def write_outputs(out: Path, results: dict, sample_lines: list[str]) -> None:
     """results.json, results.md, then samples.jsonl, each whole or not at all (`write_atomic`): a
     disk that fills up keeps the results of a long evaluation before the bulky samples, and the
     error names the file."""
-    write_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_atomic(out / "results.json", json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n")
     write_atomic(out / "results.md", results_table(results))
     write_atomic(out / "samples.jsonl", "".join(sample_lines))
 
@@ -325,5 +325,5 @@ def grade_responses(data_path: str | Path, responses_path: str | Path, output_di
     results = {name: {**benchmark_result(groups),
                       "questions_without_responses": len(examples) - len(groups)}}
     results.update(summary_means({name: results[name]["accuracy"]}))
-    write_outputs(out, results, [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g])
+    write_outputs(out, results, [json_line(s.to_dict(name), ensure_ascii=False) for g in groups for s in g])
     return results

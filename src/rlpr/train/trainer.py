@@ -40,6 +40,7 @@ from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
 from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints, load_state, load_weights,
                                    restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
+from rlpr.train.finite import stop_on_nonfinite
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics,
                                 sample_rows)
@@ -336,6 +337,7 @@ class Trainer:
         if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
             self.tracker.write_samples(step, sample_rows(generated))
         self._flag_collapse(step, metrics)
+        stop_on_nonfinite(step, metrics, self.run_dir)  # NaN/inf: stop before this step is logged or saved
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:

@@ -1,0 +1,100 @@
+"""The fourth hardening pass (issue 43) on training runs: non-finite values stop a run, a resume
+proves its base model, the shuffled-reference control is one, leftovers of killed writers are
+cleaned, run names never nest in another run, pasted commands are shell-quoted, and an optimizer
+state of the wrong shape falls back. Tiny model, few steps."""
+
+import json
+import math
+
+import pytest
+import torch
+
+from rlpr.train.checkpoint import list_checkpoints
+
+from helpers import tiny_cfg
+
+pytestmark = pytest.mark.integration
+
+
+def one_line(message):
+    assert len(str(message).strip().splitlines()) == 1, message
+    return str(message)
+
+
+def strict_json(path):
+    """Every line of a JSONL file, read by a parser that refuses NaN and Infinity."""
+    def refuse(constant):
+        raise ValueError(f"{path}: {constant} is not JSON")
+
+    return [json.loads(line, parse_constant=refuse) for line in path.read_text().splitlines() if line.strip()]
+
+
+# -- 1: non-finite values stop a run ----------------------------------------------------------------
+
+def poison(policy):
+    """Every weight of the embedding NaN (the base weights: LoRA trains on top of them)."""
+    with torch.no_grad():
+        next(p for n, p in policy.named_parameters() if "embed_tokens" in n).fill_(float("nan"))
+
+
+def test_a_nonfinite_value_stops_the_run_and_keeps_the_last_good_checkpoint(tiny_dir, tmp_path, monkeypatch):
+    from rlpr.train.finite import NonFiniteValue
+    from rlpr.train.trainer import Trainer, train
+
+    original = Trainer.train_step
+
+    def poisoned_at_step_2(self, step):
+        if step == 2:
+            poison(self.policy)
+        return original(self, step)
+
+    monkeypatch.setattr(Trainer, "train_step", poisoned_at_step_2)
+    cfg = tiny_cfg(tiny_dir, tmp_path, "nan", "trainer.max_steps=3", "trainer.save_every=1", "data.val=",
+                   "trainer.sample_every=1")
+    with pytest.raises(NonFiniteValue) as e:
+        train(cfg)
+    message = one_line(e.value)
+    assert message.startswith("step 2, reward phase: score B") and " nan " in message, message
+    assert "step_1" in message and "rlpr train --resume" in message
+    run = tmp_path / "nan"
+    assert [c.name for c in list_checkpoints(run)] == ["step_1"]  # the NaN update was never saved
+    assert [r["step"] for r in strict_json(run / "metrics.jsonl")] == [1]
+    rows = strict_json(run / "samples" / "step_000002.jsonl")  # the failing step's samples, NaN as null
+    assert rows and all(r["score_b"] is None for r in rows)
+
+
+def test_a_model_with_a_nan_weight_is_one_line_and_exit_2(tiny_model, tokenizer, tmp_path, capsys):
+    """The whole command: exit status 2 and one line, where it used to train to the end with exit 0."""
+    import copy
+
+    from rlpr.cli.main import main
+
+    model = copy.deepcopy(tiny_model)
+    poison(model)
+    model.save_pretrained(tmp_path / "nan-model")
+    tokenizer.save_pretrained(tmp_path / "nan-model")
+    code = main(["train", f"model.path={tmp_path / 'nan-model'}", f"trainer.output_dir={tmp_path}",
+                 "trainer.name=r", "trainer.max_steps=2", "rollout.max_new_tokens=4",
+                 "rollout.responses_per_prompt=2", "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2",
+                 "data.demo_train_size=8", "data.val=", "trainer.progress=false", "trainer.tensorboard=false"])
+    err = capsys.readouterr().err
+    assert code == 2
+    lines = [line for line in err.splitlines() if line.startswith("rlpr: error:")]
+    assert len(lines) == 1 and "step 1, reward phase" in lines[0] and "no checkpoint was saved" in lines[0], err
+    assert "Traceback" not in err and not list_checkpoints(tmp_path / "r")
+
+
+def test_every_watched_value_is_named_with_its_phase():
+    from rlpr.train.finite import first_nonfinite
+
+    good = {"reward/score_b_mean": 0.2, "reward/score_a_mean": 0.1, "reward/mean": 0.3, "policy/entropy": 1.0,
+            "policy/pg_loss": 0.0, "policy/kl": 0.0, "policy/grad_norm": 0.5, "policy/updates": 2,
+            "policy/tokens": 40.0}
+    assert first_nonfinite(good) is None
+    assert first_nonfinite({**good, "policy/grad_norm": math.inf})[1:] == ("the gradient norm", "update", math.inf)
+    assert first_nonfinite({**good, "policy/pg_loss": -math.inf})[2] == "update"
+    assert first_nonfinite({**good, "reward/mean": math.nan, "policy/grad_norm": math.nan})[2] == "reward"
+    assert first_nonfinite({**good, "policy/entropy": math.nan})[1] == "the policy's logits (their entropy)"
+    # a step whose groups were all filtered out updates nothing: its NaN loss is no failure
+    assert first_nonfinite({**good, "policy/updates": 0, "policy/pg_loss": math.nan,
+                            "policy/grad_norm": math.nan}) is None
