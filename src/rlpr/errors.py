@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import shlex
 from contextlib import contextmanager
 from pathlib import Path
@@ -36,6 +37,30 @@ def error_reason(e: BaseException) -> str:
     """An exception as one short line for a user-facing error: its first line, or its type."""
     text = str(e).strip()
     return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+# What a failed write says in the libraries' own error types (safetensors' SafetensorError, torch.save's
+# RuntimeError): "I/O error: No space left on device (os error 28)", "file write failed"
+_WRITE_FAILURE = re.compile(r"no space|storagefull|i/o error|ioerror|disk|quota|read-only|readonly|write failed|"
+                            r"os error \d+|errno \d+", re.IGNORECASE)
+_OS_MESSAGE = re.compile(r"(?:I/O error|IoError)\W+(.+?)\s*\(os error \d+\)", re.IGNORECASE)
+
+
+def write_failure(e: BaseException) -> bool:
+    """Whether `e` reports a failed write (a full disk, a quota, a read-only folder) whatever its
+    type: an OSError, or a library's own error saying so (safetensors raises SafetensorError, a
+    plain Exception, on a full disk; torch.save a RuntimeError)."""
+    if isinstance(e, OSError):
+        return True
+    return isinstance(e, Exception) and bool(_WRITE_FAILURE.search(str(e)))
+
+
+def write_failure_reason(e: BaseException) -> str:
+    """A failed write's reason in one short line: the system's words ("No space left on device")."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    found = _OS_MESSAGE.search(str(e))
+    return found.group(1) if found else error_reason(e)
 
 
 class ArgumentTypeError(ConfigError, TypeError):

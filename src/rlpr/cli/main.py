@@ -177,6 +177,14 @@ def main(argv: list[str] | None = None) -> int:
             raise
         print(f"rlpr: error: {e} (run with -v for a traceback)", file=sys.stderr)
         return 2
+    except Exception as e:  # a library's own error type for a full disk (safetensors' SafetensorError)
+        from rlpr.errors import write_failure, write_failure_reason
+
+        if args.verbose or not write_failure(e):
+            raise
+        print(f"rlpr: error: a write failed: {write_failure_reason(e)} (run with -v for a traceback)",
+              file=sys.stderr)
+        return 2
 
 
 if __name__ == "__main__":

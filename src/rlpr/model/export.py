@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ConfigError, OutputError, error_reason, normal_modes
+from rlpr.errors import ConfigError, OutputError, normal_modes, write_failure, write_failure_reason
 from rlpr.model.card import model_card, run_info
 from rlpr.model.checkpoint_files import is_complete, step_dir
 
@@ -170,11 +170,10 @@ class ExportTarget:
             yield tmp
             normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: what a plain write gets
             self._commit(tmp)
-        except (OSError, RuntimeError) as e:  # safetensors reports a full disk as a RuntimeError
-            if isinstance(e, RuntimeError) and not _is_io_error(e):
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a full disk
+            if not write_failure(e):
                 raise
-            raise OutputError(f"cannot write {out}: {getattr(e, 'strerror', None) or error_reason(e)}; "
-                              f"nothing was written there") from None
+            raise OutputError(f"cannot write {out}: {write_failure_reason(e)}; nothing was written there") from None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -201,11 +200,6 @@ class ExportTarget:
             raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-
-
-def _is_io_error(e: RuntimeError) -> bool:
-    text = str(e).lower()
-    return any(word in text for word in ("no space", "i/o error", "disk", "quota", "read-only", "write"))
 
 
 def save_hf(model, tokenizer, output: Path, dtype: torch.dtype = torch.float32) -> None:

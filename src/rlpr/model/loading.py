@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ModelError, error_reason, normal_modes
+from rlpr.errors import ModelError, error_reason, normal_modes, write_failure, write_failure_reason
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
 
@@ -102,10 +102,14 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
         tokenizer.save_pretrained(tmp)
         normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: a cache others sharing RLPR_CACHE_DIR can read
         os.replace(tmp, target)
-    except OSError:
+    except BaseException as e:  # a full disk (safetensors' own error type too), Ctrl-C: no half-written copy
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "config.json").exists():
-            raise
+        if (target / "config.json").exists():  # another process converted it meanwhile
+            return
+        if isinstance(e, Exception) and write_failure(e):
+            raise ModelError(f"{gguf}: cannot write its converted copy in {target.parent} "
+                             f"({write_failure_reason(e)}); free space there or set RLPR_CACHE_DIR") from None
+        raise
 
 
 def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:
