@@ -98,3 +98,101 @@ def test_every_watched_value_is_named_with_its_phase():
     # a step whose groups were all filtered out updates nothing: its NaN loss is no failure
     assert first_nonfinite({**good, "policy/updates": 0, "policy/pg_loss": math.nan,
                             "policy/grad_norm": math.nan}) is None
+
+
+# -- 3: a resume, eval or export proves it has the same base model ----------------------------------
+
+def test_resume_eval_and_export_refuse_a_base_whose_weights_changed(tiny_model, tokenizer, tmp_path, capsys):
+    import copy
+    import os
+    import shutil
+    from pathlib import Path
+
+    from rlpr.cli.main import main
+    from rlpr.model.loading import tiny_llama
+    from rlpr.train.checkpoint import resume_config
+    from rlpr.train.trainer import train
+
+    base = tmp_path / "base"
+    tiny_model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    train(tiny_cfg(str(base), tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.report=false"))
+    run = tmp_path / "run"
+    assert (run / "base_model.yaml").is_file()
+    # the same weights copied back (new modification times): still the same base
+    shutil.copytree(base, tmp_path / "copy")
+    shutil.rmtree(base)
+    shutil.copytree(tmp_path / "copy", base)
+    os.utime(base / "model.safetensors", (1, 1))
+    train(resume_config(run, ["trainer.max_steps=2"]), resume=str(run))
+    # other weights at the same path
+    other = tiny_llama(tokenizer, layers=2, hidden=64, seed=1)
+    other.save_pretrained(base)
+    capsys.readouterr()
+    data = str(Path(__file__).resolve().parents[1] / "examples" / "my_questions_val.jsonl")
+    for args in (["train", "--resume", str(run), "trainer.max_steps=3"],
+                 ["eval", "--checkpoint", str(run), "--data", data, "--limit", "1", "--max-new-tokens", "2",
+                  "--output", str(tmp_path / "eval")],
+                 ["export", str(run), "-o", str(tmp_path / "export")]):
+        assert main(args) == 2, args
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("rlpr: error")]
+        assert len(err) == 1 and f"the base model {base} changed since the run started (model.safetensors" in err[0]
+        assert "--accept-base-change" in err[0]
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "export").exists()
+    assert main(["export", str(run), "-o", str(tmp_path / "export"), "--accept-base-change"]) == 0
+    assert (tmp_path / "export" / "model.safetensors").is_file()
+
+
+def test_the_fingerprint_of_a_large_file_samples_it(tmp_path):
+    """Above 64 MiB a file is not read whole: its size, safetensors header and 17 blocks spread over
+    it are hashed, so that a 7B folder costs megabytes of reads; a change in a sampled block, the
+    header or the size is seen."""
+    import struct
+
+    from rlpr.model import fingerprint
+
+    header = b'{"w":{"dtype":"F32","shape":[1],"data_offsets":[0,4]}}'
+    path = tmp_path / "big.safetensors"
+    with open(path, "wb") as f:
+        f.write(struct.pack("<Q", len(header)) + header)
+        f.truncate(fingerprint.WHOLE_LIMIT + (1 << 20))  # sparse: nothing written beyond the header
+    first = fingerprint.file_digest(path)
+    reads = []
+    real_open = open
+
+    class Counting:
+        def __init__(self, f):
+            self.f = f
+
+        def __enter__(self):
+            return self
+
+        def __exit__(self, *a):
+            self.f.close()
+
+        def read(self, n=-1):
+            data = self.f.read(n)
+            reads.append(len(data))
+            return data
+
+        def seek(self, n):
+            return self.f.seek(n)
+
+    fingerprint.open = lambda p, mode: Counting(real_open(p, mode))
+    try:
+        assert fingerprint.file_digest(path) == first
+    finally:
+        del fingerprint.open
+    assert sum(reads) < 2 << 20  # not the 65 MiB of the file
+    size = path.stat().st_size
+    for offset in (8 + len(header) - 3, 8 * (size // fingerprint.SAMPLES) + 100, size - 10):
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            old = f.read(1)
+            f.seek(offset)
+            f.write(b"x")
+        assert fingerprint.file_digest(path) != first, offset
+        with open(path, "r+b") as f:
+            f.seek(offset)
+            f.write(old)
+    assert fingerprint.file_digest(path) == first

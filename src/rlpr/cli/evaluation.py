@@ -75,7 +75,22 @@ def checkpoint_config(args, held_out: bool = False):
     if saved_path is not None and str(cfg.model.path) != str(saved_path):
         print(f"warning: model.path {cfg.model.path} is not the run's base ({saved_path}): a LoRA adapter is "
               f"merged into the model given", file=sys.stderr)
+    if _is_adapter(args.checkpoint):  # the base's weights are used: they must be the run's (issue 43)
+        from rlpr.model.fingerprint import check_base
+
+        check_base(run, cfg.model.path, f"--checkpoint {args.checkpoint}", getattr(args, "accept_base_change", False))
     return cfg
+
+
+def _is_adapter(checkpoint) -> bool:
+    """Whether the checkpoint a --checkpoint names is a LoRA adapter (merged into the base model)."""
+    from rlpr.model.checkpoint_files import ADAPTER_DIR
+    from rlpr.model.loading import find_checkpoint
+
+    try:
+        return (find_checkpoint(checkpoint) / ADAPTER_DIR).is_dir()
+    except ModelError:  # no checkpoint: loading it says so
+        return False
 
 
 def _load(cfg, checkpoint):
@@ -209,6 +224,9 @@ def _add_model(p) -> None:
                    help="a run directory (its latest checkpoint) or a checkpoints/step_N directory")
     shorthand(p, "--device", "model.device", "where the model runs (auto: the GPU when CUDA is available, "
               "else the CPU)", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--accept-base-change", action="store_true",
+                   help="use a --checkpoint's LoRA adapter although its base model's weights changed since the "
+                        "run started")
 
 
 def _add_sampling(p) -> None:

@@ -47,7 +47,7 @@ def cmd_train(args) -> int:
         cfg = resume_config(args.resume, args.overrides or [])
     else:
         cfg = _validated(args)
-    train(cfg, resume=args.resume)
+    train(cfg, resume=args.resume, accept_base_change=args.accept_base_change)
     return 0
 
 
@@ -108,6 +108,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train with RLPR")
     add_config_options(p, default_preset="demo")
     p.add_argument("--resume", default=None, help="a run directory (runs/NAME) to continue exactly")
+    p.add_argument("--accept-base-change", action="store_true",
+                   help="resume although the base model's weights changed since the run started")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("score", help="probability rewards for a JSONL of prompt/response/reference")

@@ -21,7 +21,7 @@ import torch
 
 from rlpr.errors import ConfigError, OutputError, normal_modes, write_failure, write_failure_reason
 from rlpr.model.card import model_card, run_info
-from rlpr.model.checkpoint_files import is_complete, step_dir
+from rlpr.model.checkpoint_files import ADAPTER_DIR, is_complete, step_dir
 
 
 @dataclass(frozen=True)
@@ -59,7 +59,8 @@ def choose_checkpoint(run: Path, step: int | None) -> Path:
 
 
 def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf", step: int | None = None,
-               gguf_type: str = "f16", dtype: str = "float32", overwrite: bool = False) -> Path:
+               gguf_type: str = "f16", dtype: str = "float32", overwrite: bool = False,
+               accept_base_change: bool = False) -> Path:
     """Write run `run`'s checkpoint (latest, or `step`) with LoRA merged: a Hugging Face folder at
     `output` (fmt hf: safetensors, tokenizer, generation config, README.md) or a GGUF file (fmt gguf:
     `output` itself if it ends in .gguf, with its card beside as NAME.README.md; else the folder
@@ -69,7 +70,9 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     a file target new, unless `overwrite` (the old one is then replaced whole, never merged into);
     everything is written under a temporary name in the target's folder and renamed into place, so
     a kill or a full disk leaves the old target as it was and no partial one. The output is checked
-    before the model loads."""
+    before the model loads. A LoRA checkpoint's base must be the weights the run started from
+    (`rlpr.model.fingerprint.check_base`), unless `accept_base_change`."""
+    from rlpr.model.fingerprint import check_base
     from rlpr.model.loading import load_policy
 
     run = Path(run)
@@ -85,6 +88,8 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     info = run_info(run, ckpt)  # the card every checkpoint carries, written for this format
     target = ExportTarget(Path(output), fmt, overwrite, protected=[run, Path(info.base), Path.cwd()])
     target.check()  # before the model loads
+    if (ckpt / ADAPTER_DIR).is_dir():
+        check_base(run, info.base, f"export {run}", accept_base_change)
     model, tokenizer = load_policy(info.base, ckpt)
     card = model_card(info, fmt)
     with target.staged() as tmp:

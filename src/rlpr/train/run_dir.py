@@ -99,15 +99,21 @@ def release_run_dir(run_dir) -> None:
         os.close(fd)
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) -> None:
+def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool,
+                    accept_base_change: bool = False) -> None:
     """Before the model loads. The main process locks the run directory (`lock_run_dir`: one writer).
-    A new run: refused where checkpoints or another run's records exist, then config.yaml and
-    data.yaml are written (main process). A resume writes nothing: refused when the data changed
-    (`check_data`) or metrics.jsonl has a bad line before its last one (`check_metrics`)."""
+    A new run: refused where checkpoints or another run's records exist, then config.yaml, data.yaml
+    and base_model.yaml (the base weights' fingerprint, rlpr/model/fingerprint.py) are written (main
+    process). A resume writes nothing: refused when the data changed (`check_data`), the base
+    model's weights changed (`check_base`, unless `accept_base_change`) or metrics.jsonl has a bad
+    line before its last one (`check_metrics`)."""
+    from rlpr.model.fingerprint import check_base
+
     if resume:
         if dist.is_main():
             lock_run_dir(run_dir)
         check_data(run_dir, data_fingerprint(cfg, examples))
+        check_base(run_dir, cfg.model.path, f"--resume {run_dir}", accept_base_change)
         check_metrics(run_dir / "metrics.jsonl")
         return
     check_fresh(run_dir)
@@ -124,13 +130,17 @@ def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) ->
 
 
 def write_config(run_dir: Path, cfg: Config, data: dict | None = None) -> None:
-    """Create the run directory with config.yaml, the run's configuration, and data.yaml, the
-    fingerprint of its data (`data_fingerprint`)."""
+    """Create the run directory with config.yaml, the run's configuration, data.yaml, the
+    fingerprint of its data (`data_fingerprint`), and with it base_model.yaml, its base weights'
+    (`rlpr.model.fingerprint`)."""
+    from rlpr.model.fingerprint import write_fingerprint
+
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         if data is not None:
             (run_dir / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            write_fingerprint(run_dir, cfg.model.path)
     except OSError as e:
         raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
                           f"set trainer.output_dir") from None

@@ -436,11 +436,12 @@ class Trainer:
         return summary
 
 
-def train(cfg: Config, resume: str | None = None) -> dict:
-    """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
+def train(cfg: Config, resume: str | None = None, accept_base_change: bool = False) -> dict:
+    """Run (or resume) a training run; returns a summary (before/after eval, last metrics).
+    `accept_base_change`: resume even though the base model's weights changed (with a warning)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
     try:
-        summary = _train(cfg, resume)
+        summary = _train(cfg, resume, accept_base_change)
     except BaseException:
         dist.shutdown(wait=False)
         raise
@@ -448,14 +449,15 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     return summary
 
 
-def _train(cfg: Config, resume: str | None) -> dict:
+def _train(cfg: Config, resume: str | None, accept_base_change: bool = False) -> dict:
     validate_world(cfg, dist.world_size())
     # refused before any model work; recorded once the checkpoint loads
     changes = resume_changes(resume, cfg) if resume else {}
     # a data error surfaces before the model loads and before anything is written
     examples = load_data(cfg)  # and prompts_per_step against the rows read
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
-    prepare_run_dir(run_dir, cfg, examples, bool(resume))  # config.yaml, data.yaml; a resume: data unchanged
+    # config.yaml, data.yaml, base_model.yaml; a resume: data and base model unchanged
+    prepare_run_dir(run_dir, cfg, examples, bool(resume), accept_base_change)
     trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
         record_resume(run_dir, trainer.step, changes)
