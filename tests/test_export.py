@@ -139,6 +139,10 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it_whole(runs,
     assert digest(tiny_dir) == base_before
     assert sorted(p.name for p in stale.iterdir()) == ["model-00001-of-00002.safetensors",
                                                         "model.safetensors.index.json"]
+    # issue 43: --overwrite replaces only an earlier export, never a folder of other weights
+    assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 2
+    one_line_error(capsys, "--overwrite replaces only a folder rlpr export wrote")
+    (stale / "rlpr-export.json").write_text('{"rlpr_export": 1}')  # as an earlier export leaves it
     assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 0
     names = sorted(p.name for p in stale.iterdir())
     assert "model.safetensors" in names and not any("00001" in n or "index" in n for n in names)
@@ -161,6 +165,42 @@ def test_gguf_export_never_replaces_a_readme(runs, tmp_path, capsys):
                  "--overwrite"]) == 0
     assert (tmp_path / "README.md").read_text() == "my notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "m.README.md", "m.gguf"]
+
+
+def test_overwrite_replaces_only_an_earlier_export(runs, tiny_dir, tmp_path, capsys, monkeypatch):
+    """Issue 43, item 4: `export --overwrite` deleted a folder holding a run's training data and
+    replaced the embedded model's converted weights in rlpr's cache. Now only a folder export wrote
+    (its rlpr-export.json) or a .gguf it wrote (its rlpr.export key) is replaced."""
+    import shutil
+
+    data = tmp_path / "my-data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_dir, cache / "models" / "SmolLM2-135M-Instruct-Q8_0-1")  # a converted base model
+    monkeypatch.setenv("RLPR_CACHE_DIR", str(cache))
+    foreign_gguf = tmp_path / "theirs.gguf"
+    foreign_gguf.write_bytes(b"GGUF not ours")
+    lora = str(runs / "lora")
+    with monkeypatch.context() as m:
+        no_model_load(m)
+        for target, fmt in ((data, "hf"), (cache / "models" / "SmolLM2-135M-Instruct-Q8_0-1", "hf"),
+                            (data, "gguf"), (foreign_gguf, "gguf")):
+            before = digest(target.parent)
+            assert main(["export", lora, "--format", fmt, "-o", str(target), "--overwrite"]) == 2
+            one_line_error(capsys, "--overwrite replaces only a", "rlpr export wrote")
+            assert digest(target.parent) == before
+    from rlpr.model.export import written_by_export
+
+    # an earlier export of either kind is replaced
+    for fmt, target in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "gg"), ("gguf", tmp_path / "m.gguf")):
+        assert main(["export", lora, "--format", fmt, "-o", str(target)]) == 0
+        assert written_by_export(target)
+        assert main(["export", lora, "--format", fmt, "-o", str(target), "--overwrite"]) == 0
+        assert written_by_export(target)
+    capsys.readouterr()
+    assert (tmp_path / "hf" / "rlpr-export.json").is_file() and (tmp_path / "gg" / "rlpr-export.json").is_file()
+    assert not written_by_export(data) and not written_by_export(Path(tiny_dir)) and not written_by_export(foreign_gguf)
 
 
 @pytest.mark.parametrize("fmt", ["hf", "gguf"])
