@@ -196,3 +196,41 @@ def test_the_fingerprint_of_a_large_file_samples_it(tmp_path):
             f.seek(offset)
             f.write(old)
     assert fingerprint.file_digest(path) == first
+
+
+# -- 5: the shuffled-reference control is one -------------------------------------------------------
+
+@pytest.mark.parametrize("answers", [["4"], ["4", "4", "4", "4", "7", "9"]], ids=["one-prompt", "shared-answer"])
+def test_a_shuffled_reference_control_never_keeps_a_prompt_s_own_reference(tiny_dir, tmp_path, answers):
+    """One prompt has no other reference, and with 4 of 6 prompts answering "4" two of them must
+    keep "4": both used to train silently on their own references."""
+    from rlpr.errors import ConfigError
+    from rlpr.train.trainer import Trainer
+
+    data = tmp_path / "rows.jsonl"
+    data.write_text("".join(json.dumps({"question": f"What is item {i}?", "answer": a}) + "\n"
+                            for i, a in enumerate(answers)))
+    cfg = tiny_cfg(tiny_dir, tmp_path, "shuf", f"data.train={data}", "data.val=", "reward.shuffle_references=true",
+                   "trainer.prompts_per_step=1", "trainer.mini_batch_prompts=1")
+    with pytest.raises(ConfigError) as e:
+        Trainer(cfg, tmp_path / "shuf")
+    message = one_line(e.value)
+    own = 1 if len(answers) == 1 else 2
+    assert f"reward.shuffle_references: {own} of {len(answers)} training prompts would be scored against their own " \
+           f"reference text" in message, message
+
+
+def test_a_shuffled_run_records_the_reference_it_scored(tiny_dir, tmp_path):
+    from rlpr.train.trainer import train
+
+    train(tiny_cfg(tiny_dir, tmp_path, "shuf", "reward.shuffle_references=true", "trainer.max_steps=1", "data.val=",
+                   "trainer.sample_every=1", "trainer.report=false"))
+    rows = strict_json(tmp_path / "shuf" / "samples" / "step_000001.jsonl")
+    assert rows and all(r["scored_reference"] and r["scored_reference"] != r["reference"] for r in rows)
+    (step,) = strict_json(tmp_path / "shuf" / "metrics.jsonl")
+    assert step["reward/own_reference_frac"] == 0.0
+    train(tiny_cfg(tiny_dir, tmp_path, "own", "trainer.max_steps=1", "data.val=", "trainer.sample_every=1",
+                   "trainer.report=false"))
+    assert strict_json(tmp_path / "own" / "metrics.jsonl")[0]["reward/own_reference_frac"] == 1.0
+    rows = strict_json(tmp_path / "own" / "samples" / "step_000001.jsonl")
+    assert all(r["scored_reference"] == r["reference"] for r in rows)

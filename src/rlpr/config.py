@@ -170,7 +170,9 @@ class RewardConfig:
     shuffle_references: bool = False
     """The shuffled-reference control: each training prompt is scored against another prompt's
     reference (and aliases), a derangement fixed by trainer.seed; everything else (score A included)
-    as configured. Held-out evaluation and reward/accuracy use the true references."""
+    as configured. Held-out evaluation and reward/accuracy use the true references. No prompt keeps
+    its own reference text (data where one must, a single prompt or one answer on over half of the
+    prompts, is refused); reward/own_reference_frac and the samples' scored_reference show it."""
     pr_weight: float = 0.5
     """Weight of the probability reward (hybrid only)."""
     vr_weight: float = 1.0

@@ -31,7 +31,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
-from rlpr.reward.label_free import derangement, response_keys
+from rlpr.reward.label_free import response_keys
 from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
@@ -48,7 +48,7 @@ from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
-                              scoring_budget, seed_everything, std_filter, training_prompts)
+                              scoring_budget, seed_everything, shuffled_targets, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
 
@@ -97,10 +97,9 @@ class Trainer:
         self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
         self.reward.seed = cfg.trainer.seed  # kind=random's draws
         # reward.shuffle_references (the control): training prompt i is scored against prompt pi(i)'s
-        # reference, pi a derangement fixed by the seed; None: each against its own
-        self.scored_against = ([self.train_prompts[j].example for j in derangement(
-            [p.example.reference for p in self.train_prompts], cfg.trainer.seed)]
-            if cfg.reward.shuffle_references else None)
+        # reference, pi a derangement fixed by the seed (no prompt keeps its own); None: each against its own
+        self.scored_against = (shuffled_targets(self.train_prompts, cfg.trainer.seed)
+                               if cfg.reward.shuffle_references else None)
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
