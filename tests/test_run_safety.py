@@ -234,3 +234,107 @@ def test_a_shuffled_run_records_the_reference_it_scored(tiny_dir, tmp_path):
     assert strict_json(tmp_path / "own" / "metrics.jsonl")[0]["reward/own_reference_frac"] == 1.0
     rows = strict_json(tmp_path / "own" / "samples" / "step_000001.jsonl")
     assert all(r["scored_reference"] == r["reference"] for r in rows)
+
+
+# -- 6: leftovers, nested runs, quoted commands ----------------------------------------------------
+
+def test_a_killed_save_s_leftovers_are_removed_when_the_run_resumes(tiny_dir, tmp_path, caplog):
+    """A save or a pruning killed by SIGKILL leaves checkpoints/.tmp-step_N or .trash-step_N; the
+    next start of the run (it holds the run's lock: no other writer) removes them, naming each."""
+    import logging
+
+    from rlpr.train.checkpoint import resume_config
+    from rlpr.train.trainer import train
+
+    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.report=false"))
+    root = tmp_path / "run" / "checkpoints"
+    (root / ".tmp-step_2" / "adapter").mkdir(parents=True)
+    (root / ".trash-step_0").mkdir()
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        train(resume_config(tmp_path / "run", ["trainer.max_steps=2"]), resume=str(tmp_path / "run"))
+    assert sorted(p.name for p in root.iterdir()) == ["step_1", "step_2"]
+    assert f"removed {root / '.tmp-step_2'}, left by an interrupted checkpoint save" in caplog.text
+
+
+def test_removal_of_leftovers_only_takes_a_gone_process_s_of_this_host(tmp_path, caplog):
+    """`errors.remove_leftovers` (exports, checkpoint-free temporaries, the GGUF conversion cache,
+    the Gemma assembly): a temporary whose process ended on this host is removed; one a live
+    process writes stays; another host's, or one without an owner, is reported."""
+    import logging
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    from rlpr.errors import owned_temporary_prefix, remove_leftovers
+
+    host = "".join(c if c.isalnum() or c == "_" else "_" for c in socket.gethostname())
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    gone = tmp_path / f".m.tmp-{host}-{child.pid}-x"
+    mine = tmp_path / (owned_temporary_prefix("m") + "y")
+    other = tmp_path / ".m.tmp-another_host-1-z"
+    legacy = tmp_path / ".m.tmp-123"
+    for path in (gone, mine, other, legacy):
+        path.mkdir()
+    log = logging.getLogger("rlpr.test")
+    with caplog.at_level(logging.WARNING, logger="rlpr.test"):
+        remove_leftovers(tmp_path, ".m.tmp-*", "conversion", log)
+    assert not gone.exists() and mine.exists() and other.exists() and legacy.exists()
+    assert f"removed {gone}" in caplog.text and f"{other}: left by" in caplog.text and f"{legacy}: left by" in caplog.text
+    assert os.getpid() == int(mine.name.split("-")[-2])
+
+
+@pytest.mark.parametrize("name", ["a/checkpoints/step_9", "a/sub", "the folder holding a"])
+def test_a_run_is_never_inside_another_run_nor_holds_one(tiny_dir, tmp_path, monkeypatch, name):
+    """A run named into another's checkpoints/ was deleted by that run's pruning."""
+    import rlpr.model.loading
+    from rlpr.errors import ConfigError
+    from rlpr.train.trainer import train
+
+    (tmp_path / "out" / "a" / "checkpoints" / "step_1").mkdir(parents=True)
+    (tmp_path / "out" / "a" / "config.yaml").write_text("trainer: {}\n")
+    monkeypatch.setattr(rlpr.model.loading, "load_model", lambda *a, **k: pytest.fail("the model loaded"))
+    holding = name == "the folder holding a"
+    out, run_name = (tmp_path, "out") if holding else (tmp_path / "out", name)
+    with pytest.raises(ConfigError) as e:
+        train(tiny_cfg(tiny_dir, out, run_name, "data.val="))
+    message = one_line(e.value)
+    assert ("holds the run" if holding else "would be inside the run") in message, message
+    assert sorted(p.name for p in (tmp_path / "out" / "a").rglob("*")) == ["checkpoints", "config.yaml", "step_1"]
+
+
+def test_every_command_printed_to_paste_is_shell_quoted(tmp_path, capsys):
+    """The resume line after SIGINT (and the eval lines after the last step or the final
+    evaluation, the refusal of a run with checkpoints, the stop on a NaN) quoted a run's path for
+    no shell: a run named `a b;touch X` gave a line that ran `touch X`."""
+    import shlex
+    from pathlib import Path
+    from types import SimpleNamespace
+
+    from rlpr.errors import ConfigError
+    from rlpr.train.finite import stop_on_nonfinite
+    from rlpr.train.run_dir import check_fresh
+    from rlpr.train.signals import end_of_run
+
+    run = tmp_path / "runs" / "a b;touch X"
+    (run / "checkpoints" / "step_1" / "adapter").mkdir(parents=True)
+    (run / "checkpoints" / "step_1" / "trainer_state.pt").write_bytes(b"x")
+    (run / "checkpoints" / "step_1" / "adapter" / "adapter_model.safetensors").write_bytes(b"x")
+
+    def pasted(text):
+        line = next(line.strip() for line in text.splitlines() if line.strip().startswith("rlpr ") or "rlpr " in line)
+        return shlex.split(line[line.index("rlpr "):].removesuffix(" --data ...").split(")")[0])
+
+    for step in (1, 3):  # stopped before the last step: resume; after it: evaluate
+        trainer = SimpleNamespace(run_dir=run, step=step, stop_requested=True,
+                                  cfg=SimpleNamespace(trainer=SimpleNamespace(max_steps=3)))
+        end_of_run(trainer)
+        verb = ["train", "--resume"] if step == 1 else ["eval", "--checkpoint"]
+        assert pasted(capsys.readouterr().err) == ["rlpr", *verb, str(run)]
+    with pytest.raises(ConfigError) as e:
+        check_fresh(run)
+    assert pasted(str(e.value).replace(" or choose", ")")) == ["rlpr", "train", "--resume", str(run)]
+    with pytest.raises(Exception) as e:
+        stop_on_nonfinite(2, {"reward/mean": float("nan")}, Path(run))
+    assert pasted(str(e.value)) == ["rlpr", "train", "--resume", str(run)]

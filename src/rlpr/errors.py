@@ -11,6 +11,8 @@ import math
 import os
 import re
 import shlex
+import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -74,6 +76,66 @@ class OutputError(OSError):
 
 class TrainingError(RuntimeError):
     """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C (SIGINT) is: its `finally` blocks
+    remove what it was writing (rlpr's main installs the handlers; `str()` is the signal's name)."""
+
+
+def owned_temporary_prefix(name: str, kind: str = "tmp") -> str:
+    """A hidden temporary's name prefix that says which process on which host writes it
+    (`.NAME.tmp-HOST-PID-`), so that a later start can tell a leftover of a killed process from a
+    temporary another process is still writing (`remove_leftovers`)."""
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+    return f".{name}.{kind}-{host}-{os.getpid()}-"
+
+
+_OWNER = re.compile(r"\.(?:tmp|old)-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-")
+
+
+def abandoned(path: Path) -> bool | None:
+    """Whether the process that named the temporary `path` (`owned_temporary_prefix`) is gone: True
+    (a process of this host that no longer runs), False (it runs), None (another host's, or a name
+    without an owner: rlpr cannot tell)."""
+    owner = _OWNER.search(Path(path).name)
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+    if owner is None or owner["host"] != host:
+        return None
+    pid = int(owner["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
+def remove_leftovers(folder: Path, pattern: str, what: str, log) -> None:
+    """Remove the temporaries in `folder` matching the glob `pattern` that a process on this host
+    left when it was killed (SIGKILL, a power cut: no `finally` ran), each with a warning naming it;
+    those of a live process, of another host or without an owner in their name are reported only."""
+    try:
+        found = sorted(Path(folder).glob(pattern))
+    except OSError:
+        return
+    for path in found:
+        gone = abandoned(path)
+        if gone is None:
+            log.warning("%s: left by an interrupted %s, or another machine's that is still running; remove it "
+                        "once none runs", path, what)
+            continue
+        if not gone:
+            continue  # being written right now
+        try:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        except OSError as e:
+            log.warning("%s: left by an interrupted %s; could not remove it (%s)", path, what, error_reason(e))
+            continue
+        log.warning("removed %s, left by an interrupted %s", path, what)
 
 
 def temporary_name(path) -> Path:

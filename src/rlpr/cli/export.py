@@ -13,8 +13,8 @@ def cmd_export(args) -> int:
     try:
         path = export_run(args.run, args.output, args.format, args.step, args.gguf_type, args.dtype,
                           overwrite=args.overwrite, accept_base_change=args.accept_base_change)
-    except KeyboardInterrupt:
-        print(f"rlpr: export interrupted; nothing was written to {args.output}", file=sys.stderr)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (rlpr's main raises Interrupted for them)
+        print(f"rlpr: export interrupted ({str(e) or 'SIGINT'}); nothing was written to {args.output}", file=sys.stderr)
         return 130
     size = sum(f.stat().st_size for f in ([path] if path.is_file() else path.rglob("*")) if f.is_file())
     print(f"wrote {path} ({size / 2**20:.0f} MiB)")

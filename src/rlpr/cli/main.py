@@ -154,6 +154,26 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `errors.Interrupted` where
+    the command is, as Ctrl-C raises KeyboardInterrupt: every command cleans up what it was writing
+    (an export's temporary folder) and ends with one line. Training replaces them with its own
+    while it steps (rlpr/train/signals.py: finish the step, checkpoint). Off the main thread: none."""
+    import signal
+
+    from rlpr.errors import Interrupted
+
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if s is not None:
+            try:
+                signal.signal(s, handler)
+            except (ValueError, OSError):
+                pass
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
@@ -162,8 +182,14 @@ def main(argv: list[str] | None = None) -> int:
     from rlpr.model.memory import cap_kernel_caches
 
     cap_kernel_caches()  # before any model work (scoring, evaluation, serving, training)
+    interrupt_on_signals()
     try:
         return args.fn(args) or 0
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: what was being written is cleaned up
+        if args.verbose:
+            raise
+        print(f"rlpr: {args.command} interrupted ({str(e) or 'SIGINT'})", file=sys.stderr)
+        return 130
     except _user_errors() as e:
         print(f"rlpr: error: {e}", file=sys.stderr)
         return 2

@@ -11,6 +11,7 @@ SmolLM2 does), else built from the Hugging Face tokenizer (byte-level BPE).
 from __future__ import annotations
 
 import json
+import logging
 import os
 import shutil
 import tempfile
@@ -20,9 +21,12 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ConfigError, OutputError, normal_modes, write_failure, write_failure_reason
+from rlpr.errors import (ConfigError, OutputError, abandoned, normal_modes, owned_temporary_prefix, remove_leftovers,
+                         write_failure, write_failure_reason)
 from rlpr.model.card import model_card, run_info
 from rlpr.model.checkpoint_files import ADAPTER_DIR, is_complete, step_dir
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -117,6 +121,7 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     ckpt = choose_checkpoint(run, step)
     info = run_info(run, ckpt)  # the card every checkpoint carries, written for this format
     target = ExportTarget(Path(output), fmt, overwrite, protected=[run, Path(info.base), Path.cwd()])
+    target.recover_leftovers()  # what a killed export of this target left
     target.check()  # before the model loads
     if (ckpt / ADAPTER_DIR).is_dir():
         check_base(run, info.base, f"export {run}", accept_base_change)
@@ -215,7 +220,7 @@ class ExportTarget:
         tmp = None
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+            tmp = Path(tempfile.mkdtemp(prefix=owned_temporary_prefix(out.name), dir=parent))
             yield tmp
             normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: what a plain write gets
             self._commit(tmp)
@@ -227,6 +232,25 @@ class ExportTarget:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
 
+    def recover_leftovers(self) -> None:
+        """What a killed export of this target left (SIGKILL: no cleanup ran): its temporary
+        folders are removed; an earlier output it had moved aside (`.NAME.old-*`) and not yet
+        replaced is put back first (`errors.remove_leftovers`: only a process of this host that is
+        gone)."""
+        out = self.output
+        parent = out.absolute().parent
+        try:
+            moved_aside = sorted(parent.glob(f".{out.name}.old-*"))
+        except OSError:
+            return
+        for old in moved_aside:
+            aside = old / out.name
+            if aside.exists() and not (out.exists() or out.is_symlink()) and abandoned(old):
+                os.replace(aside, out)
+                log.warning("put back %s, which an interrupted export had moved aside", out)
+        remove_leftovers(parent, f".{out.name}.old-*", "export", log)
+        remove_leftovers(parent, f".{out.name}.tmp-*", "export", log)
+
     def _commit(self, tmp: Path) -> None:
         out = self.output
         if self.is_file:
@@ -236,7 +260,7 @@ class ExportTarget:
         old = None
         if out.is_dir() and not out.is_symlink():
             if any(out.iterdir()):  # --overwrite: moved aside, removed once the new one is in place
-                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+                old = Path(tempfile.mkdtemp(prefix=owned_temporary_prefix(out.name, "old"), dir=out.absolute().parent))
                 os.replace(out, old / out.name)
             else:
                 out.rmdir()
