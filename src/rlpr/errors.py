@@ -29,6 +29,18 @@ class ModelError(ValueError):
     """A model path that cannot be loaded, with a one-line reason."""
 
 
+# The largest number of seconds a command-line wait may take (a timeout, a delay, a backoff): about
+# 11.6 days; past it a socket timeout or a sleep overflows the platform's time_t (1e308: a traceback).
+MAX_SECONDS = 1e6
+
+
+def within(value, low: float, high: float, low_open: bool = False) -> bool:
+    """A real number (not NaN, not a boolean) in [low, high], or (low, high] with `low_open`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return False
+    return (low < value if low_open else low <= value) and value <= high
+
+
 def command_line(*args: str) -> str:
     """A command for a user to paste, each argument quoted for the shell (a run named `a b;rm x`
     stays one argument and runs nothing else)."""

@@ -93,6 +93,22 @@ def _is_adapter(checkpoint) -> bool:
         return False
 
 
+def run_samples(args) -> int | None:
+    """Without --samples, `rlpr eval --checkpoint RUN` takes the run's own held-out sample count
+    (trainer.eval_samples, when > 0; an _AvgK file name still wins), said on stderr."""
+    from rlpr.config import read_yaml
+
+    run = run_of(args.checkpoint) if args.checkpoint and args.samples is None else None
+    if run is None:
+        return None
+    trainer = read_yaml(run / "config.yaml").get("trainer")
+    k = trainer.get("eval_samples") if isinstance(trainer, dict) else None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return None
+    print(f"samples: {k} per question, the run's trainer.eval_samples (--samples to change)", file=sys.stderr)
+    return k
+
+
 def _load(cfg, checkpoint):
     import torch
 
@@ -121,7 +137,7 @@ def _engine(cfg, checkpoint):
 
 def cmd_eval(args) -> int:
     from rlpr.config import SAMPLING_SECTIONS, validate
-    from rlpr.evaluation.benchmark import check_rollout, evaluate, load_benchmarks
+    from rlpr.evaluation.benchmark import check_fits, check_rollout, evaluate, load_benchmarks
 
     from rlpr.cli.quiet import quiet_libraries
 
@@ -142,7 +158,9 @@ def cmd_eval(args) -> int:
     if cfg.data.template not in TEMPLATES:
         raise ConfigError(f"data.template: {cfg.data.template!r} is not one of {', '.join(TEMPLATES)}")
     # bad files fail before the model loads; flat rows get the prompt `rlpr train` gives them
-    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template)
+    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template,
+                                 default_samples=run_samples(args))
+    check_fits(benchmarks, cfg.rollout.max_new_tokens)  # --samples too many for memory: one line, not an OOM
     engine, tokenizer = _engine(cfg, args.checkpoint)
     results = evaluate(engine, tokenizer, benchmarks, args.output, cfg.rollout, judge, seed=args.seed)
     for name, r in results.items():
@@ -200,8 +218,8 @@ def cmd_reward_quality(args) -> int:
         return 0
     from rlpr.evaluation.reward_quality import read_labeled, reward_quality
 
-    if args.bootstrap < 0:
-        raise ValueError("--bootstrap must be >= 0")
+    if not 0 <= args.bootstrap <= 100_000:
+        raise ValueError(f"--bootstrap must be in 0..100000 (resamples), got {args.bootstrap}")
     check_output_dir(args.output)
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
     model, tokenizer = _load(cfg, args.checkpoint)
