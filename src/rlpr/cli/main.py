@@ -1,4 +1,4 @@
-"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, report, plan, config.
+"""The `rlpr` command line: train with RLPR, and the commands around a run (its description lists them all).
 
 Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
 mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
@@ -101,7 +101,7 @@ def cmd_data_convert(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlpr", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlpr")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
@@ -151,7 +151,26 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="store_true",
                    help="print the key reference in Markdown (docs/config.md: rlpr config --reference > docs/config.md)")
     p.set_defaults(fn=cmd_config)
+    # from the commands registered, so that none is left out (export was)
+    names = [("data convert" if name == "data" else name) for name in sub.choices]
+    parser.description = f"The rlpr command line: {', '.join(names)}."
     return parser
+
+
+def quiet_console(verbose: bool) -> None:
+    """The console shows rlpr's own lines (its loggers at INFO) and progress; the libraries' only
+    from WARNING up: matplotlib's font_manager INFO line (the report's first plot), and no
+    transformers "Loading weights" / "Writing model shards" bars on every model load (they read
+    HF_HUB_DISABLE_PROGRESS_BARS when first imported). `-v`: everything, at DEBUG."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("rlpr").setLevel(logging.INFO)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:  # imported before main ran (rlpr's Python API, a test process)
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
 
 
 def interrupt_on_signals() -> None:
@@ -176,8 +195,7 @@ def interrupt_on_signals() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    quiet_console(args.verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from rlpr.model.memory import cap_kernel_caches
 
