@@ -120,7 +120,8 @@ def run(tiny_dir, tmp_path_factory):
 
     out = tmp_path_factory.mktemp("bounds-run")
     train(tiny_cfg(tiny_dir, out, "run", "trainer.max_steps=2", "trainer.save_every=1", "data.val=",
-                   "trainer.eval_samples=3", "trainer.report=false", "trainer.keep_last=3"))
+                   "trainer.eval_samples=3", "trainer.report=false", "trainer.keep_last=3",
+                   "rollout.responses_per_prompt=2", "trainer.prompts_per_step=2", "rollout.max_new_tokens=4"))
     return out / "run"
 
 

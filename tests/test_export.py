@@ -193,13 +193,13 @@ def test_overwrite_replaces_only_an_earlier_export(runs, tiny_dir, tmp_path, cap
     from rlpr.model.export import written_by_export
 
     # an earlier export of either kind is replaced
-    for fmt, target in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "gg"), ("gguf", tmp_path / "m.gguf")):
+    for fmt, target in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "m.gguf")):
         assert main(["export", lora, "--format", fmt, "-o", str(target)]) == 0
         assert written_by_export(target)
         assert main(["export", lora, "--format", fmt, "-o", str(target), "--overwrite"]) == 0
         assert written_by_export(target)
     capsys.readouterr()
-    assert (tmp_path / "hf" / "rlpr-export.json").is_file() and (tmp_path / "gg" / "rlpr-export.json").is_file()
+    assert (tmp_path / "hf" / "rlpr-export.json").is_file()
     assert not written_by_export(data) and not written_by_export(Path(tiny_dir)) and not written_by_export(foreign_gguf)
 
 

@@ -51,7 +51,8 @@ def test_a_checkpoint_save_on_a_full_disk_is_one_line_and_leaves_no_temporary(ti
 def test_an_export_on_a_full_disk_is_one_line_and_leaves_nothing(tiny_dir, tmp_path, capsys):
     from rlpr.train.trainer import train
 
-    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.save_every=0"))
+    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.report=false",
+                   "rollout.responses_per_prompt=2", "trainer.prompts_per_step=2", "rollout.max_new_tokens=4"))
     capsys.readouterr()
     with small_filesystem(tmp_path / "disk", "64k") as disk:
         for fmt, out in (("hf", disk / "hf"), ("gguf", disk / "m.gguf")):

@@ -16,6 +16,11 @@ from helpers import tiny_cfg
 pytestmark = pytest.mark.integration
 
 
+# the smallest steps that still train: 2 prompts x 2 responses
+SMALL = ("rollout.responses_per_prompt=2", "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2",
+         "rollout.max_new_tokens=4", "data.val=", "trainer.report=false")
+
+
 def one_line(message):
     assert len(str(message).strip().splitlines()) == 1, message
     return str(message)
@@ -49,8 +54,8 @@ def test_a_nonfinite_value_stops_the_run_and_keeps_the_last_good_checkpoint(tiny
         return original(self, step)
 
     monkeypatch.setattr(Trainer, "train_step", poisoned_at_step_2)
-    cfg = tiny_cfg(tiny_dir, tmp_path, "nan", "trainer.max_steps=3", "trainer.save_every=1", "data.val=",
-                   "trainer.sample_every=1")
+    cfg = tiny_cfg(tiny_dir, tmp_path, "nan", "trainer.max_steps=3", "trainer.save_every=1", "trainer.sample_every=1",
+                   *SMALL)
     with pytest.raises(NonFiniteValue) as e:
         train(cfg)
     message = one_line(e.value)
@@ -109,14 +114,14 @@ def test_resume_eval_and_export_refuse_a_base_whose_weights_changed(tiny_model, 
     from pathlib import Path
 
     from rlpr.cli.main import main
+    from rlpr.model.fingerprint import check_base
     from rlpr.model.loading import tiny_llama
-    from rlpr.train.checkpoint import resume_config
     from rlpr.train.trainer import train
 
     base = tmp_path / "base"
     tiny_model.save_pretrained(base)
     tokenizer.save_pretrained(base)
-    train(tiny_cfg(str(base), tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.report=false"))
+    train(tiny_cfg(str(base), tmp_path, "run", "trainer.max_steps=1", *SMALL))
     run = tmp_path / "run"
     assert (run / "base_model.yaml").is_file()
     # the same weights copied back (new modification times): still the same base
@@ -124,7 +129,7 @@ def test_resume_eval_and_export_refuse_a_base_whose_weights_changed(tiny_model, 
     shutil.rmtree(base)
     shutil.copytree(tmp_path / "copy", base)
     os.utime(base / "model.safetensors", (1, 1))
-    train(resume_config(run, ["trainer.max_steps=2"]), resume=str(run))
+    check_base(run, str(base), "--resume")  # no refusal
     # other weights at the same path
     other = tiny_llama(tokenizer, layers=2, hidden=64, seed=1)
     other.save_pretrained(base)
@@ -223,37 +228,58 @@ def test_a_shuffled_reference_control_never_keeps_a_prompt_s_own_reference(tiny_
 def test_a_shuffled_run_records_the_reference_it_scored(tiny_dir, tmp_path):
     from rlpr.train.trainer import train
 
-    train(tiny_cfg(tiny_dir, tmp_path, "shuf", "reward.shuffle_references=true", "trainer.max_steps=1", "data.val=",
-                   "trainer.sample_every=1", "trainer.report=false"))
+    train(tiny_cfg(tiny_dir, tmp_path, "shuf", "reward.shuffle_references=true", "trainer.max_steps=1",
+                   "trainer.sample_every=1", *SMALL))
     rows = strict_json(tmp_path / "shuf" / "samples" / "step_000001.jsonl")
     assert rows and all(r["scored_reference"] and r["scored_reference"] != r["reference"] for r in rows)
     (step,) = strict_json(tmp_path / "shuf" / "metrics.jsonl")
     assert step["reward/own_reference_frac"] == 0.0
-    train(tiny_cfg(tiny_dir, tmp_path, "own", "trainer.max_steps=1", "data.val=", "trainer.sample_every=1",
-                   "trainer.report=false"))
-    assert strict_json(tmp_path / "own" / "metrics.jsonl")[0]["reward/own_reference_frac"] == 1.0
-    rows = strict_json(tmp_path / "own" / "samples" / "step_000001.jsonl")
-    assert all(r["scored_reference"] == r["reference"] for r in rows)
+
+
+def test_the_reward_records_the_reference_it_scored(tiny_model, tokenizer):
+    """Every output names its reference (the samples' scored_reference); rollout_metrics counts
+    those that are the prompt's own (1 without the control)."""
+    from types import SimpleNamespace
+
+    from rlpr.config import RewardConfig
+    from rlpr.reward.probability_reward import ProbabilityReward
+    from rlpr.rollout.hf import Rollout
+    from rlpr.train.metrics import Group, rollout_metrics
+
+    reward = ProbabilityReward(RewardConfig(), tokenizer)
+    outs = reward(tiny_model, ["Q?", "Q?"], ["<answer>Paris</answer>", "Lyon"], ["Paris", "Rome"])
+    assert [o.scored_reference for o in outs] == ["Paris", "Rome"]
+    prompt = SimpleNamespace(example=SimpleNamespace(reference="Paris"), response_text=lambda t: t)
+    group = Group(prompt, [Rollout(0, [1], "a", True), Rollout(0, [1], "b", True)], outs)
+    assert rollout_metrics([group])["reward/own_reference_frac"] == 0.5
 
 
 # -- 6: leftovers, nested runs, quoted commands ----------------------------------------------------
 
-def test_a_killed_save_s_leftovers_are_removed_when_the_run_resumes(tiny_dir, tmp_path, caplog):
+def test_a_killed_save_s_leftovers_are_removed_when_the_run_starts_again(tiny_dir, tmp_path, caplog):
     """A save or a pruning killed by SIGKILL leaves checkpoints/.tmp-step_N or .trash-step_N; the
-    next start of the run (it holds the run's lock: no other writer) removes them, naming each."""
+    next start of the run (`prepare_run_dir`, before the model loads, under the run's lock: no
+    other writer) removes them, naming each."""
     import logging
 
-    from rlpr.train.checkpoint import resume_config
-    from rlpr.train.trainer import train
+    from rlpr.train.run_dir import prepare_run_dir, release_run_dir
+    from rlpr.train.setup import load_data
 
-    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", "data.val=", "trainer.report=false"))
-    root = tmp_path / "run" / "checkpoints"
+    cfg = tiny_cfg(tiny_dir, tmp_path, "run", "data.val=")
+    run = tmp_path / "run"
+    root = run / "checkpoints"
+    (root / "step_1" / "adapter").mkdir(parents=True)
     (root / ".tmp-step_2" / "adapter").mkdir(parents=True)
     (root / ".trash-step_0").mkdir()
-    with caplog.at_level(logging.WARNING, logger="rlpr"):
-        train(resume_config(tmp_path / "run", ["trainer.max_steps=2"]), resume=str(tmp_path / "run"))
-    assert sorted(p.name for p in root.iterdir()) == ["step_1", "step_2"]
+    (run / "config.yaml").write_text("{}\n")
+    try:
+        with caplog.at_level(logging.WARNING, logger="rlpr"):
+            prepare_run_dir(run, cfg, load_data(cfg), resume=True)
+    finally:
+        release_run_dir(run)
+    assert sorted(p.name for p in root.iterdir()) == ["step_1"]
     assert f"removed {root / '.tmp-step_2'}, left by an interrupted checkpoint save" in caplog.text
+    assert f"removed {root / '.trash-step_0'}" in caplog.text
 
 
 def test_removal_of_leftovers_only_takes_a_gone_process_s_of_this_host(tmp_path, caplog):
