@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -24,6 +25,25 @@ def shared_data(rel: str = "") -> Path:
     if not SHARED_DATA.is_dir():
         pytest.skip(f"needs the shared data sets in {SHARED_DATA} (absent)")
     return SHARED_DATA / rel
+
+
+@contextmanager
+def small_filesystem(path: Path, size: str = "64k"):
+    """A tmpfs of `size` mounted at `path`: a really full disk for the write tests (CI runs as
+    root). Skips the calling test with one line where mounting is not permitted."""
+    path.mkdir(parents=True, exist_ok=True)
+    try:
+        result = subprocess.run(["mount", "-t", "tmpfs", "-o", f"size={size},mode=0777", "tmpfs", str(path)],
+                                capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError) as e:
+        result = subprocess.CompletedProcess([], 1, "", str(e))
+    if result.returncode != 0:
+        pytest.skip(f"needs permission to mount a small tmpfs (a really full disk): "
+                    f"{(result.stderr or 'mount failed').strip().splitlines()[-1]}")
+    try:
+        yield path
+    finally:
+        subprocess.run(["umount", "-l", str(path)], capture_output=True, timeout=30)
 
 
 # -- single-process training runs on the tiny model ------------------------------------------------

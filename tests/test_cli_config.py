@@ -117,8 +117,8 @@ def test_eval_builds_flat_prompts_with_the_presets_template(monkeypatch, tmp_pat
     data.write_text(json.dumps({"question": "Capital of France?", "answer": "Paris"}) + "\n")
     seen = {}
 
-    def fake_load(files, samples, limit, template):
-        seen["benchmarks"] = real_load(files, samples, limit, template)
+    def fake_load(files, samples, limit, template, **kwargs):
+        seen["benchmarks"] = real_load(files, samples, limit, template, **kwargs)
         raise SystemExit(0)  # stop before any model work
 
     real_load = bench.load_benchmarks

@@ -139,6 +139,10 @@ def test_export_refuses_a_non_empty_folder_and_overwrite_replaces_it_whole(runs,
     assert digest(tiny_dir) == base_before
     assert sorted(p.name for p in stale.iterdir()) == ["model-00001-of-00002.safetensors",
                                                         "model.safetensors.index.json"]
+    # issue 43: --overwrite replaces only an earlier export, never a folder of other weights
+    assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 2
+    one_line_error(capsys, "--overwrite replaces only a folder rlpr export wrote")
+    (stale / "rlpr-export.json").write_text('{"rlpr_export": 1}')  # as an earlier export leaves it
     assert main(["export", str(runs / "lora"), "-o", str(stale), "--overwrite"]) == 0
     names = sorted(p.name for p in stale.iterdir())
     assert "model.safetensors" in names and not any("00001" in n or "index" in n for n in names)
@@ -161,6 +165,42 @@ def test_gguf_export_never_replaces_a_readme(runs, tmp_path, capsys):
                  "--overwrite"]) == 0
     assert (tmp_path / "README.md").read_text() == "my notes"
     assert sorted(p.name for p in tmp_path.iterdir()) == ["README.md", "m.README.md", "m.gguf"]
+
+
+def test_overwrite_replaces_only_an_earlier_export(runs, tiny_dir, tmp_path, capsys, monkeypatch):
+    """Issue 43, item 4: `export --overwrite` deleted a folder holding a run's training data and
+    replaced the embedded model's converted weights in rlpr's cache. Now only a folder export wrote
+    (its rlpr-export.json) or a .gguf it wrote (its rlpr.export key) is replaced."""
+    import shutil
+
+    data = tmp_path / "my-data"
+    data.mkdir()
+    (data / "train.jsonl").write_text('{"question": "q", "answer": "a"}\n')
+    cache = tmp_path / "cache"
+    shutil.copytree(tiny_dir, cache / "models" / "SmolLM2-135M-Instruct-Q8_0-1")  # a converted base model
+    monkeypatch.setenv("RLPR_CACHE_DIR", str(cache))
+    foreign_gguf = tmp_path / "theirs.gguf"
+    foreign_gguf.write_bytes(b"GGUF not ours")
+    lora = str(runs / "lora")
+    with monkeypatch.context() as m:
+        no_model_load(m)
+        for target, fmt in ((data, "hf"), (cache / "models" / "SmolLM2-135M-Instruct-Q8_0-1", "hf"),
+                            (data, "gguf"), (foreign_gguf, "gguf")):
+            before = digest(target.parent)
+            assert main(["export", lora, "--format", fmt, "-o", str(target), "--overwrite"]) == 2
+            one_line_error(capsys, "--overwrite replaces only a", "rlpr export wrote")
+            assert digest(target.parent) == before
+    from rlpr.model.export import written_by_export
+
+    # an earlier export of either kind is replaced
+    for fmt, target in (("hf", tmp_path / "hf"), ("gguf", tmp_path / "m.gguf")):
+        assert main(["export", lora, "--format", fmt, "-o", str(target)]) == 0
+        assert written_by_export(target)
+        assert main(["export", lora, "--format", fmt, "-o", str(target), "--overwrite"]) == 0
+        assert written_by_export(target)
+    capsys.readouterr()
+    assert (tmp_path / "hf" / "rlpr-export.json").is_file()
+    assert not written_by_export(data) and not written_by_export(Path(tiny_dir)) and not written_by_export(foreign_gguf)
 
 
 @pytest.mark.parametrize("fmt", ["hf", "gguf"])
@@ -236,3 +276,80 @@ def test_exported_files_have_the_umask_s_modes_and_the_console_is_quiet(runs, tm
         assert (out.stat().st_mode & 0o777) == 0o755
         for f in out.iterdir():
             assert (f.stat().st_mode & 0o777) == 0o644, f
+
+
+# -- issue 43, item 6: every signal cleans up, and a killed export's leftovers are recovered ---------
+
+EXPORT_WAITING = """
+import sys, time
+from pathlib import Path
+import rlpr.model.export as export
+
+def slow(model, tokenizer, output, *a, **k):
+    Path(output).mkdir(parents=True, exist_ok=True)
+    (Path(output) / "model.safetensors").write_bytes(b"half")
+    Path(sys.argv[1]).write_text("writing")
+    time.sleep(60)
+
+export.save_hf = slow
+from rlpr.cli.main import main
+sys.exit(main(sys.argv[2:]))
+"""
+
+
+@pytest.mark.parametrize("signame", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_every_signal_during_an_export_cleans_up(runs, tmp_path, signame):
+    """SIGTERM (a scheduler's stop) and SIGHUP used to kill the export where it stood, leaving its
+    hidden temporary folder; now each ends as Ctrl-C does: one line, exit 130, nothing left."""
+    import signal
+    import time
+
+    ready, out = tmp_path / "ready", tmp_path / "out" / "hf"
+    proc = subprocess.Popen([sys.executable, "-c", EXPORT_WAITING, str(ready), "export", str(runs / "lora"),
+                             "-o", str(out)], stderr=subprocess.PIPE, text=True,
+                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+    deadline = time.time() + 120
+    while not ready.exists() and proc.poll() is None and time.time() < deadline:
+        time.sleep(0.1)
+    assert ready.exists(), proc.stderr.read() if proc.poll() is not None else "the export never started writing"
+    assert [p.name.split("-")[0] for p in out.parent.iterdir()] == [".hf.tmp"]  # being written
+    proc.send_signal(getattr(signal, signame))
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert err.strip() == f"rlpr: export interrupted ({signame}); nothing was written to {out}", err
+    assert list(out.parent.iterdir()) == []
+
+
+def dead_pid():
+    """The id of a process that has ended."""
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def test_a_killed_export_s_leftovers_are_recovered_on_the_next_start(runs, tmp_path, capsys, caplog):
+    """SIGKILL runs no cleanup: its hidden temporary stays, and an earlier output it had moved aside
+    (`--overwrite`, between moving it and renaming the new one in) was the only copy. The next export
+    of the same target removes the first and puts the second back; another machine's are reported."""
+    import socket
+
+    from rlpr.model.export import written_by_export
+
+    host = "".join(c if c.isalnum() or c == "_" else "_" for c in socket.gethostname())
+    pid = dead_pid()
+    earlier = tmp_path / "hf"
+    assert main(["export", str(runs / "lora"), "-o", str(earlier)]) == 0
+    aside = tmp_path / f".hf.old-{host}-{pid}-abc"
+    aside.mkdir()
+    os.replace(earlier, aside / "hf")
+    partial = tmp_path / f".hf.tmp-{host}-{pid}-def"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    elsewhere = tmp_path / ".hf.tmp-another_host-12-ghi"
+    elsewhere.mkdir()
+    capsys.readouterr()
+    assert main(["export", str(runs / "lora"), "-o", str(earlier)]) == 2  # the earlier one is back: not empty
+    one_line_error(capsys, "not empty")
+    err = caplog.text
+    assert f"put back {earlier}" in err and f"removed {partial}" in err and f"{elsewhere}: left by an interrupted" in err
+    assert written_by_export(earlier) and not aside.exists() and not partial.exists() and elsewhere.exists()

@@ -214,7 +214,7 @@ def test_degenerate_text_is_graded_fast(response):
 
 
 def test_the_grader_version_says_the_verdicts_changed():
-    assert GRADER_VERSION == 4
+    assert GRADER_VERSION == 5
 
 
 # --------------------------------------------------------------------------- the labeled set

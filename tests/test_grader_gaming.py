@@ -257,3 +257,98 @@ def test_a_tiny_rlvr_run_pushed_toward_listing_letters_gains_nothing_from_them(t
         assert earned[form] and set(earned[form]) == {0.0}, form  # never rewarded, whatever the guess
     assert sum(earned["commit"]) > 0
     assert 1 - probs()["commit"] < listing_before / 2
+
+
+# --------------------------------------------------------------------------- hedges after a commitment (issue 43)
+# A committed answer followed by an alternative, in any wording: a parenthetical ("B (or possibly
+# C)", credited on every multiple-choice question tried), a separator ("Paris/Lyon", "Paris;
+# Lyon"), two numbers where the reference is one ("1969, 1970"). Generated, not listed: a committed
+# form, then a hedge drawn from its parts.
+
+COMMITTED = ["{G}", "The answer is {G}", "Answer: {G}", "<answer>{G}</answer>", "So it is {G}", "**{G}**",
+             "I think the answer is {G}"]
+OFFERS = ["or", "or possibly", "or perhaps", "maybe", "perhaps", "possibly", "alternatively", "or maybe even",
+          "probably", "though possibly", "if not", "or else"]
+ALSO_RIGHT = ["is also possible", "could also be right", "might also work", "is likely too", "is plausible too",
+              "works as well"]
+
+
+@st.composite
+def parenthetical_hedges(draw):
+    """' (or possibly {O})', ' (maybe: {O})', ' (though {O} is also possible)', ' [{O} might also work]'."""
+    offer, also = draw(st.sampled_from(OFFERS)), draw(st.sampled_from(ALSO_RIGHT))
+    opening, closing = draw(st.sampled_from([("(", ")"), ("[", "]")]))
+    inner = draw(st.sampled_from([f"{offer} {{O}}", f"{offer}, {{O}}", f"{offer}: {{O}}", f"though {{O}} {also}",
+                                  f"{{O}} {also}", f"although {{O}} {also}"]))
+    return f"{draw(st.sampled_from(['', ' ']))}{opening}{inner}{closing}"
+
+
+@st.composite
+def separator_hedges(draw):
+    """'/{O}', ' / {O}', '; {O}', ' | {O}', ' \\\\ {O}', ' -- or {O}', '(?) or {O}'."""
+    sep = draw(st.sampled_from(["/", " / ", " | ", " \\ ", " -- or ", " — or ", "(?) or ", "? or ", "; or "]))
+    return sep + "{O}"
+
+
+def hedged_response(draw, committed_forms=COMMITTED, hedges=None):
+    committed = draw(st.sampled_from(committed_forms))
+    hedge = draw(hedges or st.one_of(parenthetical_hedges(), separator_hedges()))
+    return committed + hedge + draw(st.sampled_from(["", ".", "!"]))
+
+
+@PROPERTY
+@given(mc_rows(), st.data())
+def test_multiple_choice_refuses_an_alternative_after_the_committed_letter(row, data):
+    e, gold, other, letters = row
+    template = hedged_response(data.draw, hedges=st.one_of(parenthetical_hedges(), separator_hedges()))
+    response = template.format(G=gold, O=data.draw(st.sampled_from([other, f"({other})", f"option {other}"])))
+    assert not credited(e, response), response
+
+
+@PROPERTY
+@given(free_rows(), st.data())
+def test_short_answers_refuse_an_alternative_after_the_committed_answer(row, data):
+    e, gold, other = row
+    response = hedged_response(data.draw).format(G=gold, O=other)
+    assert not credited(e, response), response
+
+
+@PROPERTY
+@given(st.integers(1800, 2020), st.integers(1, 60), st.data())
+def test_two_numbers_where_the_reference_is_one_are_refused(year, delta, data):
+    e = example(data.draw(st.sampled_from(["nq_open", "simpleqa"])), "In which year did it happen?", str(year))
+    committed = data.draw(st.sampled_from(["{G}, {O}", "It was {G}, {O}.", "The answer is {G}, {O}.",
+                                           "<answer>{G}, {O}</answer>"]))
+    assert not credited(e, committed.format(G=year, O=year + delta))
+
+
+@PROPERTY
+@given(math_rows(), st.data())
+def test_math_refuses_an_alternative_after_the_committed_answer(row, data):
+    e, gold, other = row
+    committed = data.draw(st.sampled_from(["\\boxed{{{G}}}", "The answer is ${G}$", "<answer>{G}</answer>",
+                                           "So we get \\boxed{{{G}}}"]))
+    response = committed + data.draw(parenthetical_hedges()) + data.draw(st.sampled_from(["", "."]))
+    assert not credited(e, response.format(G=gold, O=other)), response
+
+
+# What qualifies a committed answer without offering another: still credited.
+QUALIFIERS = [" (not {O})", " ({O} is wrong)", " (rather than {O})", " (and not {O})", " (I am sure)", " (final)"]
+
+
+@PROPERTY
+@given(mc_rows(), st.sampled_from(COMMITTED[1:4] + COMMITTED[6:]),
+       st.sampled_from(QUALIFIERS + [" (option {g})", " (the {g} option)"]))
+def test_multiple_choice_credits_a_qualified_commitment(row, committed, qualifier):
+    e, gold, other, letters = row
+    response = (committed + qualifier + ".").format(G=gold, O=other, g=gold.lower())
+    assert credited(e, response), response
+
+
+@PROPERTY
+@given(free_rows(), st.sampled_from(["{G}", "<answer>{G}</answer>"]),  # "The answer is X (...)": the slot is all of it
+       st.sampled_from(QUALIFIERS + [" (also known by that name)", " (as recorded)"]))
+def test_short_answers_credit_a_qualified_commitment(row, committed, qualifier):
+    e, gold, other = row
+    response = (committed + qualifier + ".").format(G=gold, O=other)
+    assert credited(e, response), response

@@ -266,8 +266,12 @@ def test_model_flag_and_override_the_later_wins(capsys):
 @pytest.mark.parametrize("argv, message", [
     (["--gpus", "0"], "--gpus"),
     (["--gpu-gb", "-1"], "--gpu-gb"),
-    (["--gpu-gb", "inf"], "--gpu-gb: the memory of one GPU in GiB must be a positive finite number, got inf"),
+    (["--gpu-gb", "inf"], "--gpu-gb: the memory of one GPU (or CPU process) in GiB must be in (0, 1048576], got inf"),
     (["--gpu-gb", "nan"], "--gpu-gb"),
+    # issue 43: 1e308 GiB is infinite in bytes (the plan said every phase FITS); 1 PiB is the most
+    (["--gpu-gb", "1e308"], "--gpu-gb: the memory of one GPU (or CPU process) in GiB must be in (0, 1048576], got 1e+308"),
+    (["--gpu-gb", "2e6"], "--gpu-gb"),
+    (["--gpus", "10000000"], "--gpus: the number of GPUs (processes) must be in 1..1048576"),
     (["--gpus", "3"], "divisible by the number of processes"),
     (["trainer.cpu_offload=true"], "trainer.cpu_offload"),
     (["trainer.strategy=zero"], "trainer.strategy"),

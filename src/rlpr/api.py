@@ -70,10 +70,11 @@ def config(preset: str = "demo", overrides: Sequence[str] | dict | None = None) 
 
 
 def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = None,
-          resume: str | os.PathLike | None = None) -> dict:
+          resume: str | os.PathLike | None = None, accept_base_change: bool = False) -> dict:
     """Train (or resume a run directory) as `rlpr train` does; returns the run's summary (held-out
     results before/after, the last step's metrics) with `run_dir` added. A preset name builds the
-    Config first; a Config is used as given (overrides then apply on top of it)."""
+    Config first; a Config is used as given (overrides then apply on top of it).
+    `accept_base_change`: resume although the base model's weights changed since the run started."""
     from rlpr.train.checkpoint import resume_config
     from rlpr.train.trainer import train as run
 
@@ -91,7 +92,7 @@ def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = N
             cfg = _with_overrides(cfg, overrides)
         run_dir = default_run_dir(cfg)  # named now, so that the caller learns where the run went
         cfg = _with_overrides(cfg, [f"trainer.name={run_dir.name}"])
-    summary = run(cfg, resume=str(resume) if resume is not None else None)
+    summary = run(cfg, resume=str(resume) if resume is not None else None, accept_base_change=accept_base_change)
     return {**summary, "run_dir": str(run_dir)}
 
 

@@ -172,7 +172,9 @@ class RewardConfig:
     shuffle_references: bool = False
     """The shuffled-reference control: each training prompt is scored against another prompt's
     reference (and aliases), a derangement fixed by trainer.seed; everything else (score A included)
-    as configured. Held-out evaluation and reward/accuracy use the true references."""
+    as configured. Held-out evaluation and reward/accuracy use the true references. No prompt keeps
+    its own reference text (data where one must, a single prompt or one answer on over half of the
+    prompts, is refused); reward/own_reference_frac and the samples' scored_reference show it."""
     pr_weight: float = 0.5
     """Weight of the probability reward (hybrid only)."""
     vr_weight: float = 1.0
@@ -429,6 +431,8 @@ def _coerce(value, tp, key: str):
         if not isinstance(value, list):
             raise ConfigError(f"{key}: expected a list, got {value!r}")
         (item_tp,) = typing.get_args(tp)
+        if item_tp is str and None in value:  # [null] became [""]: an empty stop string, a module named ""
+            raise ConfigError(f"{key}: item {value.index(None)} is null; expected a string")
         return [_coerce(v, item_tp, key) for v in value]
     if tp is bool:
         if isinstance(value, bool):
@@ -527,6 +531,29 @@ def parse_override(text: str) -> tuple[str, object]:
     return key.strip(), value
 
 
+def _field_type(cfg: Config, dotted: str):
+    """The declared type of a dotted key (None when there is no such key: `_set` names it)."""
+    obj, parts = cfg, dotted.split(".")
+    for i, part in enumerate(parts):
+        if not dataclasses.is_dataclass(obj) or part not in {f.name for f in dataclasses.fields(obj)}:
+            return None
+        if i == len(parts) - 1:
+            return typing.get_type_hints(type(obj))[part]
+        obj = getattr(obj, part)
+    return None
+
+
+def override_value(cfg: Config, text: str) -> tuple[str, object]:
+    """A `key=value` override as `_set` takes it: for a string key the text as typed, unless quoted
+    (YAML would make `trainer.name=2024-01-01` a date, `=null` an empty string and `=007` the
+    number 7); for any other key the value read as YAML (`parse_override`)."""
+    key, value = parse_override(text)
+    raw = text.partition("=")[2]
+    if _field_type(cfg, key) is str and raw.strip()[:1] not in ("'", '"'):
+        return key, raw
+    return key, value
+
+
 def build_config(preset: str = "demo", overrides: list | None = None, base: dict | None = None, *,
                  defaults: dict | None = None) -> Config:
     """Defaults <- `defaults` (a command's own, e.g. eval's longer responses) <- preset YAML <- `base`
@@ -545,7 +572,7 @@ def build_config(preset: str = "demo", overrides: list | None = None, base: dict
     if base:
         apply(cfg, base)
     for item in overrides or []:
-        key, value = parse_override(item) if isinstance(item, str) else item
+        key, value = override_value(cfg, item) if isinstance(item, str) else item
         _set(cfg, key, value)
     return cfg
 
@@ -617,6 +644,26 @@ def check_ranges(cfg: Config, ranges: dict = RANGES, sections: tuple[str, ...] |
         above = value > high if high_in else value >= high
         if math.isnan(value) or below or above:
             raise ConfigError(f"{key}: must be in {interval(ranges[key])}, got {value!r}")
+
+
+def check_texts(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
+    """Every string of the configuration (list items included) is text a file and a tokenizer can
+    hold: a lone surrogate ("\\ud800", from a YAML escape) is one line naming the key, not an
+    encoding error in the tokenizer or the config.yaml writer."""
+    for section in dataclasses.fields(cfg):
+        part = getattr(cfg, section.name)
+        if not dataclasses.is_dataclass(part) or (sections is not None and section.name not in sections):
+            continue
+        for f in dataclasses.fields(part):
+            value = getattr(part, f.name)
+            for i, text in enumerate(value if isinstance(value, list) else [value]):
+                if isinstance(text, str):
+                    try:
+                        text.encode("utf-8")
+                    except UnicodeEncodeError:
+                        where = f" item {i}" if isinstance(value, list) else ""
+                        raise ConfigError(f"{section.name}.{f.name}:{where} holds a lone surrogate ({text!r}), "
+                                          f"which is not text") from None
 
 
 def interval(bounds: tuple[float, float, bool, bool]) -> str:
@@ -765,6 +812,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
             raise ConfigError(f"reward.efficiency_weight is NOVER's efficiency term: it needs reward.kind=nover "
                               f"(got {r.kind})")
     check_ranges(cfg, RANGES if sections is None else SAMPLING_RANGES, sections)
+    check_texts(cfg, sections)
+    if wanted("rollout"):
+        for i, stop in enumerate(ro.stop):
+            if not stop:
+                raise ConfigError(f"rollout.stop: item {i} is empty; a stop string must hold at least one character")
     if wanted("rollout") and ro.responses_per_prompt < 2:
         raise ConfigError("rollout.responses_per_prompt: group statistics need at least 2 responses")
     if sections is not None:

@@ -6,7 +6,13 @@ the data or model loaders) only to raise or catch an error.
 
 from __future__ import annotations
 
+import json
+import math
 import os
+import re
+import shlex
+import shutil
+import socket
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,10 +29,52 @@ class ModelError(ValueError):
     """A model path that cannot be loaded, with a one-line reason."""
 
 
+# The largest number of seconds a command-line wait may take (a timeout, a delay, a backoff): about
+# 11.6 days; past it a socket timeout or a sleep overflows the platform's time_t (1e308: a traceback).
+MAX_SECONDS = 1e6
+
+
+def within(value, low: float, high: float, low_open: bool = False) -> bool:
+    """A real number (not NaN, not a boolean) in [low, high], or (low, high] with `low_open`."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value:
+        return False
+    return (low < value if low_open else low <= value) and value <= high
+
+
+def command_line(*args: str) -> str:
+    """A command for a user to paste, each argument quoted for the shell (a run named `a b;rm x`
+    stays one argument and runs nothing else)."""
+    return shlex.join(str(a) for a in args)
+
+
 def error_reason(e: BaseException) -> str:
     """An exception as one short line for a user-facing error: its first line, or its type."""
     text = str(e).strip()
     return text.splitlines()[0][:200] if text else type(e).__name__
+
+
+# What a failed write says in the libraries' own error types (safetensors' SafetensorError, torch.save's
+# RuntimeError): "I/O error: No space left on device (os error 28)", "file write failed"
+_WRITE_FAILURE = re.compile(r"no space|storagefull|i/o error|ioerror|disk|quota|read-only|readonly|write failed|"
+                            r"os error \d+|errno \d+", re.IGNORECASE)
+_OS_MESSAGE = re.compile(r"(?:I/O error|IoError)\W+(.+?)\s*\(os error \d+\)", re.IGNORECASE)
+
+
+def write_failure(e: BaseException) -> bool:
+    """Whether `e` reports a failed write (a full disk, a quota, a read-only folder) whatever its
+    type: an OSError, or a library's own error saying so (safetensors raises SafetensorError, a
+    plain Exception, on a full disk; torch.save a RuntimeError)."""
+    if isinstance(e, OSError):
+        return True
+    return isinstance(e, Exception) and bool(_WRITE_FAILURE.search(str(e)))
+
+
+def write_failure_reason(e: BaseException) -> str:
+    """A failed write's reason in one short line: the system's words ("No space left on device")."""
+    if isinstance(e, OSError) and e.strerror:
+        return e.strerror
+    found = _OS_MESSAGE.search(str(e))
+    return found.group(1) if found else error_reason(e)
 
 
 class ArgumentTypeError(ConfigError, TypeError):
@@ -40,6 +88,66 @@ class OutputError(OSError):
 
 class TrainingError(RuntimeError):
     """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
+
+
+class Interrupted(KeyboardInterrupt):
+    """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C (SIGINT) is: its `finally` blocks
+    remove what it was writing (rlpr's main installs the handlers; `str()` is the signal's name)."""
+
+
+def owned_temporary_prefix(name: str, kind: str = "tmp") -> str:
+    """A hidden temporary's name prefix that says which process on which host writes it
+    (`.NAME.tmp-HOST-PID-`), so that a later start can tell a leftover of a killed process from a
+    temporary another process is still writing (`remove_leftovers`)."""
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+    return f".{name}.{kind}-{host}-{os.getpid()}-"
+
+
+_OWNER = re.compile(r"\.(?:tmp|old)-(?P<host>[A-Za-z0-9_]+)-(?P<pid>\d+)-")
+
+
+def abandoned(path: Path) -> bool | None:
+    """Whether the process that named the temporary `path` (`owned_temporary_prefix`) is gone: True
+    (a process of this host that no longer runs), False (it runs), None (another host's, or a name
+    without an owner: rlpr cannot tell)."""
+    owner = _OWNER.search(Path(path).name)
+    host = re.sub(r"[^A-Za-z0-9_]", "_", socket.gethostname()) or "host"
+    if owner is None or owner["host"] != host:
+        return None
+    pid = int(owner["pid"])
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # another user's process: alive
+        return False
+    return False
+
+
+def remove_leftovers(folder: Path, pattern: str, what: str, log) -> None:
+    """Remove the temporaries in `folder` matching the glob `pattern` that a process on this host
+    left when it was killed (SIGKILL, a power cut: no `finally` ran), each with a warning naming it;
+    those of a live process, of another host or without an owner in their name are reported only."""
+    try:
+        found = sorted(Path(folder).glob(pattern))
+    except OSError:
+        return
+    for path in found:
+        gone = abandoned(path)
+        if gone is None:
+            log.warning("%s: left by an interrupted %s, or another machine's that is still running; remove it "
+                        "once none runs", path, what)
+            continue
+        if not gone:
+            continue  # being written right now
+        try:
+            shutil.rmtree(path) if path.is_dir() and not path.is_symlink() else path.unlink()
+        except OSError as e:
+            log.warning("%s: left by an interrupted %s; could not remove it (%s)", path, what, error_reason(e))
+            continue
+        log.warning("removed %s, left by an interrupted %s", path, what)
 
 
 def temporary_name(path) -> Path:
@@ -98,3 +206,21 @@ def write_atomic(path, data: str | bytes) -> None:
     """Write a whole output file or nothing (`atomic_output`)."""
     with atomic_output(path, "wb") as f:
         f.write(data if isinstance(data, bytes) else data.encode("utf-8"))
+
+
+def json_safe(value):
+    """`value` with every non-finite float (NaN, +-inf) as None, so that the output is strict JSON
+    (json.dumps writes NaN, which other JSON readers refuse)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {k: json_safe(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [json_safe(v) for v in value]
+    return value
+
+
+def json_line(value, **kwargs) -> str:
+    """One strict-JSON line (`json_safe`, then `allow_nan=False`: a non-finite value can never be
+    written as a bare NaN or Infinity), newline included."""
+    return json.dumps(json_safe(value), allow_nan=False, **kwargs) + "\n"

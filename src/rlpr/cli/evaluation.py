@@ -75,7 +75,38 @@ def checkpoint_config(args, held_out: bool = False):
     if saved_path is not None and str(cfg.model.path) != str(saved_path):
         print(f"warning: model.path {cfg.model.path} is not the run's base ({saved_path}): a LoRA adapter is "
               f"merged into the model given", file=sys.stderr)
+    if _is_adapter(args.checkpoint):  # the base's weights are used: they must be the run's (issue 43)
+        from rlpr.model.fingerprint import check_base
+
+        check_base(run, cfg.model.path, f"--checkpoint {args.checkpoint}", getattr(args, "accept_base_change", False))
     return cfg
+
+
+def _is_adapter(checkpoint) -> bool:
+    """Whether the checkpoint a --checkpoint names is a LoRA adapter (merged into the base model)."""
+    from rlpr.model.checkpoint_files import ADAPTER_DIR
+    from rlpr.model.loading import find_checkpoint
+
+    try:
+        return (find_checkpoint(checkpoint) / ADAPTER_DIR).is_dir()
+    except ModelError:  # no checkpoint: loading it says so
+        return False
+
+
+def run_samples(args) -> int | None:
+    """Without --samples, `rlpr eval --checkpoint RUN` takes the run's own held-out sample count
+    (trainer.eval_samples, when > 0; an _AvgK file name still wins), said on stderr."""
+    from rlpr.config import read_yaml
+
+    run = run_of(args.checkpoint) if args.checkpoint and args.samples is None else None
+    if run is None:
+        return None
+    trainer = read_yaml(run / "config.yaml").get("trainer")
+    k = trainer.get("eval_samples") if isinstance(trainer, dict) else None
+    if isinstance(k, bool) or not isinstance(k, int) or k < 1:
+        return None
+    print(f"samples: {k} per question, the run's trainer.eval_samples (--samples to change)", file=sys.stderr)
+    return k
 
 
 def _load(cfg, checkpoint):
@@ -106,7 +137,7 @@ def _engine(cfg, checkpoint):
 
 def cmd_eval(args) -> int:
     from rlpr.config import SAMPLING_SECTIONS, validate
-    from rlpr.evaluation.benchmark import check_rollout, evaluate, load_benchmarks
+    from rlpr.evaluation.benchmark import check_fits, check_rollout, evaluate, load_benchmarks
 
     from rlpr.cli.quiet import quiet_libraries
 
@@ -127,7 +158,9 @@ def cmd_eval(args) -> int:
     if cfg.data.template not in TEMPLATES:
         raise ConfigError(f"data.template: {cfg.data.template!r} is not one of {', '.join(TEMPLATES)}")
     # bad files fail before the model loads; flat rows get the prompt `rlpr train` gives them
-    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template)
+    benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template,
+                                 default_samples=run_samples(args))
+    check_fits(benchmarks, cfg.rollout.max_new_tokens)  # --samples too many for memory: one line, not an OOM
     engine, tokenizer = _engine(cfg, args.checkpoint)
     results = evaluate(engine, tokenizer, benchmarks, args.output, cfg.rollout, judge, seed=args.seed)
     for name, r in results.items():
@@ -185,8 +218,8 @@ def cmd_reward_quality(args) -> int:
         return 0
     from rlpr.evaluation.reward_quality import read_labeled, reward_quality
 
-    if args.bootstrap < 0:
-        raise ValueError("--bootstrap must be >= 0")
+    if not 0 <= args.bootstrap <= 100_000:
+        raise ValueError(f"--bootstrap must be in 0..100000 (resamples), got {args.bootstrap}")
     check_output_dir(args.output)
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
     model, tokenizer = _load(cfg, args.checkpoint)
@@ -209,6 +242,9 @@ def _add_model(p) -> None:
                    help="a run directory (its latest checkpoint) or a checkpoints/step_N directory")
     shorthand(p, "--device", "model.device", "where the model runs (auto: the GPU when CUDA is available, "
               "else the CPU)", choices=("auto", "cpu", "cuda"))
+    p.add_argument("--accept-base-change", action="store_true",
+                   help="use a --checkpoint's LoRA adapter although its base model's weights changed since the "
+                        "run started")
 
 
 def _add_sampling(p) -> None:

@@ -12,9 +12,9 @@ def cmd_export(args) -> int:
     quiet_libraries(args.verbose)
     try:
         path = export_run(args.run, args.output, args.format, args.step, args.gguf_type, args.dtype,
-                          overwrite=args.overwrite)
-    except KeyboardInterrupt:
-        print(f"rlpr: export interrupted; nothing was written to {args.output}", file=sys.stderr)
+                          overwrite=args.overwrite, accept_base_change=args.accept_base_change)
+    except KeyboardInterrupt as e:  # Ctrl-C, or SIGTERM/SIGHUP (rlpr's main raises Interrupted for them)
+        print(f"rlpr: export interrupted ({str(e) or 'SIGINT'}); nothing was written to {args.output}", file=sys.stderr)
         return 130
     size = sum(f.stat().st_size for f in ([path] if path.is_file() else path.rglob("*")) if f.is_file())
     print(f"wrote {path} ({size / 2**20:.0f} MiB)")
@@ -36,6 +36,8 @@ def register(sub) -> None:
     p.add_argument("--overwrite", action="store_true",
                    help="replace an existing output whole (never merged into; the run, its base model and the "
                         "current folder are never replaced)")
+    p.add_argument("--accept-base-change", action="store_true",
+                   help="merge a LoRA adapter although its base model's weights changed since the run started")
     p.add_argument("--step", type=int, default=None, help="checkpoints/step_N (default: the latest complete one)")
     p.add_argument("--gguf-type", choices=GGUF_TYPES, default="f16",
                    help="GGUF weight type: f16 (default), q8_0 (8-bit, about half the size) or f32")

@@ -1,4 +1,4 @@
-"""The `rlpr` command line: train, score, eval, grade, data convert, serve, reward-quality, report, plan, config.
+"""The `rlpr` command line: train with RLPR, and the commands around a run (its description lists them all).
 
 Heavy modules are imported inside each command so that `rlpr --help` answers at once. A user
 mistake (bad config, data or model path) prints one line `rlpr: error: ...` and exits 2.
@@ -47,7 +47,7 @@ def cmd_train(args) -> int:
         cfg = resume_config(args.resume, args.overrides or [])
     else:
         cfg = _validated(args)
-    train(cfg, resume=args.resume)
+    train(cfg, resume=args.resume, accept_base_change=args.accept_base_change)
     return 0
 
 
@@ -101,13 +101,15 @@ def cmd_data_convert(args) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="rlpr", description=__doc__.splitlines()[0])
+    parser = argparse.ArgumentParser(prog="rlpr")
     parser.add_argument("-v", "--verbose", action="store_true", help="debug logging")
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("train", help="train with RLPR")
     add_config_options(p, default_preset="demo")
     p.add_argument("--resume", default=None, help="a run directory (runs/NAME) to continue exactly")
+    p.add_argument("--accept-base-change", action="store_true",
+                   help="resume although the base model's weights changed since the run started")
     p.set_defaults(fn=cmd_train)
 
     p = sub.add_parser("score", help="probability rewards for a JSONL of prompt/response/reference")
@@ -149,19 +151,63 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--reference", action="store_true",
                    help="print the key reference in Markdown (docs/config.md: rlpr config --reference > docs/config.md)")
     p.set_defaults(fn=cmd_config)
+    # from the commands registered, so that none is left out (export was)
+    names = [("data convert" if name == "data" else name) for name in sub.choices]
+    parser.description = f"The rlpr command line: {', '.join(names)}."
     return parser
+
+
+def quiet_console(verbose: bool) -> None:
+    """The console shows rlpr's own lines (its loggers at INFO) and progress; the libraries' only
+    from WARNING up: matplotlib's font_manager INFO line (the report's first plot), and no
+    transformers "Loading weights" / "Writing model shards" bars on every model load (they read
+    HF_HUB_DISABLE_PROGRESS_BARS when first imported). `-v`: everything, at DEBUG."""
+    logging.basicConfig(level=logging.DEBUG if verbose else logging.WARNING,
+                        format="%(levelname)s %(name)s: %(message)s")
+    if not verbose:
+        logging.getLogger("rlpr").setLevel(logging.INFO)
+        os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
+        if "transformers" in sys.modules:  # imported before main ran (rlpr's Python API, a test process)
+            from transformers.utils import logging as hf_logging
+
+            hf_logging.disable_progress_bar()
+
+
+def interrupt_on_signals() -> None:
+    """SIGTERM and SIGHUP (a scheduler's stop, a closed terminal) raise `errors.Interrupted` where
+    the command is, as Ctrl-C raises KeyboardInterrupt: every command cleans up what it was writing
+    (an export's temporary folder) and ends with one line. Training replaces them with its own
+    while it steps (rlpr/train/signals.py: finish the step, checkpoint). Off the main thread: none."""
+    import signal
+
+    from rlpr.errors import Interrupted
+
+    def handler(signum, frame):
+        raise Interrupted(signal.Signals(signum).name)
+
+    for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
+        if s is not None:
+            try:
+                signal.signal(s, handler)
+            except (ValueError, OSError):
+                pass
 
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    logging.basicConfig(level=logging.DEBUG if args.verbose else logging.INFO,
-                        format="%(levelname)s %(name)s: %(message)s")
+    quiet_console(args.verbose)
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     from rlpr.model.memory import cap_kernel_caches
 
     cap_kernel_caches()  # before any model work (scoring, evaluation, serving, training)
+    interrupt_on_signals()
     try:
         return args.fn(args) or 0
+    except KeyboardInterrupt as e:  # Ctrl-C, SIGTERM, SIGHUP: what was being written is cleaned up
+        if args.verbose:
+            raise
+        print(f"rlpr: {args.command} interrupted ({str(e) or 'SIGINT'})", file=sys.stderr)
+        return 130
     except _user_errors() as e:
         print(f"rlpr: error: {e}", file=sys.stderr)
         return 2
@@ -176,6 +222,14 @@ def main(argv: list[str] | None = None) -> int:
         if args.verbose:
             raise
         print(f"rlpr: error: {e} (run with -v for a traceback)", file=sys.stderr)
+        return 2
+    except Exception as e:  # a library's own error type for a full disk (safetensors' SafetensorError)
+        from rlpr.errors import write_failure, write_failure_reason
+
+        if args.verbose or not write_failure(e):
+            raise
+        print(f"rlpr: error: a write failed: {write_failure_reason(e)} (run with -v for a traceback)",
+              file=sys.stderr)
         return 2
 
 

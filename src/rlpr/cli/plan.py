@@ -40,12 +40,18 @@ def _machine_memory_gib() -> float:
     return 16.0
 
 
+# The largest plan: finite sizes only (--gpu-gb 1e308 is infinite in bytes, and every phase "FITS")
+MAX_GPUS = 1 << 20
+MAX_GPU_GB = 1 << 20  # 1 PiB per process
+
+
 def plan_config(args):
     """The validated Config of the command and the Setup of the plan (one-line ConfigError for bad input)."""
-    if args.gpus < 1:
-        raise ConfigError(f"--gpus: the number of GPUs (processes) must be at least 1, got {args.gpus}")
-    if args.gpu_gb is not None and not (math.isfinite(args.gpu_gb) and args.gpu_gb > 0):
-        raise ConfigError(f"--gpu-gb: the memory of one GPU in GiB must be a positive finite number, got {args.gpu_gb}")
+    if not 1 <= args.gpus <= MAX_GPUS:
+        raise ConfigError(f"--gpus: the number of GPUs (processes) must be in 1..{MAX_GPUS}, got {args.gpus}")
+    if args.gpu_gb is not None and not (math.isfinite(args.gpu_gb) and 0 < args.gpu_gb <= MAX_GPU_GB):
+        raise ConfigError(f"--gpu-gb: the memory of one GPU (or CPU process) in GiB must be in (0, {MAX_GPU_GB}], got "
+                          f"{args.gpu_gb}")
     cfg = command_config(args)
     return cfg, checked_setup(cfg, args.gpus, args.gpu_gb)
 

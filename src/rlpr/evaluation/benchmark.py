@@ -17,7 +17,7 @@ from rlpr.config import RolloutConfig
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
-from rlpr.errors import write_atomic
+from rlpr.errors import json_line, json_safe, write_atomic
 from rlpr.grading import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar
@@ -211,12 +211,35 @@ class Benchmark:
     k: int  # samples per question
 
 
+# What one response costs in memory until results.json and samples.jsonl are written: per token its
+# id in a list, its text and its share of the samples line; per response its Rollout and Sample
+RESPONSE_BYTES, TOKEN_BYTES = 2048, 48
+
+
+def check_fits(benchmarks: list[Benchmark], max_new_tokens: int, available: int | None = None) -> None:
+    """One line, before any model work, when the responses an evaluation keeps (every question's
+    samples, each up to `max_new_tokens` tokens) would need more than half of the memory available
+    (`--samples 1000000000` used to end in an out-of-memory kill, or a MemoryError traceback)."""
+    from rlpr.model.memory import available_memory
+
+    responses = sum(len(b.examples) * b.k for b in benchmarks)
+    need = responses * (RESPONSE_BYTES + max_new_tokens * TOKEN_BYTES)
+    available = available_memory() if available is None else available
+    if need > available / 2:
+        k = max(b.k for b in benchmarks)
+        raise ValueError(f"--samples {k}: {sum(len(b.examples) for b in benchmarks)} questions x up to {k} samples "
+                         f"of up to {max_new_tokens} tokens would keep about {need / 2**30:.1f} GiB of responses in "
+                         f"memory, more than half of the {available / 2**30:.1f} GiB available; lower --samples, "
+                         f"--limit or --max-new-tokens")
+
+
 def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: int = 0,
-                    template: str = "r1") -> list[Benchmark]:
+                    template: str = "r1", default_samples: int | None = None) -> list[Benchmark]:
     """Read and validate every file (before any model work, so a bad file fails at once).
-    `samples` per question (None: K of an _AvgK file-name suffix, else 1); `limit`: at most this
-    many questions per file (0: all); `template`: the prompt of flat rows (`data.template`, as
-    `rlpr train` builds them; verl rows keep their own messages)."""
+    `samples` per question (None: K of an _AvgK file-name suffix, else `default_samples`, a run's
+    own held-out count, else 1); `limit`: at most this many questions per file (0: all); `template`:
+    the prompt of flat rows (`data.template`, as `rlpr train` builds them; verl rows keep their own
+    messages)."""
     from rlpr.data.loading import load_examples
     from rlpr.data.sources import parse_source
 
@@ -230,7 +253,7 @@ def load_benchmarks(files: list[str | Path], samples: int | None = None, limit: 
         if limit:
             examples = examples[:limit]
         source = parse_source(path)  # a folder's split is part of the name: "my_data:test"
-        k = samples or samples_from_name(source.stem) or 1
+        k = samples or samples_from_name(source.stem) or default_samples or 1
         out.append(Benchmark(source.name, examples, k))
     names = [b.name for b in out]
     if len(set(names)) != len(names):
@@ -251,6 +274,7 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
              rollout: RolloutConfig, judge=None, *, seed: int = 0, progress: bool | None = None) -> dict:
     """Sample with the rollout settings (max_new_tokens, temperature, top_p, batch_sequences),
     grade (and judge); write results.json, results.md and samples.jsonl into `output_dir`."""
+    check_fits(benchmarks, rollout.max_new_tokens)
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
@@ -269,7 +293,7 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
             if results[name]["judge_failed"]:
                 log.warning("%s: %d of %d judgments failed; those keep the rule verdict", name,
                             results[name]["judge_failed"], results[name]["judge_calls"])
-            lines += [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g]
+            lines += [json_line(s.to_dict(name), ensure_ascii=False) for g in groups for s in g]
             log.info("%s: Avg@%d = %.1f%% over %d questions", name, k,
                      100 * results[name]["accuracy"], len(examples))
     results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
@@ -281,7 +305,7 @@ def write_outputs(out: Path, results: dict, sample_lines: list[str]) -> None:
     """results.json, results.md, then samples.jsonl, each whole or not at all (`write_atomic`): a
     disk that fills up keeps the results of a long evaluation before the bulky samples, and the
     error names the file."""
-    write_atomic(out / "results.json", json.dumps(results, indent=2) + "\n")
+    write_atomic(out / "results.json", json.dumps(json_safe(results), indent=2, allow_nan=False) + "\n")
     write_atomic(out / "results.md", results_table(results))
     write_atomic(out / "samples.jsonl", "".join(sample_lines))
 
@@ -325,5 +349,5 @@ def grade_responses(data_path: str | Path, responses_path: str | Path, output_di
     results = {name: {**benchmark_result(groups),
                       "questions_without_responses": len(examples) - len(groups)}}
     results.update(summary_means({name: results[name]["accuracy"]}))
-    write_outputs(out, results, [json.dumps(s.to_dict(name), ensure_ascii=False) + "\n" for g in groups for s in g])
+    write_outputs(out, results, [json_line(s.to_dict(name), ensure_ascii=False) for g in groups for s in g])
     return results

@@ -24,6 +24,8 @@ import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 
+from rlpr.errors import MAX_SECONDS, within
+
 log = logging.getLogger(__name__)
 
 JUDGE_PROMPT = """You are grading an answer to a question against the reference answer.
@@ -63,10 +65,12 @@ class JudgeConfig:
             raise ValueError(f"--judge-url must start with http:// or https://, got {self.url!r}")
         if not self.model:
             raise ValueError("--judge-model is required with --judge-url")
-        if self.concurrency < 1 or self.retries < 0 or self.timeout <= 0 or self.backoff < 0 \
-                or self.max_reply_bytes < 1:
-            raise ValueError("need --judge-concurrency >= 1, --judge-retries >= 0, --judge-timeout > 0, "
-                             "--judge-backoff >= 0 and a reply size limit >= 1 byte")
+        if not (within(self.concurrency, 1, 1024) and within(self.retries, 0, 100)
+                and within(self.timeout, 0, MAX_SECONDS, low_open=True) and within(self.backoff, 0, MAX_SECONDS)
+                and self.max_reply_bytes >= 1):
+            raise ValueError(f"need --judge-concurrency in 1..1024 (threads), --judge-retries in 0..100, "
+                             f"--judge-timeout in (0, {MAX_SECONDS:g}] and --judge-backoff in [0, {MAX_SECONDS:g}] "
+                             f"seconds and a reply size limit >= 1 byte")
 
 
 class JudgeError(Exception):

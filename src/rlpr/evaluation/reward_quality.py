@@ -29,7 +29,7 @@ from typing import Callable
 
 from rlpr.config import RewardConfig, RolloutConfig
 from rlpr.data.prompts import chat_text
-from rlpr.errors import DataError, write_atomic
+from rlpr.errors import DataError, json_line, json_safe, write_atomic
 
 log = logging.getLogger(__name__)
 
@@ -423,7 +423,7 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
               "format": [format_reward(r, reward_cfg.format_mode) for r in scored.responses]}
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
-    write_atomic(out / "reward_quality.json", json.dumps(report, indent=2) + "\n")
+    write_atomic(out / "reward_quality.json", json.dumps(json_safe(report), indent=2, allow_nan=False) + "\n")
     note = ("\nThe labels are the rule verifier's verdicts (a file built with --build-from), so its AUC is 1 "
             "by construction.\n" if report["labels_are_rule_verdicts"] else "")
     write_atomic(out / "reward_quality.md", report_markdown(report, report["labels"]) + note)
@@ -431,7 +431,7 @@ def reward_quality(model, tokenizer, rows: list[dict], output_dir: str | Path, *
     for i, r in enumerate(rows):
         record = {k: v for k, v in r.items() if k not in ("messages", "group_id")}
         record.update({name: values[i] for name, values in {**columns, **extras}.items()})
-        lines.append(json.dumps(record, ensure_ascii=False) + "\n")
+        lines.append(json_line(record, ensure_ascii=False))
     write_atomic(out / "scores.jsonl", "".join(lines))
     return report
 
@@ -492,6 +492,6 @@ def build_labeled(engine, tokenizer, data_file, output: str | Path, *, samples: 
                 row["choices"] = e.choices
             if e.acceptable:
                 row["acceptable"] = e.acceptable
-            lines.append(json.dumps(row, ensure_ascii=False) + "\n")
+            lines.append(json_line(row, ensure_ascii=False))
     write_atomic(out, "".join(lines))
     return len(lines)

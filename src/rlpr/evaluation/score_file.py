@@ -14,7 +14,7 @@ from pathlib import Path
 
 from rlpr.config import Config
 from rlpr.data.loading import check_messages, iter_jsonl
-from rlpr.errors import DataError, atomic_output, temporary_name
+from rlpr.errors import DataError, atomic_output, json_safe, temporary_name
 from rlpr.data.templates import build_messages
 from rlpr.data.prompts import chat_text
 from rlpr.train.progress import progress_bar
@@ -59,18 +59,6 @@ def check_response_and_reference(row: dict, where: str) -> None:
 
 def _finite(v) -> bool:
     return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
-
-
-def json_safe(value):
-    """`value` with every non-finite float (NaN, +-inf) as None, so that the output line is strict
-    JSON (json.dumps writes NaN, which other JSON readers refuse)."""
-    if isinstance(value, float):
-        return value if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {k: json_safe(v) for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [json_safe(v) for v in value]
-    return value
 
 
 def read_score_rows(path: Path, template: str) -> list[tuple[dict, list[dict]]]:

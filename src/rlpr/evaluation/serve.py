@@ -42,6 +42,7 @@ import torch
 
 from rlpr.data.prompts import chat_text
 from rlpr.config import Config
+from rlpr.errors import MAX_SECONDS, within
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,8 @@ class Faults:
     def __init__(self, mode: str = "none", delay: float = 2.0):
         if mode not in FAULT_MODES:
             raise ValueError(f"--fault-mode must be one of {', '.join(FAULT_MODES)}, got {mode!r}")
+        if not within(delay, 0, MAX_SECONDS):
+            raise ValueError(f"--fault-delay must be in [0, {MAX_SECONDS:g}] seconds, got {delay}")
         self.mode, self.delay = mode, delay
         self._count = 0
         self._lock = threading.Lock()
@@ -538,11 +541,19 @@ class Server(ThreadingHTTPServer):
             self.shutdown_request(sock)
 
 
+def _check_server_bounds(read_timeout: float, max_connections: int) -> None:
+    """--read-timeout a finite number of seconds (1e308 overflowed the socket's timeout: a traceback),
+    --max-connections a number of threads the machine can start."""
+    if not within(read_timeout, 0, MAX_SECONDS, low_open=True):
+        raise ValueError(f"--read-timeout must be in (0, {MAX_SECONDS:g}] seconds, got {read_timeout}")
+    if not within(max_connections, 1, 65536):
+        raise ValueError(f"--max-connections must be in 1..65536 (a thread each), got {max_connections}")
+
+
 def make_server(generator: ChatGenerator, model_name: str, host: str = "127.0.0.1", port: int = 8000,
                 faults: Faults | None = None, api_key: str | None = None,
                 read_timeout: float = READ_TIMEOUT_S, max_connections: int = MAX_CONNECTIONS) -> Server:
-    if read_timeout <= 0 or max_connections < 1:
-        raise ValueError("--read-timeout must be positive and --max-connections at least 1")
+    _check_server_bounds(read_timeout, max_connections)
     return Server((host, port), make_handler(generator, model_name, faults or Faults(), api_key, read_timeout),
                   max_connections, read_timeout)
 
@@ -569,8 +580,9 @@ def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1"
         api_key = os.environ.get(api_key_env)
         if not api_key:
             raise ValueError(f"--api-key-env {api_key_env}: that environment variable is not set or empty")
-    if read_timeout <= 0 or max_prompt_tokens < 0 or max_connections < 1:
-        raise ValueError("--read-timeout must be positive, --max-prompt-tokens >= 0 and --max-connections >= 1")
+    _check_server_bounds(read_timeout, max_connections)
+    if max_prompt_tokens < 0:
+        raise ValueError("--max-prompt-tokens must be >= 0")
     model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device))
     model_name = name or str(model_path)
     engine = None  # rollout.engine=hf: the model's own generate, one request at a time

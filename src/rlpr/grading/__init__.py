@@ -28,7 +28,9 @@ from __future__ import annotations
 #    "\\boxed{3} or \\boxed{5}"), a negated reference ("not (B)", "It wasn't X.") and a hedge
 #    between two ("X, or maybe Y") are wrong whatever their order; answers read before ", which"
 #    / ", and <clause>"; references with commas matched whole; TheoremQA's own rules.
-GRADER_VERSION = 4
+# 5: no alternative after the committed answer (issue 43, grading/hedges.py): "B (or possibly C)",
+#    "Paris (maybe Lyon)", "Paris/Lyon", "1969 -- or 1970", "Milky Way; Andromeda", "It was 1969, 1970."
+GRADER_VERSION = 5
 
 from rlpr.grading.dispatch import (  # noqa: E402
     BENCHMARK_RULES,

@@ -8,6 +8,7 @@ import re
 from rlpr.grading.answer_guards import gold_words
 from rlpr.grading.answer_slot import Statement
 from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
+from rlpr.grading.hedges import decisive_zone, hedged_after, other_text, text_mentions
 from rlpr.grading.normalization import answer_key, close_numbers, normalize_answer
 from rlpr.grading.verdict import Grade
 from rlpr.grading.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
@@ -21,6 +22,20 @@ _INTERJECTIONS = frozenset("sure yes no ok okay well hmm hi hello great certainl
 
 def grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
                        question: str | None = None, *, rel_tol: float = 0.0) -> Grade:
+    """Correct when the response's final answer is the reference or an `acceptable` form, and no
+    alternative follows it (`hedges.hedged_after`: "Paris (maybe Lyon)", "Paris; Lyon"); how the
+    final answer is read: `_grade_short_answer`."""
+    g = _grade_short_answer(response, reference, acceptable, question, rel_tol=rel_tol)
+    if g.correct:
+        golds = [x for x in (reference, *(acceptable or [])) if x.strip()]
+        zone = decisive_zone(response)
+        if hedged_after(zone, text_mentions(zone, golds), other_text(golds, question or "")):
+            return Grade(False, g.extracted, f"{g.rule}:alternative_after")
+    return g
+
+
+def _grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
+                        question: str | None = None, *, rel_tol: float = 0.0) -> Grade:
     """Correct when the response's final answer is the reference or an `acceptable` form.
 
     The final answer is read as a person would, in this order:

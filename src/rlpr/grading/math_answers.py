@@ -11,6 +11,7 @@ from math_verify.errors import TimeoutException
 
 from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
                                                 phrase_answer, weak_cue_text)
+from rlpr.grading.hedges import decisive_zone, hedged_after, text_mentions
 from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
 from rlpr.grading.verdict import Grade
 
@@ -72,7 +73,29 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
                                   sort_lists=sort_lists, strip_units=strip_units)
     except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
         return Grade(False, answer, f"{where}:error")
+    if correct:  # one committed answer: no alternative offered after it ("\\boxed{12} (or 13)")
+        zone = decisive_zone(response)
+        if hedged_after(zone, text_mentions(zone, [*golds, answer]), _other_value(golds, rel_tol)):
+            return Grade(False, answer, f"{where}:alternative_after")
     return Grade(bool(correct), answer, f"{where}:{how}")
+
+
+_OFFER_WORDS = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|alternatively|otherwise|else|might|could|either|"
+                          r"though|although|also|if\s+not|likely|is|be|too|right|work|possible|plausible)\b|[$:,]")
+
+
+def _other_value(golds: list[str], rel_tol: float):
+    """`is_other` for a math answer: what an alternative offers, its words of offering taken off,
+    is another value (not equal to the reference: "(or 2)" after \\boxed{\\frac{2}{2}})."""
+    def names_one(text: str) -> bool:
+        offered = _OFFER_WORDS.sub(" ", text).strip()
+        if not offered:
+            return False
+        try:
+            return not math_equal(offered, golds, rel_tol=rel_tol)[0]
+        except (Exception, TimeoutException):  # unreadable: another answer all the same
+            return True
+    return names_one
 
 
 def _math_answer(response: str) -> tuple[str | None, str]:

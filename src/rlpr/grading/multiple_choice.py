@@ -6,6 +6,7 @@ import re
 import string
 
 from rlpr.grading.extraction import answer_part, boxed_alternatives, last_line, weak_cue_text
+from rlpr.grading.hedges import decisive_zone, hedged_after, letter_mentions, other_letter
 from rlpr.grading.normalization import normalize_answer
 from rlpr.grading.verdict import Grade
 
@@ -74,6 +75,10 @@ def grade_multiple_choice(response: str, reference: str,
     if len(boxed) > 1:  # "\boxed{B} or \boxed{D}"
         return Grade(False, "/".join(sorted(boxed)), "boxed:several_options")
     letter, rule = _response_letter_rule(response, valid, choices)
+    if letter is not None and letter == gold:  # one committed letter: no alternative offered after it
+        zone = decisive_zone(response)
+        if hedged_after(zone, letter_mentions(zone, gold), other_letter(gold, valid)):
+            return Grade(False, letter, f"{rule}:alternative_after")
     return Grade(letter is not None and letter == gold, letter, rule)
 
 

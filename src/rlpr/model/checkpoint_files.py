@@ -52,6 +52,16 @@ def is_complete(ckpt: Path) -> bool:
                                               or weights_file(ckpt, False).is_file())
 
 
+# Under checkpoints/: a save (`.tmp-step_N`) or a removal (`.trash-step_N`) killed midway
+LEFTOVER_PATTERNS = (".tmp-*", ".trash-*")
+
+
+def leftovers(run_dir: Path) -> list[Path]:
+    """What killed saves and removals left under a run's checkpoints/ (never loadable)."""
+    root = Path(run_dir) / CHECKPOINTS_DIR
+    return sorted(p for pattern in LEFTOVER_PATTERNS for p in root.glob(pattern))
+
+
 def list_checkpoints(run_dir: Path) -> list[Path]:
     """A run directory's complete checkpoints, oldest first."""
     root = Path(run_dir) / CHECKPOINTS_DIR

@@ -10,6 +10,8 @@ SmolLM2 does), else built from the Hugging Face tokenizer (byte-level BPE).
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import shutil
 import tempfile
@@ -19,9 +21,12 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ConfigError, OutputError, error_reason, normal_modes
+from rlpr.errors import (ConfigError, OutputError, abandoned, normal_modes, owned_temporary_prefix, remove_leftovers,
+                         write_failure, write_failure_reason)
 from rlpr.model.card import model_card, run_info
-from rlpr.model.checkpoint_files import is_complete, step_dir
+from rlpr.model.checkpoint_files import ADAPTER_DIR, is_complete, step_dir
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -43,6 +48,35 @@ GGUF_ARCHS = {
 GGUF_PRE_TOKENIZERS = {"qwen2": "qwen2", "llama": "llama-bpe", "mistral": "llama-bpe"}
 GGUF_TYPES = ("f16", "q8_0", "f32")
 FORMATS = ("hf", "gguf")
+# What marks an output as an earlier export, the only thing --overwrite replaces (issue 43, item 4):
+# a file in every folder export writes, a key in every .gguf file it writes
+EXPORT_MARKER = "rlpr-export.json"
+GGUF_MARKER_KEY = "rlpr.export"
+
+
+def export_marker(run: Path, ckpt: Path, fmt: str) -> str:
+    """The marker's text: which run, checkpoint and format the export holds."""
+    return json.dumps({"rlpr_export": 1, "run": str(run), "checkpoint": ckpt.name, "format": fmt})
+
+
+def written_by_export(path: Path) -> bool:
+    """Whether `path` is an earlier output of `rlpr export`: a folder holding EXPORT_MARKER, or a
+    .gguf file carrying GGUF_MARKER_KEY. A model folder, a run's data, a model cache never is."""
+    if path.is_symlink():
+        return False
+    if path.is_dir():
+        try:
+            return json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8")).get("rlpr_export") == 1
+        except (OSError, ValueError, AttributeError):
+            return False
+    if path.suffix != ".gguf" or not path.is_file():
+        return False
+    try:
+        import gguf
+
+        return GGUF_MARKER_KEY in gguf.GGUFReader(str(path)).fields
+    except Exception:  # noqa: BLE001 - not a GGUF file gguf can read: not one export wrote
+        return False
 
 
 def choose_checkpoint(run: Path, step: int | None) -> Path:
@@ -59,7 +93,8 @@ def choose_checkpoint(run: Path, step: int | None) -> Path:
 
 
 def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf", step: int | None = None,
-               gguf_type: str = "f16", dtype: str = "float32", overwrite: bool = False) -> Path:
+               gguf_type: str = "f16", dtype: str = "float32", overwrite: bool = False,
+               accept_base_change: bool = False) -> Path:
     """Write run `run`'s checkpoint (latest, or `step`) with LoRA merged: a Hugging Face folder at
     `output` (fmt hf: safetensors, tokenizer, generation config, README.md) or a GGUF file (fmt gguf:
     `output` itself if it ends in .gguf, with its card beside as NAME.README.md; else the folder
@@ -69,7 +104,9 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     a file target new, unless `overwrite` (the old one is then replaced whole, never merged into);
     everything is written under a temporary name in the target's folder and renamed into place, so
     a kill or a full disk leaves the old target as it was and no partial one. The output is checked
-    before the model loads."""
+    before the model loads. A LoRA checkpoint's base must be the weights the run started from
+    (`rlpr.model.fingerprint.check_base`), unless `accept_base_change`."""
+    from rlpr.model.fingerprint import check_base
     from rlpr.model.loading import load_policy
 
     run = Path(run)
@@ -84,16 +121,23 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     ckpt = choose_checkpoint(run, step)
     info = run_info(run, ckpt)  # the card every checkpoint carries, written for this format
     target = ExportTarget(Path(output), fmt, overwrite, protected=[run, Path(info.base), Path.cwd()])
+    target.recover_leftovers()  # what a killed export of this target left
     target.check()  # before the model loads
+    if (ckpt / ADAPTER_DIR).is_dir():
+        check_base(run, info.base, f"export {run}", accept_base_change)
     model, tokenizer = load_policy(info.base, ckpt)
     card = model_card(info, fmt)
+    marker = export_marker(run, ckpt, fmt)
     with target.staged() as tmp:
         if fmt == "hf":
             save_hf(model, tokenizer, tmp, getattr(torch, dtype))
             (tmp / "README.md").write_text(card, encoding="utf-8")
         else:
-            write_gguf(model, tokenizer, target.gguf_in(tmp), gguf_type, base_gguf(info.base), name=run.name)
+            write_gguf(model, tokenizer, target.gguf_in(tmp), gguf_type, base_gguf(info.base), name=run.name,
+                       marker=marker)
             target.card_in(tmp).write_text(card, encoding="utf-8")
+        if not target.is_file:  # a folder: what --overwrite may replace later
+            (tmp / EXPORT_MARKER).write_text(marker + "\n", encoding="utf-8")
     return target.result
 
 
@@ -103,8 +147,10 @@ class ExportTarget:
     A folder (hf, or gguf to a folder): new, or empty, or with `overwrite` replaced whole; staged
     as a hidden `.NAME.tmp-*` folder beside it and renamed. A .gguf file: new, or with `overwrite`
     replaced; staged (with its card NAME.README.md) in a hidden folder beside it, each file renamed
-    into place. Never replaced even with `overwrite`: the run's directory, the base model's folder,
-    the current directory, or any folder holding one of them."""
+    into place. `overwrite` replaces only an earlier export (`written_by_export`: its marker file or
+    GGUF key), never a folder or file export did not write (a run's data, a model, rlpr's model
+    cache), and never the run's directory, the base model's folder, the current directory or any
+    folder holding one of them."""
 
     def __init__(self, output: Path, fmt: str, overwrite: bool, protected: list[Path] = ()):
         self.output, self.fmt, self.overwrite = output, fmt, overwrite
@@ -127,6 +173,13 @@ class ExportTarget:
         that would replace what the export reads (or the folder it is run from), a folder that cannot
         be written."""
         out = self.output
+        if self.overwrite and out.exists():
+            resolved = out.resolve()
+            for keep in self.protected:
+                keep = keep.resolve()
+                if resolved == keep or resolved in keep.parents:
+                    self._refuse(f"--overwrite would replace {keep}, which the export reads or runs in; choose "
+                                 f"another -o")
         if self.is_file:
             for path in (out, self.card):
                 if path.is_dir():
@@ -135,19 +188,20 @@ class ExportTarget:
                 if (path.exists() or path.is_symlink()) and not self.overwrite:
                     raise ConfigError(f"{path}: already exists; export writes only new files: choose another "
                                       f"-o, or pass --overwrite to replace it")
+            if self.overwrite and (out.exists() or out.is_symlink()) and not written_by_export(out):
+                self._refuse(f"--overwrite replaces only a .gguf file rlpr export wrote (it carries "
+                             f"{GGUF_MARKER_KEY}); this one is not: choose another -o")
+            if self.overwrite and self.card.exists() and not out.exists():
+                raise ConfigError(f"{self.card}: already exists beside no earlier export; choose another -o")
         elif out.exists() or out.is_symlink():
             if not out.is_dir() or out.is_symlink():
                 self._refuse("a file is there; the export is a folder: choose another -o")
             if any(out.iterdir()) and not self.overwrite:
                 self._refuse("not empty; export writes only into a new or empty folder: choose another -o, or "
-                             "pass --overwrite to replace the folder whole")
-        if self.overwrite and out.exists():
-            resolved = out.resolve()
-            for keep in self.protected:
-                keep = keep.resolve()
-                if resolved == keep or resolved in keep.parents:
-                    self._refuse(f"--overwrite would replace {keep}, which the export reads or runs in; choose "
-                                 f"another -o")
+                             "pass --overwrite to replace an earlier export whole")
+            if any(out.iterdir()) and not written_by_export(out):
+                self._refuse(f"--overwrite replaces only a folder rlpr export wrote (it holds {EXPORT_MARKER}); "
+                             f"this one is not (a model, a run's data, a cache?): choose another -o")
         folder = out.absolute().parent
         while not folder.exists() and folder != folder.parent:
             folder = folder.parent
@@ -166,18 +220,36 @@ class ExportTarget:
         tmp = None
         try:
             parent.mkdir(parents=True, exist_ok=True)
-            tmp = Path(tempfile.mkdtemp(prefix=f".{out.name}.tmp-", dir=parent))
+            tmp = Path(tempfile.mkdtemp(prefix=owned_temporary_prefix(out.name), dir=parent))
             yield tmp
             normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: what a plain write gets
             self._commit(tmp)
-        except (OSError, RuntimeError) as e:  # safetensors reports a full disk as a RuntimeError
-            if isinstance(e, RuntimeError) and not _is_io_error(e):
+        except Exception as e:  # noqa: BLE001 - safetensors raises its own SafetensorError on a full disk
+            if not write_failure(e):
                 raise
-            raise OutputError(f"cannot write {out}: {getattr(e, 'strerror', None) or error_reason(e)}; "
-                              f"nothing was written there") from None
+            raise OutputError(f"cannot write {out}: {write_failure_reason(e)}; nothing was written there") from None
         finally:
             if tmp is not None:
                 shutil.rmtree(tmp, ignore_errors=True)
+
+    def recover_leftovers(self) -> None:
+        """What a killed export of this target left (SIGKILL: no cleanup ran): its temporary
+        folders are removed; an earlier output it had moved aside (`.NAME.old-*`) and not yet
+        replaced is put back first (`errors.remove_leftovers`: only a process of this host that is
+        gone)."""
+        out = self.output
+        parent = out.absolute().parent
+        try:
+            moved_aside = sorted(parent.glob(f".{out.name}.old-*"))
+        except OSError:
+            return
+        for old in moved_aside:
+            aside = old / out.name
+            if aside.exists() and not (out.exists() or out.is_symlink()) and abandoned(old):
+                os.replace(aside, out)
+                log.warning("put back %s, which an interrupted export had moved aside", out)
+        remove_leftovers(parent, f".{out.name}.old-*", "export", log)
+        remove_leftovers(parent, f".{out.name}.tmp-*", "export", log)
 
     def _commit(self, tmp: Path) -> None:
         out = self.output
@@ -188,7 +260,7 @@ class ExportTarget:
         old = None
         if out.is_dir() and not out.is_symlink():
             if any(out.iterdir()):  # --overwrite: moved aside, removed once the new one is in place
-                old = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.absolute().parent))
+                old = Path(tempfile.mkdtemp(prefix=owned_temporary_prefix(out.name, "old"), dir=out.absolute().parent))
                 os.replace(out, old / out.name)
             else:
                 out.rmdir()
@@ -201,11 +273,6 @@ class ExportTarget:
             raise
         if old is not None:
             shutil.rmtree(old, ignore_errors=True)
-
-
-def _is_io_error(e: RuntimeError) -> bool:
-    text = str(e).lower()
-    return any(word in text for word in ("no space", "i/o error", "disk", "quota", "read-only", "write"))
 
 
 def save_hf(model, tokenizer, output: Path, dtype: torch.dtype = torch.float32) -> None:
@@ -257,8 +324,9 @@ def gguf_tensors(model, arch: GGUFArch):
 
 
 def write_gguf(model, tokenizer, path: Path, gguf_type: str = "f16", base: Path | None = None,
-               name: str = "rlpr") -> None:
-    """`model` (a plain transformers causal LM of an architecture in GGUF_ARCHS) as a GGUF file."""
+               name: str = "rlpr", marker: str | None = None) -> None:
+    """`model` (a plain transformers causal LM of an architecture in GGUF_ARCHS) as a GGUF file;
+    `marker` (export's) goes in as the key GGUF_MARKER_KEY (llama.cpp ignores keys it does not know)."""
     import gguf
 
     config = model.config
@@ -278,6 +346,8 @@ def write_gguf(model, tokenizer, path: Path, gguf_type: str = "f16", base: Path 
     head_dim = getattr(config, "head_dim", None) or config.hidden_size // heads
     writer = gguf.GGUFWriter(str(path), arch.name)
     writer.add_name(name)
+    if marker is not None:
+        writer.add_string(GGUF_MARKER_KEY, marker)
     writer.add_context_length(config.max_position_embeddings)
     writer.add_embedding_length(config.hidden_size)
     writer.add_block_count(config.num_hidden_layers)

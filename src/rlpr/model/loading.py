@@ -20,7 +20,8 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import ModelError, error_reason, normal_modes
+from rlpr.errors import (ModelError, error_reason, normal_modes, owned_temporary_prefix, remove_leftovers, write_failure,
+                         write_failure_reason)
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
 
@@ -64,8 +65,10 @@ def gemma_gguf_path() -> Path:
             return package.assemble(target)  # checks the cached file's SHA-256
         except FileExistsError:  # not the expected bytes (a copy cut short elsewhere): assembled again
             log.warning("%s is not the expected file: assembling it again", target)
-    # assembled under a hidden temporary name beside it and renamed: a killed run leaves no part file
-    tmp = target.with_name(f".{target.name}.tmp-{os.getpid()}")
+    # assembled under a hidden temporary name beside it and renamed; a killed run's part file is
+    # removed by the next one
+    remove_leftovers(target.parent, f".{target.name}.tmp-*", "assembly of Gemma 3 270M", log)
+    tmp = target.with_name(owned_temporary_prefix(target.name) + "part")
     try:
         package.assemble(tmp, overwrite=True)
         os.replace(tmp, target)
@@ -96,16 +99,21 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
                                                  dtype=torch.float32)
     clear_quantized_marker(model)
     target.parent.mkdir(parents=True, exist_ok=True)
-    tmp = Path(tempfile.mkdtemp(prefix=target.name + ".tmp-", dir=target.parent))
+    remove_leftovers(target.parent, f".{target.name}.tmp-*", "conversion", log)  # a killed conversion's copy
+    tmp = Path(tempfile.mkdtemp(prefix=owned_temporary_prefix(target.name), dir=target.parent))
     try:
         model.save_pretrained(tmp, safe_serialization=True)
         tokenizer.save_pretrained(tmp)
         normal_modes(tmp)  # mkdtemp's 0700, safetensors' 0600: a cache others sharing RLPR_CACHE_DIR can read
         os.replace(tmp, target)
-    except OSError:
+    except BaseException as e:  # a full disk (safetensors' own error type too), Ctrl-C: no half-written copy
         shutil.rmtree(tmp, ignore_errors=True)
-        if not (target / "config.json").exists():
-            raise
+        if (target / "config.json").exists():  # another process converted it meanwhile
+            return
+        if isinstance(e, Exception) and write_failure(e):
+            raise ModelError(f"{gguf}: cannot write its converted copy in {target.parent} "
+                             f"({write_failure_reason(e)}); free space there or set RLPR_CACHE_DIR") from None
+        raise
 
 
 def resolve_model_dir(path: str | os.PathLike = DEFAULT_MODEL) -> Path:

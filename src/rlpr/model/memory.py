@@ -30,6 +30,21 @@ def _libc():
     return libc if libc is not None and hasattr(libc, "malloc_trim") else None
 
 
+def available_memory() -> int:
+    """Bytes of memory this machine can still give (Linux: MemAvailable; else its physical memory)."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (ValueError, OSError, AttributeError):
+        return 16 << 30
+
+
 def release_memory() -> None:
     """malloc_trim(0) on glibc; a no-op elsewhere."""
     libc = _libc()

@@ -77,10 +77,36 @@ class Replicated:
         return optimizer.state_dict()
 
     def load_optimizer_state(self, policy, optimizer, state: dict) -> None:
+        check_optimizer_state(optimizer, state)  # torch checks the counts only; a wrong shape failed steps later
         optimizer.load_state_dict(state)
 
     def load_weights_context(self):
         return nullcontext()
+
+
+def check_optimizer_state(optimizer, state) -> None:
+    """A saved AdamW state must fit the weights it will update: one entry per trainable weight, each
+    tensor (the moments) of its weight's shape. torch's load_state_dict checks only the counts, so a
+    moment of another shape loaded and the first optimizer step failed with a traceback; now it is a
+    CorruptCheckpoint, and `--resume` falls back to the previous checkpoint (issue 43)."""
+    from rlpr.model.checkpoint_files import CorruptCheckpoint
+
+    params = [p for group in optimizer.param_groups for p in group["params"]]
+    groups, per_param = state.get("param_groups"), state.get("state")
+    if not isinstance(groups, list) or not isinstance(per_param, dict) \
+            or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups):
+        raise CorruptCheckpoint("malformed optimizer state (no param_groups or state)")
+    ids = [i for g in groups for i in g["params"]]
+    if len(ids) != len(params):
+        raise CorruptCheckpoint(f"optimizer state for {len(ids)} weights; the model trains {len(params)}")
+    for i, p in zip(ids, params):
+        entry = per_param.get(i, {})
+        if not isinstance(entry, dict):
+            raise CorruptCheckpoint(f"malformed optimizer state of weight {i}")
+        for name, value in entry.items():
+            if isinstance(value, torch.Tensor) and value.dim() and value.shape != p.shape:
+                raise CorruptCheckpoint(f"optimizer state {name} of weight {i} has shape {tuple(value.shape)}, "
+                                        f"the weight {tuple(p.shape)}")
 
 
 def decoder_layers(lm) -> list[torch.nn.Module]:

@@ -80,6 +80,11 @@ def derangement(references: Sequence[str], seed: int) -> list[int]:
     return pi
 
 
+def kept_own_reference(references: Sequence[str], pi: Sequence[int]) -> list[int]:
+    """The prompts i that pi still gives a reference text equal to their own (none in a control)."""
+    return [i for i, j in enumerate(pi) if references[j] == references[i]]
+
+
 # --------------------------------------------------------------------------- the reward kinds
 
 @dataclass

@@ -58,6 +58,9 @@ class RewardOutput:
     # score B's text (prompt, response, reference) was longer than the model's context: B is 0
     # because it could not be scored, not because the model gave y* no probability
     too_long: bool = False
+    # the reference this response was scored against: its own, or under reward.shuffle_references
+    # another prompt's (the samples files record it beside the true one; issue 43)
+    scored_reference: str | None = None
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -191,7 +194,15 @@ class ProbabilityReward:
         self.score_a.fill(pairs, model)
 
     # -- the reward -------------------------------------------------------------------------
-    def __call__(self, model, prompt_texts: list[str], responses: list[str], references: list[str], *,
+    def __call__(self, model, prompt_texts: list[str], responses: list[str], references: list[str],
+                 **kwargs) -> list[RewardOutput]:
+        """`rewards`, each output recording the reference it was scored against (`scored_reference`)."""
+        outputs = self.rewards(model, prompt_texts, responses, references, **kwargs)
+        for o, y in zip(outputs, references):
+            o.scored_reference = y
+        return outputs
+
+    def rewards(self, model, prompt_texts: list[str], responses: list[str], references: list[str], *,
                  score_a_model=None, fill_a: Callable[[list], None] | None = None,
                  precomputed_a: list[float | None] | None = None,
                  correct: list[bool | None] | None = None,

@@ -22,7 +22,7 @@ import numpy as np
 import torch
 
 from rlpr.config import Config, load_config, read_yaml
-from rlpr.errors import ConfigError, error_reason, normal_modes
+from rlpr.errors import ConfigError, error_reason, normal_modes, write_failure, write_failure_reason
 from rlpr.model.card import checkpoint_card, write_card
 from rlpr.model.checkpoint_files import (ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, STATE_FILE, STEP_PREFIX,
                                          CorruptCheckpoint, is_complete, list_checkpoints, step_dir, weights_file)
@@ -89,11 +89,17 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
         if final.exists():
             _remove(final)
         os.replace(tmp, final)
-    except (OSError, RuntimeError) as e:  # safetensors reports a full disk as a RuntimeError
+    except Exception as e:  # noqa: BLE001 - safetensors' own SafetensorError on a full disk, torch.save's RuntimeError
         shutil.rmtree(tmp, ignore_errors=True)
+        if not isinstance(e, (OSError, RuntimeError)) and not write_failure(e):
+            raise
         previous = list_checkpoints(run_dir)
         kept = f"the previous checkpoint {previous[-1].name} is intact" if previous else "no earlier checkpoint exists"
-        raise ConfigError(f"{root}: could not write checkpoint step_{step} ({error_reason(e)}); {kept}") from None
+        raise ConfigError(f"{root}: could not write checkpoint step_{step} ({write_failure_reason(e)}); "
+                          f"{kept}") from None
+    except BaseException:  # Ctrl-C, a signal: no partial copy either
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     for old in list_checkpoints(run_dir)[:-keep_last]:
         _remove(old)
     for broken in root.glob(f"{STEP_PREFIX}*"):  # half-deleted by an older rlpr: never loadable

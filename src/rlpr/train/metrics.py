@@ -56,7 +56,8 @@ def rollout_metrics(groups: list[Group]) -> dict:
     outs = [r for g in groups for r in g.rewards]
     rolls = [r for g in groups for r in g.rollouts]
     keys = ["score_b", "score_a", "reward", "format", "fallback", "valid", "delta", "penalty", "len",
-            "truncated", "count", "correct", "graded", "distinct", "groups", "too_long", "answers", "identical"]
+            "truncated", "count", "correct", "graded", "distinct", "groups", "too_long", "answers", "identical",
+            "own"]
     local = [sum(o.score_b for o in outs), sum(o.score_a for o in outs), sum(o.reward for o in outs),
              sum(o.format for o in outs), sum(o.fallback for o in outs), sum(o.valid for o in outs),
              sum(o.delta for o in outs), sum(o.penalty < 0 for o in outs),
@@ -64,7 +65,8 @@ def rollout_metrics(groups: list[Group]) -> dict:
              sum(o.correct or 0.0 for o in outs), sum(o.correct is not None for o in outs),
              sum(len({r.text.strip() for r in g.rollouts}) / max(len(g.rollouts), 1) for g in groups),
              len(groups), sum(o.too_long for o in outs),
-             sum(distinct_answers(g) for g in groups), sum(identical_share(g) for g in groups)]
+             sum(distinct_answers(g) for g in groups), sum(identical_share(g) for g in groups),
+             sum(o.scored_reference in (None, g.prompt.example.reference) for g in groups for o in g.rewards)]
     s = dict(zip(keys, dist.sum_values(local)))
     n = max(s["count"], 1)
     return {"reward/score_b_mean": s["score_b"] / n, "reward/score_a_mean": s["score_a"] / n,
@@ -73,6 +75,9 @@ def rollout_metrics(groups: list[Group]) -> dict:
             "reward/delta_mean": s["delta"] / n, "reward/repetition_frac": s["penalty"] / n,
             # responses whose score B text was longer than the model's context (B = 0: unscored)
             "reward/too_long_frac": s["too_long"] / n,
+            # responses scored against their own prompt's reference: 1 but under reward.shuffle_references,
+            # where it must be 0 (a control scored against its own reference is no control)
+            "reward/own_reference_frac": s["own"] / n,
             "reward/accuracy": s["correct"] / s["graded"] if s["graded"] else float("nan"),
             "rollout/response_len_mean": s["len"] / n, "rollout/truncated_frac": s["truncated"] / n,
             # distinct responses per group / group size: falls toward 1/n when the policy collapses
@@ -102,6 +107,7 @@ def sample_rows(groups: list[Group], limit: int = 4) -> list[dict]:
     rows = []
     for g in groups[:limit]:
         for r, o in zip(g.rollouts, g.rewards):
+            # "reference": the prompt's own; "scored_reference" (from the output): the one its reward read
             rows.append({"prompt": g.prompt.example.prompt[-1]["content"], "reference": g.prompt.example.reference,
                          "response": g.prompt.response_text(r.text), **o.to_dict()})
     return rows

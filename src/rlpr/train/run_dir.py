@@ -18,7 +18,8 @@ from pathlib import Path
 import yaml
 
 from rlpr.config import Config
-from rlpr.errors import ConfigError, error_reason, write_atomic
+from rlpr.model.checkpoint_files import leftovers
+from rlpr.errors import ConfigError, command_line, error_reason, write_atomic
 from rlpr.parallel import distributed as dist
 from rlpr.train.tracking import check_metrics, trim_metrics
 
@@ -51,14 +52,49 @@ def check_fresh(run_dir: Path) -> None:
     """A new run never writes into a run directory that has checkpoints, nor into one that holds a
     run's records without any (a run stopped before its first save): its metrics.jsonl would be
     appended to, and a tracker's run id (wandb, mlflow) reused."""
-    if (run_dir / "checkpoints").exists() and any((run_dir / "checkpoints").iterdir()):
-        raise ConfigError(f"{run_dir} already has checkpoints: resume it with --resume {run_dir} "
+    check_not_nested(run_dir)
+    left = set(leftovers(run_dir))
+    if (run_dir / "checkpoints").exists() and any(p not in left for p in (run_dir / "checkpoints").iterdir()):
+        raise ConfigError(f"{run_dir} already has checkpoints: resume it with "
+                          f"{command_line('rlpr', 'train', '--resume', run_dir)} "
                           f"or choose another trainer.name")
     found = [name for name in RUN_FILES if (run_dir / name).exists()]
     found += sorted(p.name for p in run_dir.glob("*_run_id")) + sorted(p.name for p in run_dir.glob("resume_*.yaml"))
     if found:
         raise ConfigError(f"{run_dir} already holds a run that saved no checkpoint ({', '.join(found)}): a new run "
                           f"would append to its records; remove the folder or choose another trainer.name")
+
+
+def is_run_dir(folder: Path) -> bool:
+    """A folder holding a run: its config.yaml beside its checkpoints or records."""
+    return (folder / "config.yaml").is_file() and any(
+        (folder / name).exists() for name in ("checkpoints", "data.yaml", "base_model.yaml", *RUN_FILES))
+
+
+def check_not_nested(run_dir: Path) -> None:
+    """A run's folder is never inside another run's, nor holds one (issue 43): a run named into
+    another's checkpoints/ was deleted by that run's pruning, and a run's records and resume would
+    take the other's files for their own. Looks at every folder above and two levels below."""
+    here = Path(run_dir).absolute()
+    outer = next((p for p in here.parents if is_run_dir(p)), None)
+    if outer is not None:
+        raise ConfigError(f"trainer.name: {run_dir} would be inside the run {outer} (its checkpoint pruning and "
+                          f"resume would take it for its own files): choose a folder outside it")
+    inner = next((p.parent for pattern in ("*/config.yaml", "*/*/config.yaml") for p in sorted(here.glob(pattern))
+                  if is_run_dir(p.parent)), None)
+    if inner is not None:
+        raise ConfigError(f"trainer.name: {run_dir} holds the run {inner}; a run's folder never holds another "
+                          f"run: choose another trainer.name")
+
+
+def remove_checkpoint_leftovers(run_dir: Path) -> None:
+    """Under the run's lock (no other writer): what a killed save or removal left under checkpoints/
+    is removed, each with a warning naming it."""
+    import shutil
+
+    for path in leftovers(run_dir):
+        shutil.rmtree(path, ignore_errors=True)
+        log.warning("removed %s, left by an interrupted checkpoint save or removal", path)
 
 
 # The run directories this process holds locked (issue 35, N7): path -> the open directory.
@@ -83,7 +119,8 @@ def lock_run_dir(run_dir: Path) -> None:
     except BlockingIOError:
         os.close(fd)
         raise ConfigError(f"{run_dir}: another rlpr process is training this run (its directory is locked); "
-                          f"wait for it to finish or stop it, then --resume {run_dir}") from None
+                          f"wait for it to finish or stop it, then {command_line('rlpr', 'train', '--resume', run_dir)}"
+                          ) from None
     except OSError:  # a file system without locks (some network mounts): no lock rather than no training
         os.close(fd)
         log.debug("%s: could not lock the run directory", run_dir)
@@ -99,15 +136,22 @@ def release_run_dir(run_dir) -> None:
         os.close(fd)
 
 
-def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) -> None:
+def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool,
+                    accept_base_change: bool = False) -> None:
     """Before the model loads. The main process locks the run directory (`lock_run_dir`: one writer).
-    A new run: refused where checkpoints or another run's records exist, then config.yaml and
-    data.yaml are written (main process). A resume writes nothing: refused when the data changed
-    (`check_data`) or metrics.jsonl has a bad line before its last one (`check_metrics`)."""
+    A new run: refused where checkpoints or another run's records exist, then config.yaml, data.yaml
+    and base_model.yaml (the base weights' fingerprint, rlpr/model/fingerprint.py) are written (main
+    process). A resume writes nothing: refused when the data changed (`check_data`), the base
+    model's weights changed (`check_base`, unless `accept_base_change`) or metrics.jsonl has a bad
+    line before its last one (`check_metrics`)."""
+    from rlpr.model.fingerprint import check_base
+
     if resume:
         if dist.is_main():
             lock_run_dir(run_dir)
+            remove_checkpoint_leftovers(run_dir)
         check_data(run_dir, data_fingerprint(cfg, examples))
+        check_base(run_dir, cfg.model.path, f"--resume {run_dir}", accept_base_change)
         check_metrics(run_dir / "metrics.jsonl")
         return
     check_fresh(run_dir)
@@ -119,18 +163,23 @@ def prepare_run_dir(run_dir: Path, cfg: Config, examples: dict, resume: bool) ->
                               f"set trainer.output_dir") from None
         lock_run_dir(run_dir)
         check_fresh(run_dir)  # again under the lock: a run started beside this one
+        remove_checkpoint_leftovers(run_dir)
         write_config(run_dir, cfg, data_fingerprint(cfg, examples))
     dist.barrier()
 
 
 def write_config(run_dir: Path, cfg: Config, data: dict | None = None) -> None:
-    """Create the run directory with config.yaml, the run's configuration, and data.yaml, the
-    fingerprint of its data (`data_fingerprint`)."""
+    """Create the run directory with config.yaml, the run's configuration, data.yaml, the
+    fingerprint of its data (`data_fingerprint`), and with it base_model.yaml, its base weights'
+    (`rlpr.model.fingerprint`)."""
+    from rlpr.model.fingerprint import write_fingerprint
+
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
         if data is not None:
             (run_dir / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            write_fingerprint(run_dir, cfg.model.path)
     except OSError as e:
         raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
                           f"set trainer.output_dir") from None

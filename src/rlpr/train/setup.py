@@ -79,6 +79,28 @@ def training_prompts(cfg: Config, tokenizer, examples: dict) -> tuple[list[Promp
     return train, val, skipped, val_skipped
 
 
+def shuffled_targets(prompts: list[Prompt], seed: int) -> list:
+    """reward.shuffle_references (the control): the example whose reference each training prompt is
+    scored against, prompt i against prompt pi(i)'s (`label_free.derangement`). A control in which a
+    prompt keeps its own reference text is no control (issue 43): one prompt, or prompts sharing one
+    answer on more than half of the data, is refused with one line."""
+    from collections import Counter
+
+    from rlpr.reward.label_free import derangement, kept_own_reference
+
+    references = [p.example.reference for p in prompts]
+    pi = derangement(references, seed)
+    own = kept_own_reference(references, pi)
+    if own:
+        common, count = Counter(references).most_common(1)[0]
+        why = ("there is one training prompt" if len(references) == 1 else
+               f"the most common reference, {common!r}, is that of {count} of {len(references)} prompts")
+        raise ConfigError(f"reward.shuffle_references: {len(own)} of {len(references)} training prompts would be "
+                          f"scored against their own reference text ({why}); a shuffled-reference control needs "
+                          f"every reference text on at most half of the prompts: use more varied data")
+    return [prompts[j].example for j in pi]
+
+
 def build_policy(cfg: Config, model):
     """Wrap the base model for training: a LoRA adapter (peft) or all weights. The adapter's modules
     follow model.lora_target_modules as `rlpr.model.lora.lora_targets` resolves them for this model."""

@@ -7,6 +7,7 @@ import signal
 import sys
 from contextlib import contextmanager
 
+from rlpr.errors import command_line
 from rlpr.parallel import distributed as dist
 
 
@@ -53,18 +54,19 @@ def end_of_run(trainer) -> dict:
     summary: {"interrupted": True}, {"after": ...} or {}."""
     run_dir, step, steps = trainer.run_dir, trainer.step, trainer.cfg.trainer.max_steps
     if trainer.stop_requested and step < steps:
-        _say(f"\nstopped at step {step}; checkpoint saved. Resume with:\n  rlpr train --resume {run_dir}")
+        _say(f"\nstopped at step {step}; checkpoint saved. Resume with:\n  "
+             f"{command_line('rlpr', 'train', '--resume', run_dir)}")
         return {"interrupted": True}
     if trainer.stop_requested:  # during the last step or the final save: no evaluation
         _say(f"\nstopped after the last step ({step}); the final checkpoint is saved. Evaluate it with:\n"
-             f"  rlpr eval --checkpoint {run_dir} --data ...")
+             f"  {command_line('rlpr', 'eval', '--checkpoint', run_dir)} --data ...")
         return {"interrupted": True}
     try:
         trainer.in_final_evaluation = True
         after = trainer.evaluate()
     except EvaluationStopped as e:
         _say(f"\n{e} during the final evaluation: stopped it; the final checkpoint (step {step}) is saved. "
-             f"Evaluate it with:\n  rlpr eval --checkpoint {run_dir} --data ...")
+             f"Evaluate it with:\n  {command_line('rlpr', 'eval', '--checkpoint', run_dir)} --data ...")
         return {"interrupted": True}
     finally:
         trainer.in_final_evaluation = False

@@ -19,15 +19,9 @@ import re
 import time
 from pathlib import Path
 
-from rlpr.errors import ConfigError, error_reason, write_atomic
+from rlpr.errors import ConfigError, error_reason, json_line, write_atomic
 
 log = logging.getLogger("rlpr.train")
-
-
-def _clean(value):
-    if isinstance(value, float) and not math.isfinite(value):
-        return None
-    return value
 
 
 def numbers(metrics: dict) -> dict[str, float]:
@@ -184,9 +178,9 @@ class Tracker:
             self._backends.append(TRACKERS[name](self.run_dir, resume_step, config))
 
     def log(self, step: int, metrics: dict) -> None:
-        record = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
+        record = {"step": step, **metrics}
         try:
-            _append(self.path, (json.dumps(record) + "\n").encode("utf-8"))
+            _append(self.path, json_line(record).encode("utf-8"))
             self._written(self.path.name, step)
         except OSError as e:
             self._failure(self.path.name, step, e, "its record is missing from the log")
@@ -203,7 +197,8 @@ class Tracker:
         path = folder / f"step_{step:06d}.jsonl"
         try:  # the temporary name is not step_*.jsonl: no reader takes it for a samples file
             folder.mkdir(parents=True, exist_ok=True)
-            write_atomic(path, "".join(json.dumps(row, ensure_ascii=False) + "\n" for row in rows))
+            # strict JSON: a non-finite reward or score is null, never a bare NaN (issue 43)
+            write_atomic(path, "".join(json_line(row, ensure_ascii=False) for row in rows))
         except OSError as e:
             self._failure(f"samples/{path.name}", step, e, "training goes on without it", key="samples")
 

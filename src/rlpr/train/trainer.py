@@ -31,7 +31,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
-from rlpr.reward.label_free import derangement, response_keys
+from rlpr.reward.label_free import response_keys
 from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
@@ -40,6 +40,7 @@ from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
 from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints, load_state, load_weights,
                                    restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
+from rlpr.train.finite import stop_on_nonfinite
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics,
                                 sample_rows)
@@ -47,7 +48,7 @@ from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
-                              scoring_budget, seed_everything, std_filter, training_prompts)
+                              scoring_budget, seed_everything, shuffled_targets, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
 
@@ -96,10 +97,9 @@ class Trainer:
         self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
         self.reward.seed = cfg.trainer.seed  # kind=random's draws
         # reward.shuffle_references (the control): training prompt i is scored against prompt pi(i)'s
-        # reference, pi a derangement fixed by the seed; None: each against its own
-        self.scored_against = ([self.train_prompts[j].example for j in derangement(
-            [p.example.reference for p in self.train_prompts], cfg.trainer.seed)]
-            if cfg.reward.shuffle_references else None)
+        # reference, pi a derangement fixed by the seed (no prompt keeps its own); None: each against its own
+        self.scored_against = (shuffled_targets(self.train_prompts, cfg.trainer.seed)
+                               if cfg.reward.shuffle_references else None)
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
@@ -336,6 +336,7 @@ class Trainer:
         if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
             self.tracker.write_samples(step, sample_rows(generated))
         self._flag_collapse(step, metrics)
+        stop_on_nonfinite(step, metrics, self.run_dir)  # NaN/inf: stop before this step is logged or saved
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
@@ -434,11 +435,12 @@ class Trainer:
         return summary
 
 
-def train(cfg: Config, resume: str | None = None) -> dict:
-    """Run (or resume) a training run; returns a summary (before/after eval, last metrics)."""
+def train(cfg: Config, resume: str | None = None, accept_base_change: bool = False) -> dict:
+    """Run (or resume) a training run; returns a summary (before/after eval, last metrics).
+    `accept_base_change`: resume even though the base model's weights changed (with a warning)."""
     dist.init_from_env(dist.resolve_device(cfg.model.device))  # NCCL on GPUs, gloo on CPU
     try:
-        summary = _train(cfg, resume)
+        summary = _train(cfg, resume, accept_base_change)
     except BaseException:
         dist.shutdown(wait=False)
         raise
@@ -446,14 +448,15 @@ def train(cfg: Config, resume: str | None = None) -> dict:
     return summary
 
 
-def _train(cfg: Config, resume: str | None) -> dict:
+def _train(cfg: Config, resume: str | None, accept_base_change: bool = False) -> dict:
     validate_world(cfg, dist.world_size())
     # refused before any model work; recorded once the checkpoint loads
     changes = resume_changes(resume, cfg) if resume else {}
     # a data error surfaces before the model loads and before anything is written
     examples = load_data(cfg)  # and prompts_per_step against the rows read
     run_dir = Path(dist.broadcast_object(str(resume) if resume else str(default_run_dir(cfg))))
-    prepare_run_dir(run_dir, cfg, examples, bool(resume))  # config.yaml, data.yaml; a resume: data unchanged
+    # config.yaml, data.yaml, base_model.yaml; a resume: data and base model unchanged
+    prepare_run_dir(run_dir, cfg, examples, bool(resume), accept_base_change)
     trainer = Trainer(cfg, run_dir, resume=bool(resume), examples=examples)
     if resume and dist.is_main():  # only once the checkpoint has loaded: a failed resume changes nothing
         record_resume(run_dir, trainer.step, changes)

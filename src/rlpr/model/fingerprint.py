@@ -1,0 +1,135 @@
+"""A fingerprint of a base model's weights, cheap enough for a 7B folder (issue 43, item 3).
+
+A run records it at its start (`base_model.yaml` in the run directory); a resume, and an eval,
+serve or export of a LoRA checkpoint, compare the base they load with it and refuse, with one
+line, a base whose weights changed since (a LoRA adapter trained on other weights is silently a
+different model). `--accept-base-change` goes on anyway, with a warning.
+
+What is hashed, per file (the weight files and config.json of a model folder, or the .gguf file
+itself): its size and, up to `WHOLE_LIMIT` (64 MiB), its whole content; above, a safetensors
+file's header (every tensor's name, dtype, shape and offsets) and `SAMPLES` blocks of
+`SAMPLE_BYTES` spread evenly over the file, the last block included. A 7B model in 4 shards of
+4 GB thus costs about 4 x 1 MiB of reads, not 15 GB; the price is that a change confined to
+bytes between two samples of a large file goes unseen (any re-training or re-quantisation touches
+every block). Modification times are left out: a copy of the same weights is the same base.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import os
+import struct
+from pathlib import Path
+
+from rlpr.errors import ConfigError, ModelError
+
+log = logging.getLogger(__name__)
+
+FINGERPRINT_FILE = "base_model.yaml"
+WHOLE_LIMIT = 64 << 20
+SAMPLES = 16
+SAMPLE_BYTES = 64 << 10
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+
+
+def model_files(model_path: str | os.PathLike) -> list[Path]:
+    """The files that make a base model's weights: a .gguf file (a named model's included), or a
+    model folder's config.json and weight files."""
+    from rlpr.model.loading import NAMED_MODELS
+
+    path = NAMED_MODELS[str(model_path)]() if str(model_path) in NAMED_MODELS else Path(model_path)
+    if path.suffix == ".gguf":
+        if not path.is_file():
+            raise ModelError(f"{path}: GGUF file not found")
+        return [path]
+    if not (path / "config.json").is_file():
+        raise ModelError(f"{path}: not a Hugging Face model directory (no config.json) or .gguf file")
+    weights = sorted(p for p in path.iterdir() if p.is_file() and p.name.endswith(WEIGHT_SUFFIXES))
+    return [path / "config.json", *weights]
+
+
+def _safetensors_header(f, size: int) -> bytes:
+    head = f.read(8)
+    if len(head) < 8:
+        return b""
+    (n,) = struct.unpack("<Q", head)
+    return head + f.read(n) if 8 + n <= min(size, 100 << 20) else head
+
+
+def file_digest(path: Path) -> str:
+    """sha256 of a file's size and its content (whole up to WHOLE_LIMIT, else its safetensors
+    header and evenly spread samples)."""
+    size = path.stat().st_size
+    digest = hashlib.sha256(str(size).encode())
+    with open(path, "rb") as f:
+        if size <= WHOLE_LIMIT:
+            for block in iter(lambda: f.read(1 << 20), b""):
+                digest.update(block)
+            return digest.hexdigest()
+        if path.suffix == ".safetensors":
+            digest.update(_safetensors_header(f, size))
+        for k in range(SAMPLES + 1):  # k = SAMPLES: the file's last block
+            f.seek(min(k * (size // SAMPLES), size - SAMPLE_BYTES))
+            digest.update(f.read(SAMPLE_BYTES))
+    return digest.hexdigest()
+
+
+def base_fingerprint(model_path: str | os.PathLike) -> dict:
+    """{"model": the path as configured, "files": {name: {"bytes", "sha256"}}, "sha256": of them all}."""
+    try:
+        files = {p.name: {"bytes": p.stat().st_size, "sha256": file_digest(p)} for p in model_files(model_path)}
+    except OSError as e:
+        raise ModelError(f"{model_path}: cannot read the model's files ({e.strerror or e})") from None
+    whole = hashlib.sha256("".join(f"{n}:{v['bytes']}:{v['sha256']}\n" for n, v in sorted(files.items())).encode())
+    return {"model": str(model_path), "files": files, "sha256": whole.hexdigest()}
+
+
+def fingerprint_change(saved: dict, now: dict) -> str | None:
+    """How the base changed between two fingerprints, in a few words; None when it did not."""
+    if saved.get("sha256") == now.get("sha256"):
+        return None
+    old, new = saved.get("files") or {}, now.get("files") or {}
+    for name in sorted(set(old) | set(new)):
+        a, b = old.get(name), new.get(name)
+        if a == b:
+            continue
+        if a is None or b is None:
+            return f"{name} {'appeared' if a is None else 'is gone'}"
+        return (f"{name}: {a.get('bytes')} bytes, sha256 {str(a.get('sha256'))[:12]} -> {b['bytes']} bytes, "
+                f"sha256 {b['sha256'][:12]}")
+    return "its files changed"
+
+
+def write_fingerprint(run_dir: Path, model_path: str | os.PathLike) -> None:
+    """base_model.yaml: the fingerprint of the base a new run starts from."""
+    import yaml
+
+    (Path(run_dir) / FINGERPRINT_FILE).write_text(yaml.safe_dump(base_fingerprint(model_path), sort_keys=False))
+
+
+def check_base(run_dir: str | os.PathLike, model_path: str | os.PathLike, what: str, accept: bool = False) -> None:
+    """Refuse (one line: `what` is the command, e.g. "--resume RUN") a base at `model_path` whose
+    weights are not those the run recorded at its start; with `accept`, a warning. A run from
+    before base_model.yaml, or a base at another path than the run's (`rlpr eval --model OTHER`
+    says so itself), is not checked."""
+    import yaml
+
+    path = Path(run_dir) / FINGERPRINT_FILE
+    if not path.is_file():
+        return
+    try:
+        saved = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+        saved = None
+    if not isinstance(saved, dict) or str(saved.get("model")) != str(model_path):
+        return
+    change = fingerprint_change(saved, base_fingerprint(model_path))
+    if change is None:
+        return
+    message = (f"{what}: the base model {model_path} changed since the run started ({change}); the run's "
+               f"checkpoints were trained on the old weights")
+    if accept:
+        log.warning("%s; going on with the new ones (--accept-base-change)", message)
+        return
+    raise ConfigError(f"{message}: restore them, or pass --accept-base-change to go on with the new ones")

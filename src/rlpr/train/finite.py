@@ -1,0 +1,62 @@
+"""Non-finite values stop a run (issue 43, item 1).
+
+A model with a NaN or infinite weight (or logits that overflow) used to train to the end with exit
+status 0: its score B was NaN, its loss and gradient norm NaN, the metrics null and the AdamW step
+spread the NaN into every weight, which the next checkpoint then saved. After each step (before it
+is logged or saved) the step's own values are checked, earliest phase first: the rewards (score B,
+score A, the reward), then the update (the logits through their entropy, the loss terms, the
+gradient norm). The first that is not finite stops the run with one line naming the step, the
+phase, the value and the last good checkpoint, which the stop leaves as it was (the step's update
+is never saved). The metrics come summed over every process, so all of them stop together.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from rlpr.errors import TrainingError, command_line
+from rlpr.model.checkpoint_files import list_checkpoints
+
+# (metric, what it measures, the phase of the step that produced it), in the order they are made
+WATCHED = (
+    ("reward/score_b_mean", "score B (the policy's probability of the reference)", "reward"),
+    ("reward/score_a_mean", "score A (the reference's probability without the response)", "reward"),
+    ("reward/mean", "the reward", "reward"),
+    ("policy/entropy", "the policy's logits (their entropy)", "update"),
+    ("policy/pg_loss", "the policy loss", "update"),
+    ("policy/kl", "the KL term", "update"),
+    ("policy/ref_sft_logp", "the reference-SFT log-probability", "update"),
+    ("policy/grad_norm", "the gradient norm", "update"),
+)
+
+
+class NonFiniteValue(TrainingError):
+    """A NaN or infinity in a step's rewards, logits, loss or gradient norm."""
+
+
+def first_nonfinite(metrics: dict) -> tuple[str, str, str, float] | None:
+    """(metric, what, phase, value) of the first watched value that is not finite, or None. The
+    update's values count only when the step updated on some tokens (a step whose groups were all
+    filtered out reports NaN for them by design)."""
+    updated = bool(metrics.get("policy/updates")) and bool(metrics.get("policy/tokens"))
+    for key, what, phase in WATCHED:
+        value = metrics.get(key)
+        if value is None or (phase == "update" and not updated):
+            continue
+        if isinstance(value, (int, float)) and not math.isfinite(value):
+            return key, what, phase, float(value)
+    return None
+
+
+def stop_on_nonfinite(step: int, metrics: dict, run_dir: Path) -> None:
+    """Raise NonFiniteValue (one line) when a watched value of step `step` is not finite."""
+    found = first_nonfinite(metrics)
+    if found is None:
+        return
+    key, what, phase, value = found
+    saved = list_checkpoints(run_dir)
+    kept = (f"the last good checkpoint, {saved[-1].name}, is kept (after fixing the cause: "
+            f"{command_line('rlpr', 'train', '--resume', str(run_dir))})" if saved else "no checkpoint was saved")
+    raise NonFiniteValue(f"step {step}, {phase} phase: {what} is {value} ({key}); training stopped without saving "
+                         f"this step; {kept}. Check the base model's weights for NaN or infinity, or lower trainer.lr")
