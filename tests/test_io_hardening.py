@@ -372,6 +372,9 @@ def test_over_long_scored_texts_are_counted_and_warned_once(tiny_model, tokenize
         token_ids, finished, text = [1, 2], True, "t"
 
     class P:  # what the rollout metrics read of a Prompt
+        class example:
+            reference = "Paris"
+
         def response_text(self, text):
             return text
 

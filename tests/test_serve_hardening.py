@@ -395,4 +395,4 @@ def test_serve_command_takes_max_connections(capsys):
     from rlpr.cli.main import main
 
     assert main(["serve", "--port", "0", "--max-connections", "0"]) == 2
-    assert "--max-connections >= 1" in capsys.readouterr().err
+    assert "--max-connections must be in 1..65536" in capsys.readouterr().err
