@@ -122,9 +122,8 @@ class Distiller:
             return {}
         tick = time.perf_counter()
         if self.signal == "no_teacher":
-            metrics = self._no_teacher(samples)
-        else:
-            metrics = self._teacher(samples, step)
+            return self._no_teacher(samples)
+        metrics = self._teacher(samples, step)
         metrics["perf/teacher_s"] = time.perf_counter() - tick - metrics.get("perf/identity_s", 0.0)
         return metrics
 

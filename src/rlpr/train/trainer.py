@@ -286,10 +286,10 @@ class Trainer:
         timings = {}
         tick = time.perf_counter()
         with self._precision(), self.strategy.gathered():
-            kl = initial_policy(self.policy, cfg.model.lora, self.ref_model) if cfg.algorithm.kl_coef else nullcontext()
-            with kl as ref:  # with one update, old log-probs = detached current ones (unless OPSD reads them)
-                fill_step_logprobs(self.policy, ref, all_samples, cfg, pad,
-                                   old=n_updates * t.epochs_per_step > 1 or self.distiller.active)
+            kl = initial_policy(self.policy, cfg.model.lora, self.ref_model) if cfg.algorithm.kl_coef else None
+            # with one update, old log-probs = detached current ones (unless OPSD reads them before it)
+            fill_step_logprobs(self.policy, all_samples, cfg, pad, n_updates * t.epochs_per_step > 1
+                               or self.distiller.active, reference=kl)
             timings["perf/old_logp_s"] = time.perf_counter() - tick
             timings.update(self.distiller.prepare(all_samples, step))  # the teacher pass, each token's signal
         tick = time.perf_counter()

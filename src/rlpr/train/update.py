@@ -232,16 +232,18 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
                     setattr(s, attr, piece.clone())
 
 
-def fill_step_logprobs(policy, reference, samples: list[Sample], cfg, pad_id: int, old: bool) -> None:
+def fill_step_logprobs(policy, samples: list[Sample], cfg, pad_id: int, old: bool, reference=None) -> None:
     """The no-grad passes of a step before its updates: the policy's old log-probs (`old`: the step has
-    several updates, or OPSD reads them) and, with a `reference` model (algorithm.kl_coef), its
-    log-probs; micro-batches as the update's."""
+    several updates, or OPSD reads them), then, with `reference` (a context manager that gives the KL's
+    reference model, algorithm.kl_coef), its log-probs; micro-batches as the update's."""
     t = cfg.trainer
     share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
-    for model, attr in ((policy if old else None, "old_logp"), (reference, "ref_logp")):
-        if model is not None:
-            fill_logprobs(model, samples, attr, t.micro_batch_sequences, pad_id, cfg.rollout.temperature, share,
-                          t.micro_batch_tokens)
+    args = (t.micro_batch_sequences, pad_id, cfg.rollout.temperature, share, t.micro_batch_tokens)
+    if old:
+        fill_logprobs(policy, samples, "old_logp", *args)
+    if reference is not None:
+        with reference as model:
+            fill_logprobs(model, samples, "ref_logp", *args)
 
 
 def normaliser(samples: list[Sample]) -> Normaliser:
