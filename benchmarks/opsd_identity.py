@@ -77,7 +77,9 @@ def run_model(model: str, steps: int, seed: int) -> dict:
         cfg = load_config("small", [*MODELS[model], *RUN, f"trainer.max_steps={steps}", f"trainer.seed={seed}",
                                     f"trainer.output_dir={out}", "trainer.name=identity"])
         start = time.perf_counter()
+        (Path(out) / "identity").mkdir()
         trainer = Trainer(cfg, Path(out) / "identity", examples=load_data(cfg))
+        trainer.distiller.pairs = []  # every response's (step, S, R)
         trainer.run()
         seconds = time.perf_counter() - start
         per_step = [{k: m.get(k) for k in ("step", "opsd/identity_pearson", "opsd/identity_spearman",

@@ -166,6 +166,13 @@ def test_ema_teacher_and_identity_resume_bit_exactly(tiny_dir, tmp_path):
     assert all(torch.equal(ema_a["weights"][k], ema_b["weights"][k]) for k in ema_a["weights"])
     # the teacher moved off the initial adapter (lora_B starts at 0)
     assert any(v.abs().max() > 0 for k, v in ema_a["weights"].items() if "lora_B" in k)
+    # a checkpoint whose teacher state has the wrong shape is refused as the other malformed states are
+    from rlpr.train.checkpoint import state_shape_problem
+
+    state = load_state(latest_checkpoint(tmp_path / "straight"))
+    assert state_shape_problem(state, latest_checkpoint(tmp_path / "straight")) is None
+    state["opsd"] = {"ema": {"steps": -1, "weights": {}}}
+    assert state_shape_problem(state, latest_checkpoint(tmp_path / "straight")) == "malformed OPSD teacher state"
     ma = [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "straight")]
     mb = [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "resumed")]
     assert ma == mb and all("opsd/identity_pearson" in m for m in ma if "reward/mean" in m)

@@ -50,7 +50,8 @@ class Distiller:
                     else NoLagged())
         self.max_length = getattr(causal_lm(policy).config, "max_position_embeddings", None)
         self._teacher_ids: dict[int, list[int]] = {}
-        self.pairs: list[tuple[int, float, float]] = []  # (step, OPSD sum, RLPR's log reward) of every response
+        # a list to collect the identity's (step, OPSD sum, RLPR's log reward) of every response (a benchmark)
+        self.pairs: list[tuple[int, float, float]] | None = None
 
     @property
     def active(self) -> bool:
@@ -205,7 +206,8 @@ class Distiller:
         rhs = [nan if x is None or y is None else float(x.double().sum() - y.double().sum()) for x, y in zip(b, a)]
         pairs = [(step, x, y) for x, y in zip(lhs, rhs) if math.isfinite(y)]
         everyone = [p for r in dist.gather_objects(pairs) for p in r]
-        self.pairs.extend(everyone)
+        if self.pairs is not None:
+            self.pairs.extend(everyone)
         return identity_stats([x for _, x, _ in everyone], [y for _, _, y in everyone]).metrics()
 
     # -- the teacher's EMA weights -------------------------------------------------------------
