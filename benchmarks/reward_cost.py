@@ -3,8 +3,11 @@
 Samples one training step's responses with the `small` preset (4 prompts x 8 responses; the embedded
 model, or Gemma 3 270M with --model gemma) and times each reward kind scoring them, alternating the
 kinds over `--repeats` rounds (this machine is noisy): RLPR (score B and a fresh score A, as on a
-prompt's first visit; and B alone, A cached), the label-free kinds and the controls. Reports the
-median seconds and the ratio to RLPR's.
+prompt's first visit; and B alone, A cached), the label-free kinds and the controls, and OPSD's
+passes (issue 41): the teacher pass for the sampled-token signal, with the full-vocabulary rows of
+the JSD loss and with the top-50 rows, the student's old log-probs (a pass OPSD adds when a step has a
+single update) and the identity check (score B and A with the teacher, no cache). Reports the median
+seconds and the ratio to RLPR's.
 
     python benchmarks/reward_cost.py [--model smollm2|gemma] [--repeats 5]
 
@@ -34,6 +37,59 @@ KINDS = {  # name -> reward overrides
     "majority": ["reward.kind=majority"],
     "rlvr (oracle verifier)": ["reward.kind=verifier"],
 }
+
+
+OPSD = {  # name -> opsd overrides (reward.kind=opsd, the teacher as the policy is: no LoRA base here)
+    "opsd teacher pass (sampled_token)": ["opsd.loss=sampled_token"],
+    "opsd teacher pass + full-vocabulary rows (jsd)": ["opsd.loss=jsd", "opsd.top_k=0"],
+    "opsd teacher pass + top-50 rows (jsd, top_k=50)": ["opsd.loss=jsd", "opsd.top_k=50"],
+}
+
+
+def opsd_seconds(model_overrides: list[str], model, tokenizer, prompts, rollouts, repeats: int
+                 ) -> dict[str, list[float]]:
+    """OPSD's passes over the same responses (rlpr/train/opsd.py), alternating over `repeats` rounds."""
+    from rlpr.config import load_config
+    from rlpr.reward.probability_reward import ProbabilityReward
+    from rlpr.train.opsd import Distiller
+    from rlpr.train.update import Sample, fill_logprobs
+
+    def samples():
+        out = []
+        for r in rollouts:
+            p = prompts[r.prompt_index]
+            out.append(Sample(p.token_ids + r.token_ids, len(p.token_ids), 0.0, prompt_index=p.index,
+                              response=p.response_text(r.text)))
+        return out
+
+    def distiller(extra):
+        cfg = load_config("small", [*model_overrides, "reward.kind=opsd", "opsd.teacher=current",
+                                    "model.lora=false", "opsd.identity_every=0", *extra])
+        reward = ProbabilityReward(cfg.reward, tokenizer, 1.0, getattr(model.config, "max_position_embeddings", None))
+        return Distiller(cfg, model, tokenizer, reward, prompts, [p.example for p in prompts])
+
+    distillers = {name: distiller(extra) for name, extra in OPSD.items()}
+    t = distillers["opsd teacher pass (sampled_token)"].cfg.trainer
+    seconds: dict[str, list[float]] = {name: [] for name in [*OPSD, "opsd student old log-probs", "opsd identity"]}
+    for _ in range(repeats):
+        batch = samples()
+        start = time.perf_counter()
+        fill_logprobs(model, batch, "old_logp", t.micro_batch_sequences, tokenizer.pad_token_id, 1.0)
+        seconds["opsd student old log-probs"].append(time.perf_counter() - start)
+        for name, d in distillers.items():
+            for s in batch:
+                s.token_advantages = s.distill = None
+            start = time.perf_counter()
+            d.prepare(batch, 1)
+            seconds[name].append(time.perf_counter() - start)
+        d = distillers["opsd teacher pass (sampled_token)"]
+        probes = [Sample(d.teacher_prompt_ids(s.prompt_index) + s.input_ids[s.prompt_len:],
+                         len(d.teacher_prompt_ids(s.prompt_index)), 0.0) for s in batch]
+        teacher = [u for u, *_ in d._passes(model, probes, rows=False)]
+        start = time.perf_counter()
+        d.identity(batch, teacher, 1)
+        seconds["opsd identity"].append(time.perf_counter() - start)
+    return seconds
 
 
 def main() -> int:
@@ -83,6 +139,7 @@ def main() -> int:
             with torch.no_grad():
                 reward(model, texts, responses, refs, correct=correct, groups=groups)
             seconds[name].append(time.perf_counter() - start)
+    seconds.update(opsd_seconds(MODELS[args.model], model, tokenizer, prompts, rollouts, args.repeats))
     rlpr = statistics.median(seconds["rlpr (B + fresh A)"])
     table = {name: {"median_s": statistics.median(v), "ratio_to_rlpr": statistics.median(v) / rlpr, "runs_s": v}
              for name, v in seconds.items()}

@@ -57,6 +57,31 @@ def test_demo_preset_two_steps_end_to_end(tmp_path):
     assert summary["after"]["eval/questions"] == 2
 
 
+def test_opsd_end_to_end_on_the_embedded_model(tmp_path):
+    """reward.kind=opsd from the command line on the real model (issue 41): the teacher sees the
+    reference, its JSD and the identity are logged and finite, the adapter moves."""
+    import math
+
+    from safetensors.torch import load_file
+
+    from rlpr.cli.main import main
+    from rlpr.train.checkpoint import latest_checkpoint
+    from rlpr.train.tracking import read_metrics
+
+    assert main(["train", "reward.kind=opsd", "opsd.top_k=50", f"trainer.output_dir={tmp_path}", "trainer.name=opsd",
+                 "trainer.max_steps=2", "rollout.max_new_tokens=12", "rollout.responses_per_prompt=4",
+                 "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.val=", "trainer.progress=false",
+                 "trainer.report=false"]) == 0
+    steps = [m for m in read_metrics(tmp_path / "opsd") if "reward/mean" in m]
+    assert [m["step"] for m in steps] == [1, 2]
+    for m in steps:
+        assert m["opsd/identity_n"] >= 4 and m["opsd/jsd"] > 0
+        assert all(math.isfinite(m[k]) for k in ("opsd/jsd", "opsd/log_ratio_mean", "opsd/identity_pearson",
+                                                 "opsd/identity_spearman", "opsd/identity_mean_gap"))
+    adapter = load_file(str(latest_checkpoint(tmp_path / "opsd") / "adapter" / "adapter_model.safetensors"))
+    assert any("lora_B" in k and v.abs().max() > 0 for k, v in adapter.items())
+
+
 @pytest.mark.parametrize("gguf_type", ["f16", "q8_0"])
 def test_gguf_export_of_the_embedded_model_answers_the_same(real_model, tmp_path, gguf_type):
     """The embedded model written back as a GGUF (rlpr export's writer; the tokenizer's fields copied

@@ -1,6 +1,6 @@
 """rlpr: Reinforcement Learning with Reference Probability Reward (verifier-free RL)."""
 
-__version__ = "0.1.0"
+from rlpr.version import __version__  # noqa: F401
 
 
 def __getattr__(name):

@@ -317,6 +317,67 @@ class AlgorithmConfig:
     """Upper bound of rho (TRL's default 3; verl's TIS uses 2)."""
 
 
+
+OPSD_TEMPLATE = ("Here is a reference solution to the problem below:\n{reference}\n\nAfter understanding the "
+                 "reference solution and the rationale behind each step, now articulate your own step-by-step "
+                 "reasoning that derives the same final answer to the problem below:\n\n{question}")
+
+
+@dataclass
+class OpsdConfig:
+    """On-policy self-distillation with the reference (reward.kind=opsd, opsd_hybrid, opsd_no_teacher;
+    docs/opsd.md): the teacher is the policy shown the reference before the question, scored on the
+    student's own responses (training only)."""
+
+    loss: str = "jsd"
+    """The per-token signal: jsd (the generalized Jensen-Shannon divergence JSD_beta(teacher, student) over
+    the full vocabulary, or the teacher's top_k tokens, averaged over response tokens; the reference
+    code's default) or sampled_token (a_t = clip(log teacher(o_t) - log student(o_t), -clip, clip) as
+    the per-token advantage of the PPO loss, no group normalisation; its memory-light option).
+    opsd_no_teacher ignores it."""
+    beta: float = 0.5
+    """JSD_beta = beta KL(teacher || m) + (1 - beta) KL(student || m), m = beta teacher + (1 - beta)
+    student; 0: forward KL(teacher || student), 1: reverse KL(student || teacher) (the reference
+    code's convention and its scripts' 0.5)."""
+    top_k: int = 0
+    """loss=jsd over the teacher's k most likely tokens, teacher and student renormalised over them
+    (0: the full vocabulary, the reference code's default). Bounds the teacher rows kept from the
+    scoring pass to the update: k instead of V values per response token."""
+    clip: float = 5.0
+    """c of the sampled-token advantage, in nats (inf: unclipped, as the reference code)."""
+    teacher: str = "initial"
+    """The teacher's weights: initial (the initial model: with LoRA the adapter-off base, else a frozen
+    copy; the reference code's recommended fixed teacher), current (the policy that sampled the
+    step) or ema (an exponential moving average of the policy's trainable weights, updated after
+    every optimizer step; trainer.strategy=ddp)."""
+    ema_decay: float = 0.999
+    """teacher=ema: w <- d * w + (1 - d) * policy after each optimizer step, from the initial weights
+    (the reference code's 0.999)."""
+    context: str = "reference"
+    """What the teacher template shows before the question: reference (the row's reference answer, or
+    another prompt's under reward.shuffle_references: OP2SD), solution (a worked solution from the
+    data column solution_column) or none (the context-only control: the same template with an empty
+    reference)."""
+    solution_column: str = "solution"
+    """context=solution: the column (flat files) or field (verl rows: top level or extra_info) that
+    holds each row's worked solution."""
+    template: str = OPSD_TEMPLATE
+    """The teacher's user turn: {reference} and {question} (the prompt's last user turn, instructions
+    included) replaced, the rest of the chat as the student's (the reference code's wording, with the
+    reference placed before the question)."""
+    hybrid_lambda: float = 1.0
+    """reward.kind=opsd_hybrid: the weight of the OPSD signal beside RLPR's sequence advantage
+    (sampled_token: A_RLPR + lambda a_t per token; jsd: the PPO loss on A_RLPR + lambda JSD)."""
+    no_teacher_rho: float = 0.1
+    """reward.kind=opsd_no_teacher: the fraction of the step's response tokens, those of lowest
+    log-prob under the policy that sampled them, that get the advantage -no_teacher_delta."""
+    no_teacher_delta: float = 1.0
+    """reward.kind=opsd_no_teacher: the fixed negative advantage's size."""
+    identity_every: int = 1
+    """Measure the identity (opsd/identity_*: the OPSD sum against RLPR's log p(y* | q, o) - log p(y* | q),
+    per response, with the teacher's weights) every N steps; 0: never. Costs a score B and A pass and,
+    unless teacher=current, one pass over the responses."""
+
 @dataclass
 class TrainerConfig:
     """The training loop: batch sizes, optimizer, precision, parallelism, evaluation, outputs."""
@@ -416,6 +477,7 @@ class Config:
     rollout: RolloutConfig = field(default_factory=RolloutConfig)
     reward: RewardConfig = field(default_factory=RewardConfig)
     algorithm: AlgorithmConfig = field(default_factory=AlgorithmConfig)
+    opsd: OpsdConfig = field(default_factory=OpsdConfig)
     trainer: TrainerConfig = field(default_factory=TrainerConfig)
 
     def to_dict(self) -> dict:
@@ -620,6 +682,10 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
     "algorithm.kl_coef": (0, INF, True, False), "algorithm.ref_sft_coef": (0, INF, True, False),
     "algorithm.rollout_is_min": (0, INF, True, False), "algorithm.rollout_is_max": (0, INF, False, True),
+    "opsd.beta": (0, 1, True, True), "opsd.top_k": (0, INF, True, False), "opsd.clip": (0, INF, False, True),
+    "opsd.ema_decay": (0, 1, True, True), "opsd.hybrid_lambda": (0, INF, True, False),
+    "opsd.no_teacher_rho": (0, 1, False, True), "opsd.no_teacher_delta": (0, INF, True, False),
+    "opsd.identity_every": (0, INF, True, False),
     "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
     "trainer.micro_batch_sequences": (1, INF, True, False),
     "trainer.micro_batch_tokens": (0, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
@@ -678,6 +744,7 @@ def choices() -> dict[str, tuple]:
     """Every key with a fixed set of values, read from the registries that own them (in the order
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
+    from rlpr.algorithms.opsd import CONTEXTS, LOSSES, TEACHERS
     from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS,
                                         ROLLOUT_IS, SFT_WEIGHTS)
     from rlpr.data.templates import TEMPLATES
@@ -721,6 +788,9 @@ def choices() -> dict[str, tuple]:
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),
         "algorithm.ref_sft_norm": tuple(REF_SFT_NORMS),
         "algorithm.rollout_is": ROLLOUT_IS,
+        "opsd.loss": LOSSES,
+        "opsd.teacher": TEACHERS,
+        "opsd.context": CONTEXTS,
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.strategy": tuple(STRATEGIES),
         "trainer.trackers": tuple(TRACKERS),
@@ -804,10 +874,11 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         if r.shuffle_references and r.kind in ("verifier", "hybrid") and r.verifier == "oracle":
             raise ConfigError("reward.shuffle_references: the oracle verifier grades against the true reference; "
                               "use reward.verifier=exact for a shuffled-reference RLVR control")
-        from rlpr.reward.kinds import REWARD_KINDS
+        from rlpr.reward.kinds import reads_reference
 
-        if r.shuffle_references and REWARD_KINDS[r.kind].label_free is not None:
-            raise ConfigError(f"reward.shuffle_references: reward.kind={r.kind} reads no reference")
+        if r.shuffle_references and not reads_reference(r.kind, cfg.opsd.context):
+            raise ConfigError(f"reward.shuffle_references: reward.kind={r.kind} reads no reference"
+                              + (" (opsd.context=none)" if reads_reference(r.kind) else ""))
         if r.efficiency_weight and r.kind != "nover":
             raise ConfigError(f"reward.efficiency_weight is NOVER's efficiency term: it needs reward.kind=nover "
                               f"(got {r.kind})")
@@ -835,6 +906,7 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
     if a.rollout_is != "none" and ro.engine == "hf":
         raise ConfigError("algorithm.rollout_is corrects for the sampling engine's own log-probs, which "
                           "rollout.engine=hf does not report (it samples with the trainer's model): use rollout.engine=vllm")
+    validate_opsd(cfg)
     if a.rollout_is_min >= a.rollout_is_max:
         raise ConfigError(f"algorithm.rollout_is_min ({a.rollout_is_min}) must be below algorithm.rollout_is_max "
                           f"({a.rollout_is_max})")
@@ -856,6 +928,29 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         raise ConfigError(f"data.train: file not found: {cfg.data.train}")
     if cfg.data.val not in ("demo", "") and not source_exists(cfg.data.val):
         raise ConfigError(f"data.val: file not found: {cfg.data.val}")
+
+
+def validate_opsd(cfg: Config) -> None:
+    """The opsd section's cross-field checks (only when reward.kind uses a teacher)."""
+    from rlpr.reward.kinds import REWARD_KINDS
+    from rlpr.reward.lagged import LAGGED_STRATEGIES
+
+    o = cfg.opsd
+    if REWARD_KINDS[cfg.reward.kind].token_signal != "teacher":
+        return
+    if "{question}" not in o.template:
+        raise ConfigError("opsd.template: must contain {question} (where the prompt's question goes)")
+    if o.context != "none" and "{reference}" not in o.template:
+        raise ConfigError(f"opsd.template: must contain {{reference}} (opsd.context={o.context} shows the teacher "
+                          f"a reference)")
+    if o.context == "solution" and not o.solution_column.strip():
+        raise ConfigError("opsd.solution_column: opsd.context=solution needs the data column that holds the solutions")
+    if o.context == "solution" and cfg.data.train == "demo":
+        raise ConfigError("opsd.context=solution: the demo tasks have no worked solutions; use data.train=FILE with a "
+                          "solution column (opsd.solution_column)")
+    if o.teacher == "ema" and cfg.trainer.strategy not in LAGGED_STRATEGIES:
+        raise ConfigError(f"opsd.teacher=ema swaps the averaged weights into the policy, which "
+                          f"trainer.strategy={cfg.trainer.strategy} shards: use trainer.strategy=ddp")
 
 
 def validate_world(cfg: Config, world_size: int) -> None:

@@ -10,7 +10,7 @@ import typing
 
 from rlpr.config import RANGES, SAMPLING_RANGES, ZERO_STAGES, Config, choices, interval
 
-SECTIONS = ("model", "data", "rollout", "reward", "algorithm", "trainer")
+SECTIONS = ("model", "data", "rollout", "reward", "algorithm", "opsd", "trainer")
 
 
 def field_docs(cls) -> dict[str, str]:

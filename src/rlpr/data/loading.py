@@ -27,6 +27,18 @@ class ColumnMapping:
     question: str = "question"
     answer: str = "answer"
     choices: str = "choices"
+    # a worked-solution column (opsd.context=solution; "": none), required in every row when set and
+    # kept in the example's extra_info under its name (verl rows: a top-level field or in extra_info)
+    solution: str = ""
+
+
+def solution_text(value, where: str, field: str) -> str:
+    """A row's worked solution: a non-empty string (opsd.context=solution shows it to the teacher)."""
+    if value is None:
+        raise DataError(f"{where}: field '{field}' is missing (opsd.context=solution reads it)")
+    if not isinstance(value, str) or not value.strip():
+        raise DataError(f"{where}: field '{field}' must be a non-empty string (opsd.context=solution reads it)")
+    return value
 
 
 def _score_a(row: dict, where: str) -> float | None:
@@ -88,7 +100,7 @@ def check_messages(prompt, where: str) -> list[dict]:
     return prompt
 
 
-def _from_verl(row: dict, where: str, index: int) -> Example:
+def _from_verl(row: dict, where: str, index: int, solution: str = "") -> Example:
     prompt = check_messages(row.get("prompt"), where)
     rm = row.get("reward_model")
     if not isinstance(rm, dict) or "ground_truth" not in rm:
@@ -100,6 +112,9 @@ def _from_verl(row: dict, where: str, index: int) -> Example:
     if not isinstance(extra, dict):
         extra = {"value": extra}
     acceptable = acceptable or [str(a) for a in (extra.get("acceptable_answers") or [])]
+    if solution:
+        extra = {**extra, solution: solution_text(row[solution] if solution in row else extra.get(solution), where,
+                                                  solution)}
     return Example(
         prompt=[{"role": m["role"], "content": m["content"]} for m in prompt],
         reference=gt,
@@ -145,6 +160,8 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
         acceptable=acceptable,
         choices=[str(c) for c in choices],
         score_a=_score_a(row, where),
+        extra_info={mapping.solution: solution_text(row.get(mapping.solution), where, mapping.solution)}
+        if mapping.solution else {},
     )
 
 
@@ -168,7 +185,7 @@ def examples_from_tables(tables: list[Table], template: str, mapping: ColumnMapp
             if not isinstance(row, dict):
                 raise DataError(f"{where}: expected an object with named fields")
             if "reward_model" in row or ("prompt" in row and mapping.question not in row):
-                out.append(_from_verl(row, where, index))
+                out.append(_from_verl(row, where, index, mapping.solution))
             else:
                 out.append(_from_flat(row, where, index, mapping, template, source))
     return out

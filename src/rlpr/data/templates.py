@@ -6,6 +6,7 @@ user turn, which small models follow more often than a system prompt (spec secti
 
 from __future__ import annotations
 
+import re
 import string
 from typing import Callable
 
@@ -65,3 +66,14 @@ def build_messages(question: str, template: str = "r1", multiple_choice: bool = 
     if template not in TEMPLATES:
         raise ValueError(f"unknown template {template!r}; choose one of {', '.join(TEMPLATES)}")
     return TEMPLATES[template](question, f"\n{MC_INSTRUCTION}" if multiple_choice else "")
+
+
+def teacher_messages(messages: list[dict], template: str, reference: str) -> list[dict]:
+    """OPSD's teacher context c(q, y*) (spec section 10): the prompt's chat messages with its last user
+    turn rewritten by `template`, {reference} replaced by `reference` and {question} by that turn's
+    text, in one pass (a reference that contains "{question}" stays as written)."""
+    last = max(i for i, m in enumerate(messages) if m["role"] == "user")
+    question = messages[last]["content"]
+    filled = re.sub(r"\{(reference|question)\}", lambda m: reference if m.group(1) == "reference" else question,
+                    template)
+    return [dict(m, content=filled) if i == last else dict(m) for i, m in enumerate(messages)]

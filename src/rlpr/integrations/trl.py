@@ -22,6 +22,7 @@ from __future__ import annotations
 
 from rlpr.config import Config, RewardConfig, validate
 from rlpr.errors import ConfigError, DataError
+from rlpr.reward.kinds import REWARD_KINDS
 from rlpr.model.forward import causal_lm
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.scoring import GROUP_AGGREGATIONS
@@ -76,6 +77,9 @@ class RLPRReward:
                  score_a_column: str = "score_a", data_source_column: str = "data_source", name: str = "rlpr"):
         self.config = config or RewardConfig()
         validate(Config(reward=self.config), sections=("reward",))
+        if REWARD_KINDS[self.config.kind].token_signal is not None:
+            raise ConfigError(f"RLPRReward: reward.kind={self.config.kind} is a per-token signal of rlpr's own trainer "
+                              "(docs/opsd.md), not a reward per completion; use rlpr train")
         self.reference_column = reference_column
         self.score_a_column = score_a_column
         self.data_source_column = data_source_column

@@ -182,7 +182,7 @@ def run_info(run: Path, checkpoint: Path, cfg: dict | None = None) -> RunInfo:
 def model_card(info: RunInfo, fmt: str) -> str:
     """The README.md: YAML front matter (library, tags), what training did, how to load it. `fmt`:
     adapter / model (a checkpoint's folder), hf / gguf (an export)."""
-    from rlpr import __version__
+    from rlpr.version import __version__
 
     base = "SmolLM2-135M-Instruct (embedded in rlpr)" if info.base == "default" else info.base
     step_dir = f"checkpoints/{info.checkpoint.name}"

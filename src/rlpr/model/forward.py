@@ -257,6 +257,39 @@ def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[in
                                  with_entropy, chunk)
 
 
+def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:
+    """fp32 output-layer logits [n, V] of hidden states [n, H], after the model's logit soft-capping
+    (no temperature)."""
+    lm = causal_lm(model)
+    logits = lm.get_output_embeddings()(hidden).float()
+    softcap = getattr(lm.config, "final_logit_softcapping", None)
+    return torch.tanh(logits / softcap) * softcap if softcap else logits
+
+
+def _rows_value(model, hidden: torch.Tensor, fn, temperature: float, *per_row: torch.Tensor) -> torch.Tensor:
+    logits = head_logits(model, hidden)
+    return fn(logits / temperature if temperature != 1.0 else logits, *per_row)
+
+
+def project_rows(model, hidden: torch.Tensor, fn, *per_row: torch.Tensor, temperature: float = 1.0,
+                 rows: int = 64) -> torch.Tensor:
+    """fn(logits / temperature [n, V], *pieces of `per_row`) -> [n] over the hidden states [N, H],
+    `rows` at a time: a per-token value of the whole next-token distribution (OPSD's divergence to the
+    teacher). Under autograd each piece is checkpointed, output layer included: backward keeps no
+    [n, V] logits and recomputes them (one more output-layer matmul per token). Returns [N]."""
+    from torch.utils.checkpoint import checkpoint
+
+    out = []
+    for start in range(0, hidden.shape[0], rows):
+        piece = hidden[start:start + rows]
+        extra = [t[start:start + rows] for t in per_row]
+        if torch.is_grad_enabled() and piece.requires_grad:
+            out.append(checkpoint(_rows_value, model, piece, fn, temperature, *extra, use_reentrant=False))
+        else:
+            out.append(_rows_value(model, piece, fn, temperature, *extra))
+    return torch.cat(out) if out else hidden.new_zeros(0, dtype=torch.float32)
+
+
 @torch.no_grad()
 def distribution_stats(model, hidden: torch.Tensor, rows: int = 64) -> tuple[torch.Tensor, torch.Tensor]:
     """The next-token distribution p_t after each of the hidden states [N, H] (temperature 1, fp32,

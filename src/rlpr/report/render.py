@@ -36,8 +36,17 @@ TRAIN_PANELS = [
     ("Clip fraction", [("policy/clip_frac", "clipped")], "fraction"),
     ("Gradient norm", [("policy/grad_norm", "grad norm")], ""),
     ("Peak memory", [("perf/peak_rss_gb", "peak RSS"), ("perf/peak_gpu_gb", "peak GPU")], "GiB"),
+    # OPSD (reward.kind=opsd*, docs/opsd.md): the identity check and the teacher's signal
+    ("OPSD identity: OPSD sum vs RLPR's log reward", [("opsd/identity_pearson", "Pearson r"),
+                                                      ("opsd/identity_spearman", "Spearman rho")], "correlation"),
+    ("OPSD identity: mean gap (OPSD sum - RLPR's log reward)", [("opsd/identity_mean_gap", "mean gap")], "nats"),
+    ("OPSD: teacher vs student per token", [("opsd/log_ratio_mean", "log teacher - log student"),
+                                            ("opsd/jsd", "JSD to the teacher")], "nats"),
+    ("OPSD: token advantages", [("opsd/adv_mean", "mean advantage"), ("opsd/clip_frac", "clipped fraction"),
+                                ("opsd/no_teacher_frac", "no-teacher: marked fraction")], ""),
 ]
-PHASES = [("perf/rollout_s", "rollout"), ("perf/reward_s", "reward"), ("perf/update_s", "update")]
+PHASES = [("perf/rollout_s", "rollout"), ("perf/reward_s", "reward"), ("perf/teacher_s", "OPSD teacher"),
+          ("perf/identity_s", "OPSD identity"), ("perf/update_s", "update")]
 # eval/ keys that are counts or standard errors, not curves
 EVAL_SKIP = ("eval/questions", "eval/samples")
 HELD_OUT_ROWS = [("accuracy", "eval/accuracy", "eval/accuracy_se"),
@@ -157,6 +166,8 @@ def phase_panel(run: RunData, multi: bool) -> bytes | None:
     fig, ax = _figure()
     bottom = [0.0] * len(steps)
     for (key, label), color in zip(PHASES, COLORS):
+        if not series[key]:  # a phase this run does not have (the OPSD teacher)
+            continue
         heights = [series[key].get(s, 0.0) for s in steps]
         ax.bar(steps, heights, bottom=bottom, label=label, color=color, width=0.8)
         bottom = [b + h for b, h in zip(bottom, heights)]

@@ -53,6 +53,11 @@ def hybrid(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float
     return vr_weight * verifier(s, alpha, 0, 0) + pr_weight * probability(s, alpha, 0, 0)
 
 
+def no_reward(s: Scores, alpha: float, pr_weight: float, vr_weight: float) -> float:
+    """A kind whose signal is per token (pure OPSD, its no-teacher control): no sequence reward."""
+    return 0.0
+
+
 @dataclass(frozen=True)
 class RewardKind:
     combine: Callable[[Scores, float, float, float], float]
@@ -63,6 +68,10 @@ class RewardKind:
     # a reward that reads no reference (the controls, the label-free family): batch -> r per response
     label_free: Callable[[LabelFreeBatch], list[float]] | None = None
     reads_policy: bool = False  # label_free runs the policy over the responses (entropy, self_certainty)
+    sequence_reward: bool = True  # False: every response's reward is 0 (no repetition penalty, no std filter)
+    # the per-token signal added in the update (rlpr/train/opsd.py): None, "teacher" (OPSD) or
+    # "no_teacher" (the control: -delta on the lowest-probability tokens)
+    token_signal: str | None = None
 
 
 REWARD_KINDS: dict[str, RewardKind] = {
@@ -76,4 +85,18 @@ REWARD_KINDS: dict[str, RewardKind] = {
     "self_certainty": RewardKind(probability, needs_score_b=False, needs_grader=False,
                                  label_free=self_certainty_kind, reads_policy=True),
     "majority": RewardKind(probability, needs_score_b=False, needs_grader=False, label_free=majority_kind),
+    "opsd": RewardKind(no_reward, needs_score_b=False, needs_grader=False, sequence_reward=False,
+                       token_signal="teacher"),
+    "opsd_hybrid": RewardKind(probability, needs_score_b=True, needs_grader=False, token_signal="teacher"),
+    "opsd_no_teacher": RewardKind(no_reward, needs_score_b=False, needs_grader=False, sequence_reward=False,
+                                  token_signal="no_teacher"),
 }
+
+
+def reads_reference(kind: str, opsd_context: str = "reference") -> bool:
+    """Whether a kind reads the reference (what reward.shuffle_references replaces): the probability
+    reward, a verifier, or an OPSD teacher shown it (opsd.context reference or solution)."""
+    k = REWARD_KINDS[kind]
+    if k.label_free is not None:
+        return False
+    return k.needs_score_b or k.needs_grader or (k.token_signal == "teacher" and opsd_context != "none")

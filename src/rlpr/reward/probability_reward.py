@@ -337,7 +337,7 @@ class ProbabilityReward:
         used = verdict if verified is None else float(bool(verified))
         reward = self.kind.combine(Scores(delta, used or 0.0, fmt), cfg.alpha, cfg.pr_weight, cfg.vr_weight)
         penalty = 0.0
-        if cfg.repetition_penalty and (reward != 0.0 or not cfg.repetition_only_nonzero):
+        if cfg.repetition_penalty and self.kind.sequence_reward and (reward != 0.0 or not cfg.repetition_only_nonzero):
             if has_repetition(response, cfg.repetition_window, cfg.repetition_count):
                 penalty = -1.0
         return RewardOutput(valid=valid, format=fmt, fallback=fallback, score_b=b, score_a=a,

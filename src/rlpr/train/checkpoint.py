@@ -179,7 +179,7 @@ def check_space_before_training(trainer) -> None:
     problem = None
     if dist.is_main():
         state = {"stream": trainer.stream.state_dict(), "score_a_cache": trainer.score_a.state_dict(),
-                 "lagged": trainer.lagged.state_dict()}
+                 "lagged": trainer.lagged.state_dict(), "opsd": trainer.distiller.state_dict()}
         need = checkpoint_estimate(trainer.policy, trainer.tokenizer, state)
         run_dir = Path(trainer.run_dir)
         free = shutil.disk_usage(next(p for p in (run_dir, *run_dir.absolute().parents) if p.exists())).free
@@ -314,6 +314,11 @@ def state_shape_problem(state: dict, ckpt: Path) -> str | None:
     if lagged is not None and not (isinstance(lagged, dict) and _count(lagged.get("steps"))
                                    and isinstance(lagged.get("weights"), dict)):
         return "malformed lagged scorer state"
+    teacher = state.get("opsd")  # opsd.teacher=ema: the teacher's EMA weights, as the lagged scorer's
+    ema = teacher.get("ema") if isinstance(teacher, dict) else None
+    if (teacher is not None and not isinstance(teacher, dict)) or (ema is not None and not (
+            isinstance(ema, dict) and _count(ema.get("steps")) and isinstance(ema.get("weights"), dict))):
+        return "malformed OPSD teacher state"
     if length and not (isinstance(length, dict) and isinstance(length.get("first"), list)
                        and all(_number(v) for v in length["first"]) and isinstance(length.get("warned"), bool)):
         return "malformed length monitor state"

@@ -90,6 +90,24 @@ def rollout_metrics(groups: list[Group]) -> dict:
             "_tokens": s["len"]}
 
 
+def group_std_stats(groups: list[Group]) -> tuple[float, float]:
+    """(mean of the finite group reward stds, count of groups with std > 1e-6) over every rank's groups."""
+    stds = [g.std for g in groups]
+    total, count, nonzero = dist.sum_values(
+        [sum(s for s in stds if math.isfinite(s)), sum(math.isfinite(s) for s in stds), sum(s > 1e-6 for s in stds)])
+    return (total / count if count else float("nan")), nonzero
+
+
+def filter_metrics(ema: float | None, threshold: float | None, kept: int, generated: int, tries: int,
+                   mean_std: float, nonzero: float, cached: int) -> dict:
+    """filter/*: the std filter's step (global counts), its EMA and threshold (0 while it is off)."""
+    return {"filter/kept_frac": kept / max(generated, 1), "filter/kept_groups": kept,
+            "filter/generated_groups": generated, "filter/tries": tries, "filter/mean_std": mean_std,
+            "filter/ema_std": ema if ema is not None else float("nan"),
+            "filter/threshold": threshold if threshold is not None else 0.0,
+            "filter/nonzero_std_frac": nonzero / max(generated, 1), "filter/cached_prompts": cached}
+
+
 def distinct_answers(group: Group) -> int:
     """How many different answers a group's responses give (`label_free.extracted_answer`; None,
     no answer, counts as one)."""

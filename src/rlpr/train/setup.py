@@ -38,7 +38,11 @@ def load_examples_for(cfg: Config, split: str):
         n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
         return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
                              families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
-    mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column)
+    from rlpr.reward.kinds import REWARD_KINDS
+
+    solution = (cfg.opsd.solution_column if split == "train" and cfg.opsd.context == "solution"
+                and REWARD_KINDS[cfg.reward.kind].token_signal == "teacher" else "")  # the OPSD teacher's
+    mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column, solution)
     # a folder with several splits: training falls back to "train"; held-out data must name its split
     return load_examples(source, cfg.data.template, mapping, default_split="train" if split == "train" else None)
 
@@ -129,10 +133,13 @@ def build_policy(cfg: Config, model):
 
 
 def reference_copy(cfg: Config, policy):
-    """A frozen copy of the initial policy for the KL term or the initial scorer (reward.scorer=initial)
-    under full fine-tuning (None otherwise: with LoRA the reference is the adapter-off base, and
-    without either none is needed)."""
-    if (cfg.algorithm.kl_coef or cfg.reward.scorer == "initial") and not cfg.model.lora:
+    """A frozen copy of the initial policy for the KL term, the initial scorer (reward.scorer=initial) or
+    OPSD's initial teacher (opsd.teacher=initial) under full fine-tuning (None otherwise: with LoRA the
+    reference is the adapter-off base, and without either none is needed)."""
+    from rlpr.reward.kinds import REWARD_KINDS
+
+    teacher = REWARD_KINDS[cfg.reward.kind].token_signal == "teacher" and cfg.opsd.teacher == "initial"
+    if (cfg.algorithm.kl_coef or cfg.reward.scorer == "initial" or teacher) and not cfg.model.lora:
         return copy.deepcopy(causal_lm(policy)).eval().requires_grad_(False)
     return None
 
@@ -147,10 +154,13 @@ def scoring_budget(cfg: Config):
 
 
 def std_filter(cfg: Config) -> EMAStdFilter:
-    """The group std filter with its EMA (algorithm.std_filter and algorithm.filter_*)."""
+    """The group std filter with its EMA (algorithm.std_filter and algorithm.filter_*); off for a kind
+    without a sequence reward (pure OPSD and its no-teacher control: every group's std is 0)."""
+    from rlpr.reward.kinds import REWARD_KINDS
+
     a = cfg.algorithm
     return EMAStdFilter(beta=a.filter_beta, warmup_steps=a.filter_warmup_steps, init_steps=a.filter_init_steps,
-                        decay=a.filter_ema_decay, enabled=a.std_filter)
+                        decay=a.filter_ema_decay, enabled=a.std_filter and REWARD_KINDS[cfg.reward.kind].sequence_reward)
 
 
 def build_optimizer(cfg: Config, trainable: list) -> torch.optim.Optimizer:

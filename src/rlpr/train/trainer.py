@@ -1,7 +1,8 @@
 """The RLPR training loop, readable top to bottom: one method per stage of a step.
 
     prompts -> rollouts -> probability rewards -> group std filter (+ dynamic sampling)
-            -> advantages -> old log-probs -> mini-batch PPO updates -> metrics / eval / checkpoint
+            -> advantages -> old log-probs (+ OPSD's teacher pass and per-token signal, train/opsd.py)
+            -> mini-batch PPO updates -> metrics / eval / checkpoint
 
 The loop is SPMD: under torchrun every rank runs it on its own prompts and owns whole groups;
 global counts go through `rlpr.parallel.distributed` (no-ops in a single process).
@@ -22,7 +23,7 @@ from rlpr.algorithms.advantages import NO_MOMENTS, compute_advantages, get_advan
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
-from rlpr.errors import ConfigError, TrainingError
+from rlpr.errors import TrainingError
 from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
@@ -38,19 +39,20 @@ from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.rollout.engines import build_engine
 from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
-from rlpr.train.checkpoint import (check_space_before_training, list_checkpoints, load_state, load_weights,
-                                   restore_latest, resume_changes, rng_state, save_checkpoint, set_rng_state)
+from rlpr.train import state
+from rlpr.train.checkpoint import check_space_before_training, list_checkpoints, restore_latest, resume_changes
 from rlpr.train.finite import stop_on_nonfinite
 from rlpr.train.held_out import held_out_report
-from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, flag_collapse, peak_rss_gb, rollout_metrics,
-                                sample_rows)
+from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, filter_metrics, flag_collapse, group_std_stats,
+                                peak_rss_gb, rollout_metrics, sample_rows)
+from rlpr.train.opsd import Distiller
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
                               scoring_budget, seed_everything, shuffled_targets, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs, training_sample, update_metrics
+from rlpr.train.update import Sample, accumulate_gradients, fill_step_logprobs, training_sample, update_metrics
 
 log = logging.getLogger("rlpr.train")
 
@@ -101,6 +103,9 @@ class Trainer:
         self.scored_against = (shuffled_targets(self.train_prompts, cfg.trainer.seed)
                                if cfg.reward.shuffle_references else None)
         self.score_a: ScoreA = self._bind_score_a(self.reward)
+        # reward.kind=opsd*: the teacher (the policy shown the reference) and each token's signal
+        self.distiller = Distiller(cfg, self.policy, self.tokenizer, self.reward, self.train_prompts,
+                                   self.scored_against or [p.example for p in self.train_prompts], self.ref_model)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
@@ -210,11 +215,8 @@ class Trainer:
             if global_kept >= want:
                 break
         kept_groups = self._first_kept(kept, want)
-        stds = [g.std for g in generated]
-        std_sum, std_count, nonzero = dist.sum_values(
-            [sum(s for s in stds if math.isfinite(s)), sum(math.isfinite(s) for s in stds), sum(s > 1e-6 for s in stds)])
+        mean_std, nonzero = group_std_stats(generated)
         kept_count = min(global_kept, want)
-        mean_std = std_sum / std_count if std_count else float("nan")
         if kept_count < want and cfg.algorithm.on_insufficient == "error":
             raise TrainingError(
                 f"step {step}: the std filter kept {kept_count} of {want} groups after "
@@ -222,12 +224,8 @@ class Trainer:
                 f"or set algorithm.on_insufficient=train")
         threshold = self.filter.threshold(step)
         self.filter.end_step(step, mean_std)
-        stats = {"filter/kept_frac": kept_count / max(global_generated, 1), "filter/kept_groups": kept_count,
-                 "filter/generated_groups": global_generated, "filter/tries": tries, "filter/mean_std": mean_std,
-                 "filter/ema_std": self.filter.ema if self.filter.ema is not None else float("nan"),
-                 "filter/threshold": threshold if threshold is not None else 0.0,
-                 "filter/nonzero_std_frac": nonzero / max(global_generated, 1),
-                 "filter/cached_prompts": len(self.stream.cache)}
+        stats = filter_metrics(self.filter.ema, threshold, kept_count, global_generated, tries, mean_std, nonzero,
+                               len(self.stream.cache))
         return kept_groups, {"generated": generated, **stats}
 
     def _first_kept(self, kept: list[tuple[tuple[int, int], Group]], want: int) -> list[Group]:
@@ -271,12 +269,12 @@ class Trainer:
             return frozen_linear_weights_in(self.policy, dtype)
         return nullcontext()
 
-    def update(self, groups: list[Group]) -> dict:
+    def update(self, groups: list[Group], step: int | None = None) -> dict:
         self.display.phase("update")
         with self._frozen_weights():
-            return self._update(groups)
+            return self._update(groups, self.step + 1 if step is None else step)
 
-    def _update(self, groups: list[Group]) -> dict:
+    def _update(self, groups: list[Group], step: int) -> dict:
         cfg, t = self.cfg, self.cfg.trainer
         per_group = self.make_samples(groups)
         pad = self.tokenizer.pad_token_id
@@ -288,14 +286,12 @@ class Trainer:
         timings = {}
         tick = time.perf_counter()
         with self._precision(), self.strategy.gathered():
-            if n_updates * t.epochs_per_step > 1:  # with one update, old log-probs = detached current ones
-                fill_logprobs(self.policy, all_samples, "old_logp", t.micro_batch_sequences, pad, temp, share,
-                              t.micro_batch_tokens)
-            if cfg.algorithm.kl_coef:
-                with initial_policy(self.policy, cfg.model.lora, self.ref_model) as ref:
-                    fill_logprobs(ref, all_samples, "ref_logp", t.micro_batch_sequences, pad, temp, share,
-                                  t.micro_batch_tokens)
-        timings["perf/old_logp_s"] = time.perf_counter() - tick
+            kl = initial_policy(self.policy, cfg.model.lora, self.ref_model) if cfg.algorithm.kl_coef else None
+            # with one update, old log-probs = detached current ones (unless OPSD reads them before it)
+            fill_step_logprobs(self.policy, all_samples, cfg, pad, n_updates * t.epochs_per_step > 1
+                               or self.distiller.active, reference=kl)
+            timings["perf/old_logp_s"] = time.perf_counter() - tick
+            timings.update(self.distiller.prepare(all_samples, step))  # the teacher pass, each token's signal
         tick = time.perf_counter()
         totals: dict[str, float] = {}
         grad_norms = []
@@ -309,6 +305,7 @@ class Trainer:
                                                  backward=self.strategy.backward, max_tokens=t.micro_batch_tokens)
                 grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
                 self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
+                self.distiller.update()  # opsd.teacher=ema: the same for the teacher
                 for k, v in stats.items():
                     totals[k] = totals.get(k, 0.0) + v
         self.scheduler.step()
@@ -327,7 +324,7 @@ class Trainer:
         self.engine.sleep()  # rollout.vllm_sleep: vLLM's GPU memory goes to the update until the next sync
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start
-        metrics = {**info, **rollout_metrics(generated), **self.update(kept), **self.timings}
+        metrics = {**info, **rollout_metrics(generated), **self.update(kept, step), **self.timings}
         metrics["perf/collect_s"] = collect_s
         metrics["perf/step_s"] = time.perf_counter() - start
         metrics["perf/rollout_tok_s"] = metrics.pop("_tokens") / max(metrics["perf/rollout_s"], 1e-9) \
@@ -352,47 +349,15 @@ class Trainer:
         """Held-out evaluation (rlpr/train/held_out.py, shown as the "eval" phase); every rank calls it."""
         return held_out.evaluate(self)
 
-    # -- checkpoints --------------------------------------------------------------------------
+    # -- checkpoints (what they hold of the trainer: rlpr/train/state.py) ----------------------
     def trainer_state(self) -> dict:
-        return {"step": self.step, "optimizer": self.strategy.optimizer_state(self.policy, self.optimizer),
-                "scheduler": self.scheduler.state_dict(), "filter": self.filter.state_dict(),
-                "stream": self.stream.state_dict(), "score_a_cache": self.score_a.state_dict(),
-                "rng": rng_state(), "world_size": dist.world_size(), "strategy": self.cfg.trainer.strategy,
-                "lagged": self.lagged.state_dict(), "length": self.length_monitor.state_dict()}
+        return state.trainer_state(self)
 
     def save(self) -> Path | None:
-        state = self.trainer_state()  # on every rank: with fsdp, gathering the optimizer state is a collective
-        weights = self.strategy.model_state(self.policy)
-        states = dist.gather_objects({k: v for k, v in state.items() if k in ("stream", "rng", "score_a_cache")})
-        if not dist.is_main():
-            dist.barrier()
-            return None
-        state["ranks"] = states
-        path = save_checkpoint(self.run_dir, self.step, self.policy, self.tokenizer, state,
-                               self.cfg.trainer.keep_last, weights, config=self.cfg.to_dict())
-        dist.barrier()
-        return path
+        return state.save(self)
 
     def _restore(self, ckpt: Path) -> None:
-        state = load_state(ckpt, resumable=True)  # a malformed one: CorruptCheckpoint, skipped
-        if state.get("world_size", 1) != dist.world_size():
-            raise ConfigError(f"{ckpt}: saved with {state.get('world_size', 1)} processes; resume with the same "
-                              f"number (now {dist.world_size()})")
-        if state.get("strategy", "ddp") != self.cfg.trainer.strategy:
-            raise ConfigError(f"{ckpt}: saved with trainer.strategy={state.get('strategy', 'ddp')}; resume with it")
-        with self.strategy.load_weights_context():
-            load_weights(self.policy, ckpt)
-        self.strategy.load_optimizer_state(self.policy, self.optimizer, state["optimizer"])
-        self.scheduler.load_state_dict(state["scheduler"])
-        self.filter.load_state_dict(state["filter"])
-        self.lagged.load_state_dict(state.get("lagged"))
-        self.length_monitor.load_state_dict(state.get("length"))
-        mine = state["ranks"][dist.rank()]
-        self.stream.load_state_dict(mine["stream"])
-        self.score_a.load_state_dict(mine["score_a_cache"])
-        set_rng_state(mine["rng"])
-        self.step = state["step"]
-        log.info("resumed from %s at step %d", ckpt, self.step)
+        state.restore(self, ckpt)
 
     # -- the loop -----------------------------------------------------------------------------
     def run(self) -> dict:

@@ -7,6 +7,7 @@ accumulated gradient is the same however the mini-batch is split.
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
 
 import torch
@@ -14,13 +15,27 @@ import torch
 from rlpr.parallel import distributed as dist
 from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss,
                                    ppo_clip_token_loss, ref_sft_loss, rollout_is_weights)
+from rlpr.algorithms.opsd import jsd_from_logits
 from rlpr.config import AlgorithmConfig
 from rlpr.model.batching import split_batches
-from rlpr.model.forward import PrefixState, continuation_logprobs, eval_mode, token_logprobs
+from rlpr.model.forward import (PrefixState, continuation_hidden, eval_mode, hidden_states, project_logprobs,
+                                project_rows, token_logprobs)
 from rlpr.model.memory import release_memory
 from rlpr.reward.parsing import answer_block_start
 from rlpr.reward.sequence import pad_batch, reasoning_token_count
 from rlpr.train.metrics import mean
+
+
+@dataclass
+class DistillTarget:
+    """OPSD's teacher rows for one response (opsd.loss=jsd; rlpr/train/opsd.py fills them): the
+    teacher's log-probs [T, K] over the full vocabulary (K = V, `indices` None) or over its top-k
+    tokens (`indices` [T, k], renormalised), the JSD's beta and the term's weight."""
+
+    logp: torch.Tensor
+    indices: torch.Tensor | None
+    beta: float
+    weight: float
 
 
 @dataclass
@@ -29,7 +44,9 @@ class Sample:
 
     `loss_tokens` (algorithm.pg_tokens=reasoning): only the first this-many response tokens enter
     the policy loss (None: all). `sft` (algorithm.ref_sft_coef > 0): o' as (token ids, reference
-    mask), trained with weight `sft_weight` by the reference-SFT term (None: no o')."""
+    mask), trained with weight `sft_weight` by the reference-SFT term (None: no o').
+    `token_advantages` [response tokens] are added to `advantage` per token and `distill` adds the
+    JSD to a teacher (OPSD, rlpr/train/opsd.py, which reads `prompt_index` and `response`)."""
 
     input_ids: list[int]
     prompt_len: int
@@ -40,6 +57,10 @@ class Sample:
     loss_tokens: int | None = None
     sft: tuple[list[int], list[bool]] | None = None
     sft_weight: float = 0.0
+    token_advantages: torch.Tensor | None = None
+    distill: DistillTarget | None = None
+    prompt_index: int = -1  # the training prompt it answers
+    response: str = ""  # its text as the reward read it (prefill included)
 
     @property
     def response_len(self) -> int:
@@ -74,6 +95,10 @@ class MicroBatch:
         self.seq = torch.repeat_interleave(torch.arange(len(self.samples)), lengths)
         self.advantages = torch.repeat_interleave(
             torch.tensor([s.advantage for s in self.samples], dtype=torch.float32), lengths)
+        if any(s.token_advantages is not None for s in self.samples):  # OPSD: a signal per token
+            self.advantages = self.advantages + torch.cat(
+                [s.token_advantages if s.token_advantages is not None else torch.zeros(s.response_len)
+                 for s in self.samples]).float()
         partial = any(s.loss_len < s.response_len for s in self.samples)
         self.mask = torch.cat([s.loss_mask for s in self.samples]) if partial else None
 
@@ -84,12 +109,20 @@ class MicroBatch:
     def logprobs(self, model, temperature: float, with_entropy: bool = False, state: PrefixState | None = None):
         """(logp [N], entropy [N] or None) of every response token, in sample order. `state`: the
         shared prefix's state when the caller computed it once for several micro-batches."""
+        return project_logprobs(model, *self.hidden(model, state), temperature, with_entropy)
+
+    def hidden(self, model, state: PrefixState | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+        """(hidden states [N, H] before every response token, those tokens [N]), in sample order."""
         if self.prefix is not None:
             p = len(self.prefix)
             conts = [s.input_ids[p:] for s in self.samples]
             state = state if state is not None else PrefixState(model, self.prefix)
-            return continuation_logprobs(model, state, conts, [[True] * len(c) for c in conts], temperature,
-                                         with_entropy)
+            return continuation_hidden(model, state, conts, [[True] * len(c) for c in conts])
+        ids, attn, target = self._padded(model)
+        return hidden_states(model, ids, attn)[:, :-1][target[:, 1:]], ids[:, 1:][target[:, 1:]]
+
+    def _padded(self, model) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
+        """(ids, attention mask, response-token mask) [S, width], right-padded, on the model's device."""
         width = max(len(s.input_ids) for s in self.samples)
         ids = torch.full((len(self.samples), width), self.pad_id, dtype=torch.long)
         attn = torch.zeros_like(ids)
@@ -99,7 +132,27 @@ class MicroBatch:
             attn[i, :len(s.input_ids)] = 1
             target[i, s.prompt_len:len(s.input_ids)] = True
         device = next(model.parameters()).device
-        return token_logprobs(model, ids.to(device), attn.to(device), target.to(device), temperature, with_entropy)
+        return ids.to(device), attn.to(device), target.to(device)
+
+
+def distill_divergence(model, mb: MicroBatch, hidden: torch.Tensor, temperature: float
+                       ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
+    """OPSD's JSD_beta(teacher, student) per response token [N] (0 where a response has no teacher rows),
+    its weight [N] and which tokens have teacher rows [N] (bool), or None when no sample of `mb` has."""
+    targets = [s.distill for s in mb.samples]
+    if all(d is None for d in targets):
+        return None
+    lengths = [s.response_len for s in mb.samples]
+    chosen = torch.cat([torch.full((n,), d is not None) for n, d in zip(lengths, targets)]).to(hidden.device)
+    given = [d for d in targets if d is not None]
+    rows = [torch.cat([d.logp for d in given]).to(hidden.device)]
+    if given[0].indices is not None:
+        rows.append(torch.cat([d.indices for d in given]).to(hidden.device))
+    fn = functools.partial(jsd_from_logits, beta=given[0].beta)
+    values = project_rows(model, hidden[chosen], fn, *rows, temperature=temperature)
+    jsd = torch.zeros(hidden.shape[0], dtype=values.dtype, device=hidden.device).masked_scatter(chosen, values)
+    weight = torch.cat([torch.full((n,), d.weight if d is not None else 0.0) for n, d in zip(lengths, targets)])
+    return jsd, weight.to(hidden.device), chosen
 
 
 def reasoning_tokens(tokenizer, token_ids: list[int], response: str, prefill_chars: int, mode: str) -> int | None:
@@ -121,6 +174,7 @@ def training_sample(prompt, rollout, out, advantage: float, cfg, reward) -> Samp
     if rollout.logprobs is not None and len(rollout.logprobs) == len(rollout.token_ids):
         sample.rollout_logp = torch.tensor(rollout.logprobs, dtype=torch.float32)
     response = prompt.response_text(rollout.text)
+    sample.prompt_index, sample.response = prompt.index, response
     if a.pg_tokens == "reasoning":
         sample.loss_tokens = reasoning_tokens(reward.tokenizer, rollout.token_ids, response, len(prompt.prefill),
                                               cfg.reward.format_mode)
@@ -178,6 +232,20 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
                     setattr(s, attr, piece.clone())
 
 
+def fill_step_logprobs(policy, samples: list[Sample], cfg, pad_id: int, old: bool, reference=None) -> None:
+    """The no-grad passes of a step before its updates: the policy's old log-probs (`old`: the step has
+    several updates, or OPSD reads them), then, with `reference` (a context manager that gives the KL's
+    reference model, algorithm.kl_coef), its log-probs; micro-batches as the update's."""
+    t = cfg.trainer
+    share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
+    args = (t.micro_batch_sequences, pad_id, cfg.rollout.temperature, share, t.micro_batch_tokens)
+    if old:
+        fill_logprobs(policy, samples, "old_logp", *args)
+    if reference is not None:
+        with reference as model:
+            fill_logprobs(model, samples, "ref_logp", *args)
+
+
 def normaliser(samples: list[Sample]) -> Normaliser:
     """Tokens the policy loss covers and sequences, over the whole mini-batch (all ranks)."""
     tokens, seqs = dist.sum_values([sum(s.loss_len for s in samples), len(samples)])
@@ -187,7 +255,9 @@ def normaliser(samples: list[Sample]) -> Normaliser:
 def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConfig,
                      temperature: float, state: PrefixState | None = None) -> tuple[torch.Tensor, dict]:
     """The loss of one micro-batch (already divided by the mini-batch normaliser) and token sums."""
-    logp, entropy = mb.logprobs(model, temperature, with_entropy=True, state=state)
+    hidden, targets = mb.hidden(model, state)
+    logp, entropy = project_logprobs(model, hidden, targets, temperature, with_entropy=True)
+    distill = distill_divergence(model, mb, hidden, temperature)  # OPSD's JSD to the teacher, per token
     device = logp.device
     old = mb.cat("old_logp", device)
     old = logp.detach() if old is None else old
@@ -206,6 +276,7 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
         logp, entropy, old, advantages, seq = logp[keep], entropy[keep], old[keep], advantages[keep], seq[keep]
         ref = ref[keep] if ref is not None else None
         rho, outside = (rho[keep], outside[keep]) if rho is not None else (None, None)
+        distill = tuple(t[keep] for t in distill) if distill is not None else None
     pg, clipped = ppo_clip_token_loss(logp, old, advantages, cfg.clip_low, cfg.clip_high)
     if rho is not None:  # algorithm.rollout_is: the sampling engine's mismatch, corrected
         pg = pg * rho
@@ -221,6 +292,10 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
         kl = KL_ESTIMATORS[cfg.kl_estimator](logp, ref)
         loss = loss + cfg.kl_coef * agg(kl)
         kl_sum = kl.detach().sum().item()
+    if distill is not None:  # opsd.loss=jsd: the teacher's distribution, distilled token by token
+        jsd, jsd_weight, chosen = distill
+        loss = loss + agg(jsd * jsd_weight)
+        gap.update(opsd_jsd=jsd.detach().sum().item(), opsd_tokens=float(chosen.sum().item()))
     stats = {"pg_loss": pg.detach().sum().item(), "clipped": clipped.sum().item(),
              "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
              "ratio_gap": (logp.detach() - old).abs().sum().item(), **gap}
@@ -229,7 +304,7 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 # The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
 UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
-               "gap_tokens", "is_weight", "is_outside", "micro_batches")
+               "gap_tokens", "is_weight", "is_outside", "micro_batches", "opsd_jsd", "opsd_tokens")
 
 
 def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool = False) -> dict:
@@ -242,6 +317,8 @@ def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool 
     if rollout_is and sums.get("gap_tokens"):  # over the tokens the policy loss covers
         out["rollout/is_weight_mean"] = sums["is_weight"] / tokens
         out["rollout/is_outside_frac"] = sums["is_outside"] / tokens
+    if sums.get("opsd_tokens"):  # opsd.loss=jsd: the mean JSD to the teacher per token, before the step
+        out["opsd/jsd"] = sums["opsd_jsd"] / sums["opsd_tokens"]
     return out
 
 
