@@ -3,6 +3,8 @@
 three main variants, the transfer sets, the saved responses, the grader version and --regrade."""
 
 import gzip
+import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +18,13 @@ pytestmark = pytest.mark.integration
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
 SETS = ("heldout", "new_items", "general")
+
+
+def learnbench(name: str):
+    """A module of the benchmark's package, imported as learning.py imports it (benchmarks/ on the path)."""
+    spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return importlib.import_module(f"learnbench.{name}")
 
 
 def records_of(out: Path, row: dict) -> list[dict]:
@@ -81,13 +90,8 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["runs"] == []
     # a worker of the older version still running (a claim, no row) would wait forever for a base
     # row the re-grade moves to the new version: --regrade refuses, naming the claim
-    from importlib import util
-
-    spec = util.spec_from_file_location("learning_bench", BENCH)
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    running = tmp_path / "work" / "claims" / f"rlpr-7-{bench.settings_hash(old[0]['settings'])}"
-    running.touch()
+    running = tmp_path / "work" / "claims" / f"rlpr-7-{learnbench('records').settings_hash(old[0]['settings'])}"
+    running.touch()  # a claim from before claims named their worker: taken to be alive
     refused = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and f"({running.name} in" in refused.stderr
     assert [json.loads(line) for line in log.read_text().splitlines()] == old  # nothing re-graded
@@ -129,12 +133,9 @@ def rows_base(rows: list[dict], steps: int) -> dict:
 def test_controls_verdict_by_hand():
     """RLPR minus the best control, in standard errors of the difference (binomial over the questions
     plus each mean's seed spread)."""
-    import importlib.util
     import math
 
-    spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
-    learning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learning)
+    learning = learnbench("tables")
     base = {"n_heldout": 100, "acc_before": 0.2, "greedy_before": 0.4, "pass8_before": 0.5}
     entry = lambda v, acc, sd, seeds: {"variant": v, "seeds": list(range(seeds)), "acc_after": acc,  # noqa: E731
                                        "acc_after_sd": sd, "greedy_after": acc, "greedy_after_sd": sd,
