@@ -65,6 +65,10 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         assert {x["reference"] for x in records if x["set"] == "general"} and \
             all(x["reference"] in x["acceptable"] for x in records if x["set"] != "heldout")
     assert runs["rlpr"]["steps"] == 2 and [p["step"] for p in runs["rlpr"]["curve"]] == [0, 1]
+    # evaluation schedule 2: only the final held-out set is scored; transfer sets and curve points graded only
+    assert runs["rlpr"]["eval_schedule"] == 2 and runs["rlpr"]["eval_s"] > 0
+    assert all("reward_curve" not in p and 0 <= p["acc_curve"] <= 1 for p in runs["rlpr"]["curve"])
+    assert runs["rlpr"]["reward_after"] is not None and "general_reward_after" not in runs["rlpr"]
     for v in ("rlvr", "rlvr_exact"):  # every run starts from the same base, on every set
         assert all(runs[v][f"{p}acc_before"] == runs["base"][f"{p}acc_before"] for p in ("", "new_items_", "general_"))
     md = out.with_suffix(".md").read_text()
@@ -73,9 +77,23 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     # a re-run finds every job done and only rewrites the summary
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "('rlpr', 0)" not in again.stdout
+    # a worker killed mid-run (its claim names a process that has ended, no row): the next run takes
+    # the job over and runs it from its start; the finished rows stay as they were
+    log = out.with_suffix(".jsonl")
+    kept = [line for line in log.read_text().splitlines() if json.loads(line)["variant"] != "rlvr"]
+    log.write_text("".join(line + "\n" for line in kept))
+    claim = next((tmp_path / "work" / "claims").glob("rlvr-0-*"))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    claim.write_text(json.dumps({**json.loads(claim.read_text()), "pid": ended.pid}))
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"taking over {claim.name}" in resumed.stdout and "('rlvr', 0)" in resumed.stdout
+    assert "('rlpr', 0)" not in resumed.stdout
+    lines = log.read_text().splitlines()
+    assert lines[:len(kept)] == kept and json.loads(lines[-1])["variant"] == "rlvr" and len(lines) == 4
 
     # rows graded by another grader version are never mixed with new ones ...
-    log = out.with_suffix(".jsonl")
     original = [json.loads(line) for line in log.read_text().splitlines()]
     old = []
     for r in original:

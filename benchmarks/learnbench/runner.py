@@ -62,27 +62,43 @@ def transfer_prompts(trainer, limit: int) -> dict[str, list]:
     return out
 
 
-def evaluation(trainer, limit: int = 0, prompts: list | None = None, keep: list | None = None) -> dict:
+# What a run evaluates, and how (rows record it as `eval_schedule`; rows without it are schedule 1).
+# 1: every evaluation (the held-out set, both transfer sets, each curve point) scored with the common
+#    scorer (score B and A of every greedy response) as well as graded;
+# 2: only the final held-out evaluation scored (its reward, score B and format are the tables'
+#    columns); the transfer sets and the curve points graded only (their reward was never reported),
+#    which skips a scoring pass per greedy response: the same responses, verdicts, Avg@k, greedy,
+#    pass@k and lengths, about a quarter less evaluation time (docs/learning.md).
+EVAL_SCHEDULE = 2
+# a training step's metrics kept in the row's `train` beside the fixed list: every one of these families
+# (OPSD's, issue 41: its per-token signal and the OPSD-sum / RLPR identity correlations)
+TRAIN_PREFIXES = ("opsd/",)
+
+
+def evaluation(trainer, limit: int = 0, prompts: list | None = None, keep: list | None = None,
+               score: bool = True) -> dict:
     """Held-out evaluation (rlpr.train.held_out.evaluate) on `prompts` (default: the trainer's
     held-out questions), or on their first `limit`; each question's responses and grades are
-    appended to `keep`."""
+    appended to `keep`; `score=False`: graded only (no reward, score B or format)."""
     from rlpr.train.held_out import evaluate
 
     full = trainer.val_prompts
     chosen = full if prompts is None else prompts
     trainer.val_prompts = chosen[:limit] if limit else chosen
     try:
-        return evaluate(trainer, keep)
+        return evaluate(trainer, keep, score=score)
     finally:
         trainer.val_prompts = full
 
 
 def summary_of(ev: dict, suffix: str) -> dict:
+    """An evaluation's numbers with `suffix`; an evaluation graded only has no reward, score B or format."""
     k = ev.get("eval/samples", 8)
-    return {f"acc_{suffix}": ev["eval/accuracy"], f"greedy_{suffix}": ev["eval/greedy_accuracy"],
-            f"reward_{suffix}": ev["eval/reward_mean"], f"pass8_{suffix}": ev.get(f"eval/pass@{k}"),
-            f"score_b_{suffix}": ev["eval/score_b_mean"], f"format_{suffix}": ev["eval/format_rate"],
-            f"len_{suffix}": ev["eval/response_len_mean"]}
+    out = {f"acc_{suffix}": ev["eval/accuracy"], f"greedy_{suffix}": ev["eval/greedy_accuracy"],
+           f"reward_{suffix}": ev.get("eval/reward_mean"), f"pass8_{suffix}": ev.get(f"eval/pass@{k}"),
+           f"score_b_{suffix}": ev.get("eval/score_b_mean"), f"format_{suffix}": ev.get("eval/format_rate"),
+           f"len_{suffix}": ev["eval/response_len_mean"]}
+    return {key: v for key, v in out.items() if v is not None or key.startswith("pass8")}
 
 
 def transfer_summary(ev: dict, name: str, suffix: str) -> dict:
@@ -92,16 +108,19 @@ def transfer_summary(ev: dict, name: str, suffix: str) -> dict:
             f"{name}_pass8_{suffix}": ev.get(f"eval/pass@{k}")}
 
 
-def evaluate_all(trainer, transfer: dict[str, list], records: list[dict], suffix: str) -> tuple[dict, dict]:
+def evaluate_all(trainer, transfer: dict[str, list], records: list[dict], suffix: str,
+                 score_transfer: bool = False) -> tuple[dict, dict]:
     """The in-family held-out evaluation and every transfer set's: (held-out eval dict, transfer
-    numbers with `suffix`); every question's responses go to `records`."""
+    numbers with `suffix`); every question's responses go to `records`. The transfer sets are graded
+    only (EVAL_SCHEDULE) unless `score_transfer`."""
     kept: list[dict] = []
     ev = evaluation(trainer, keep=kept)
     records.extend(response_records("heldout", kept))
     numbers = {f"entropy_{suffix}": response_entropy(trainer, kept)}
     for name, prompts in transfer.items():
         kept = []
-        numbers.update(transfer_summary(evaluation(trainer, prompts=prompts, keep=kept), name, suffix))
+        numbers.update(transfer_summary(evaluation(trainer, prompts=prompts, keep=kept, score=score_transfer),
+                                        name, suffix))
         numbers[f"n_{name}"] = len(kept)
         records.extend(response_records(name, kept))
     return ev, numbers
@@ -151,9 +170,11 @@ def backfill_base_entropy(log_path: Path, settings: dict, preset: str, overrides
     print(f"base row: held-out entropy {value:.3f} nats (from its saved responses)", flush=True)
 
 
-def curve_point(trainer, step: int, curve_questions: int, records: list[dict]) -> dict:
+def curve_point(trainer, step: int, curve_questions: int, records: list[dict], score: bool = False) -> dict:
+    """The held-out curve's point at `step`: the first `curve_questions` held-out questions, graded
+    only (EVAL_SCHEDULE) unless `score`."""
     kept: list[dict] = []
-    point = {"step": step, **summary_of(evaluation(trainer, curve_questions, keep=kept), "curve")}
+    point = {"step": step, **summary_of(evaluation(trainer, curve_questions, keep=kept, score=score), "curve")}
     records.extend(response_records("curve", kept, step))
     return point
 
@@ -171,7 +192,7 @@ def run_base(preset: str, overrides: list[str], curve_questions: int, transfer_q
     transfer["model"] = model_name(trainer)
     return {"variant": "base", "seed": None, "steps": 0, "n_heldout": ev["eval/questions"],
             **summary_of(ev, "before"), **summary_of(ev, "after"), **transfer, **after, "curve": curve,
-            "seconds": time.time() - start}
+            "eval_schedule": EVAL_SCHEDULE, "seconds": time.time() - start}
 
 
 def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: int, curve_every: int,
@@ -183,7 +204,7 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
     run_dir = workdir / "runs" / f"{variant}-{seed}-{time.time_ns()}"
     trainer = make_trainer(preset, overrides + VARIANTS[variant] + [f"trainer.seed={seed}",
                                                                     f"trainer.max_steps={steps}"], run_dir)
-    curve, train = [], []
+    curve, train, evaluating = [], [], 0.0
     for step in range(1, steps + 1):
         m = trainer.train_step(step)
         trainer.step = step
@@ -191,13 +212,18 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
         train.append({"step": step, **{k: m.get(k) for k in (
             "reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
             "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
-            "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s")}})
+            "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s")},
+                      **{k: v for k, v in m.items() if k.startswith(TRAIN_PREFIXES)}})
         print(f"  {variant} seed {seed} step {step}: reward {m['reward/mean']:.3f} "
               f"acc {m.get('reward/accuracy', float('nan')):.3f} kept {m['filter/kept_frac']:.2f} "
               f"len {m['rollout/response_len_mean']:.1f} {m['perf/step_s']:.0f}s", flush=True)
         if curve_every and step % curve_every == 0 and step < steps:
+            tick = time.time()
             curve.append(curve_point(trainer, step, curve_questions, records))
+            evaluating += time.time() - tick
+    tick = time.time()
     ev, transfer = evaluate_all(trainer, transfer_prompts(trainer, transfer_questions), records, "after")
+    evaluating += time.time() - tick
     trainer.tracker.close()
     n = ev["eval/questions"]
     base = get_base()
@@ -208,4 +234,4 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
             "step_s": statistics.fmean(t["perf/step_s"] for t in train),
             # the reward's own cost per step (score B and A, or the label-free kind's forward)
             "reward_s": statistics.fmean(t["perf/reward_s"] for t in train), "model": model_name(trainer),
-            "seconds": time.time() - start}
+            "eval_s": evaluating, "eval_schedule": EVAL_SCHEDULE, "seconds": time.time() - start}
