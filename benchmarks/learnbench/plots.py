@@ -3,6 +3,7 @@ training on every set, per variant."""
 
 from __future__ import annotations
 
+import math
 import statistics
 from pathlib import Path
 
@@ -39,7 +40,8 @@ def plot(rows: list[dict], path: Path) -> None:
                          label=label)
         axes[0].plot([r["steps"]], [100 * r["acc_after"]], "*", color=c, markersize=12)
         steps = [t["step"] for t in r["train"]]
-        axes[1].plot(steps, smooth([t["reward/mean"] for t in r["train"]]), color=c, alpha=0.7, label=label)
+        rewards = [math.nan if t.get("reward/mean") is None else t["reward/mean"] for t in r["train"]]
+        axes[1].plot(steps, smooth(rewards), color=c, alpha=0.7, label=label)
         axes[2].plot(steps, smooth([100 * (t["reward/accuracy"] or 0) for t in r["train"]]), color=c, alpha=0.7,
                      label=label)
     if base:

@@ -214,9 +214,11 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
             "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
             "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s")},
                       **{k: v for k, v in m.items() if k.startswith(TRAIN_PREFIXES)}})
-        print(f"  {variant} seed {seed} step {step}: reward {m['reward/mean']:.3f} "
-              f"acc {m.get('reward/accuracy', float('nan')):.3f} kept {m['filter/kept_frac']:.2f} "
-              f"len {m['rollout/response_len_mean']:.1f} {m['perf/step_s']:.0f}s", flush=True)
+        number = {k: math.nan if m.get(k) is None else m[k] for k in (  # a reward kind may log no reward/mean
+            "reward/mean", "reward/accuracy", "filter/kept_frac", "rollout/response_len_mean", "perf/step_s")}
+        print(f"  {variant} seed {seed} step {step}: reward {number['reward/mean']:.3f} "
+              f"acc {number['reward/accuracy']:.3f} kept {number['filter/kept_frac']:.2f} "
+              f"len {number['rollout/response_len_mean']:.1f} {number['perf/step_s']:.0f}s", flush=True)
         if curve_every and step % curve_every == 0 and step < steps:
             tick = time.time()
             curve.append(curve_point(trainer, step, curve_questions, records))
