@@ -2,6 +2,7 @@
 that differ only in reward.debias, and benchmarks/debias_mechanism.py's separation statistics
 against hand-computed values (derivations in the comments)."""
 
+import importlib
 import importlib.util
 import json
 from pathlib import Path
@@ -23,10 +24,11 @@ def module(name: str):
 
 
 def test_reinforce_variants_are_tail_variants_that_differ_only_in_debias():
-    learning = module("learning")
-    with_a, without = learning.VARIANTS["reinforce"], learning.VARIANTS["reinforce_no_debias"]
+    module("learning")  # puts benchmarks/ on the path, as running it does
+    variants = importlib.import_module("learnbench.variants")
+    with_a, without = variants.VARIANTS["reinforce"], variants.VARIANTS["reinforce_no_debias"]
     assert set(without) - set(with_a) == {"reward.debias=false"} and set(with_a) <= set(without)
-    assert not {"reinforce", "reinforce_no_debias"} & set(learning.MAIN_VARIANTS)
+    assert not {"reinforce", "reinforce_no_debias"} & set(variants.MAIN_VARIANTS)
     for overrides, debias in ((with_a, True), (without, False)):
         cfg = load_config("small", overrides)  # validated as the benchmark loads it
         assert cfg.algorithm.advantage == "reinforce" and cfg.reward.debias is debias

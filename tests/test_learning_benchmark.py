@@ -3,6 +3,8 @@
 three main variants, the transfer sets, the saved responses, the grader version and --regrade."""
 
 import gzip
+import importlib
+import importlib.util
 import json
 import subprocess
 import sys
@@ -16,6 +18,13 @@ pytestmark = pytest.mark.integration
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
 SETS = ("heldout", "new_items", "general")
+
+
+def learnbench(name: str):
+    """A module of the benchmark's package, imported as learning.py imports it (benchmarks/ on the path)."""
+    spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
+    spec.loader.exec_module(importlib.util.module_from_spec(spec))
+    return importlib.import_module(f"learnbench.{name}")
 
 
 def records_of(out: Path, row: dict) -> list[dict]:
@@ -56,6 +65,10 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         assert {x["reference"] for x in records if x["set"] == "general"} and \
             all(x["reference"] in x["acceptable"] for x in records if x["set"] != "heldout")
     assert runs["rlpr"]["steps"] == 2 and [p["step"] for p in runs["rlpr"]["curve"]] == [0, 1]
+    # evaluation schedule 2: only the final held-out set is scored; transfer sets and curve points graded only
+    assert runs["rlpr"]["eval_schedule"] == 2 and runs["rlpr"]["eval_s"] > 0
+    assert all("reward_curve" not in p and 0 <= p["acc_curve"] <= 1 for p in runs["rlpr"]["curve"])
+    assert runs["rlpr"]["reward_after"] is not None and "general_reward_after" not in runs["rlpr"]
     for v in ("rlvr", "rlvr_exact"):  # every run starts from the same base, on every set
         assert all(runs[v][f"{p}acc_before"] == runs["base"][f"{p}acc_before"] for p in ("", "new_items_", "general_"))
     md = out.with_suffix(".md").read_text()
@@ -64,9 +77,23 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     # a re-run finds every job done and only rewrites the summary
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert again.returncode == 0 and "('rlpr', 0)" not in again.stdout
+    # a worker killed mid-run (its claim names a process that has ended, no row): the next run takes
+    # the job over and runs it from its start; the finished rows stay as they were
+    log = out.with_suffix(".jsonl")
+    kept = [line for line in log.read_text().splitlines() if json.loads(line)["variant"] != "rlvr"]
+    log.write_text("".join(line + "\n" for line in kept))
+    claim = next((tmp_path / "work" / "claims").glob("rlvr-0-*"))
+    ended = subprocess.Popen([sys.executable, "-c", "pass"])
+    ended.wait()
+    claim.write_text(json.dumps({**json.loads(claim.read_text()), "pid": ended.pid}))
+    resumed = subprocess.run(cmd, capture_output=True, text=True, timeout=600)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert f"taking over {claim.name}" in resumed.stdout and "('rlvr', 0)" in resumed.stdout
+    assert "('rlpr', 0)" not in resumed.stdout
+    lines = log.read_text().splitlines()
+    assert lines[:len(kept)] == kept and json.loads(lines[-1])["variant"] == "rlvr" and len(lines) == 4
 
     # rows graded by another grader version are never mixed with new ones ...
-    log = out.with_suffix(".jsonl")
     original = [json.loads(line) for line in log.read_text().splitlines()]
     old = []
     for r in original:
@@ -81,13 +108,8 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     assert json.loads(out.with_suffix(".json").read_text())["runs"] == []
     # a worker of the older version still running (a claim, no row) would wait forever for a base
     # row the re-grade moves to the new version: --regrade refuses, naming the claim
-    from importlib import util
-
-    spec = util.spec_from_file_location("learning_bench", BENCH)
-    bench = util.module_from_spec(spec)
-    spec.loader.exec_module(bench)
-    running = tmp_path / "work" / "claims" / f"rlpr-7-{bench.settings_hash(old[0]['settings'])}"
-    running.touch()
+    running = tmp_path / "work" / "claims" / f"rlpr-7-{learnbench('records').settings_hash(old[0]['settings'])}"
+    running.touch()  # a claim from before claims named their worker: taken to be alive
     refused = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
     assert refused.returncode != 0 and f"({running.name} in" in refused.stderr
     assert [json.loads(line) for line in log.read_text().splitlines()] == old  # nothing re-graded
@@ -129,12 +151,9 @@ def rows_base(rows: list[dict], steps: int) -> dict:
 def test_controls_verdict_by_hand():
     """RLPR minus the best control, in standard errors of the difference (binomial over the questions
     plus each mean's seed spread)."""
-    import importlib.util
     import math
 
-    spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
-    learning = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(learning)
+    learning = learnbench("tables")
     base = {"n_heldout": 100, "acc_before": 0.2, "greedy_before": 0.4, "pass8_before": 0.5}
     entry = lambda v, acc, sd, seeds: {"variant": v, "seeds": list(range(seeds)), "acc_after": acc,  # noqa: E731
                                        "acc_after_sd": sd, "greedy_after": acc, "greedy_after_sd": sd,

@@ -22,7 +22,7 @@ from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import Trainer, train
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
-from helpers import adapter_tensors, tiny_cfg
+from helpers import ScriptedEngine, adapter_tensors, tiny_cfg
 
 pytestmark = pytest.mark.integration
 
@@ -336,6 +336,30 @@ def test_held_out_report_prints_before_and_after_with_errors():
           "eval/questions": 200, "eval/samples": 8}
     text = held_out_report({"before": ev, "after": {**ev, "eval/accuracy": 0.4}})
     assert "200 questions" in text and "25.0% ± 3.0 -> 40.0% ± 3.0" in text and "pass@8" in text
+
+
+def test_held_out_graded_only_matches_the_scored_evaluation(tiny_dir, tmp_path):
+    """evaluate(score=False) (the learning benchmark's transfer sets and curve points) grades the same
+    responses the same way as the scored evaluation, without the probability reward's keys."""
+    from rlpr.train.held_out import evaluate
+
+    trainer = Trainer(tiny_cfg(tiny_dir, tmp_path, "graded", "trainer.eval_samples=2", "data.demo_val_size=6"),
+                      tmp_path / "graded")
+    refs = [p.example.reference for p in trainer.val_prompts]
+    greedy = [ref if j % 2 == 0 else "no idea" for j, ref in enumerate(refs)]  # every second one right
+    samples = [text for j, ref in enumerate(refs) for text in (ref, "no idea" if j < 3 else ref)]
+    trainer.engine = ScriptedEngine(trainer.tokenizer, greedy + samples)
+    results = {}
+    for score in (True, False):
+        trainer.engine.i, kept = 0, []
+        results[score] = (evaluate(trainer, kept, score=score), kept)
+    (scored, kept_scored), (graded, kept_graded) = results[True], results[False]
+    n = len(refs)
+    assert graded["eval/greedy_accuracy"] == pytest.approx(((n + 1) // 2) / n)
+    assert graded["eval/accuracy"] == pytest.approx((2 * n - (3 if n > 3 else n)) / (2 * n))
+    assert graded["eval/pass@2"] == 1.0 and kept_graded == kept_scored
+    assert {k: v for k, v in scored.items() if k in graded} == graded
+    assert set(scored) - set(graded) == {"eval/reward_mean", "eval/score_b_mean", "eval/format_rate"}
 
 
 def test_collapse_is_flagged(tiny_dir, tmp_path, caplog):

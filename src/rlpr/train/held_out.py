@@ -23,7 +23,7 @@ def binomial_se(p: float, n: float) -> float:
 
 
 @torch.no_grad()
-def evaluate(trainer, responses: list | None = None) -> dict:
+def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict:
     """Held-out evaluation of a Trainer's policy on its `val_prompts` (each rank its share; every
     rank calls it, it holds collectives): greedy responses (probability reward with
     `trainer.eval_reward`, score B, greedy accuracy, format, length) and, with
@@ -33,7 +33,10 @@ def evaluate(trainer, responses: list | None = None) -> dict:
 
     `responses`: a list to which one dict per question of this rank is appended, for re-grading
     without re-generating: {"prompt": its Prompt, "greedy": the greedy response as graded,
-    "greedy_correct": its verdict, "samples": the k sampled responses, "samples_correct": theirs}."""
+    "greedy_correct": its verdict, "samples": the k sampled responses, "samples_correct": theirs}.
+
+    `score=False`: the greedy responses are graded only, without the probability reward (a scoring
+    pass per response), for sets whose reward nobody reads; no reward, score B or format keys."""
     from rlpr.grading import grade_example
 
     trainer.display.phase("eval")  # on the live step display; left out of its ETA
@@ -50,9 +53,14 @@ def evaluate(trainer, responses: list | None = None) -> dict:
     max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
     rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
     release_memory()
-    rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
-    release_memory()
-    correct = [bool(o.correct) for o in rewards]
+    if score:
+        rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
+        release_memory()
+        correct = [bool(o.correct) for o in rewards]
+    else:  # the verdicts trainer.score would attach
+        rewards = []
+        owners = [prompts[r.prompt_index] for r in rollouts]
+        correct = [grade_example(p.example, p.response_text(r.text)).correct for p, r in zip(owners, rollouts)]
     kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
     for r, c in zip(rollouts, correct):
         p = prompts[r.prompt_index]
@@ -73,13 +81,16 @@ def evaluate(trainer, responses: list | None = None) -> dict:
     if responses is not None:
         responses.extend(kept)
     local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
-             sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rewards),
+             sum(o.format for o in rewards), sum(len(r.token_ids) for r in rollouts), len(rollouts),
              sampled_right, sampled_any]
     reward_sum, b_sum, right, fmt, length, n, avg_k, pass_k = dist.sum_values(local)
     n = max(n, 1)
     out = {"eval/reward_mean": reward_sum / n, "eval/score_b_mean": b_sum / n,
            "eval/greedy_accuracy": right / n, "eval/greedy_accuracy_se": binomial_se(right / n, n),
            "eval/format_rate": fmt / n, "eval/response_len_mean": length / n, "eval/questions": n}
+    if not score:
+        for key in ("eval/reward_mean", "eval/score_b_mean", "eval/format_rate"):
+            del out[key]
     # eval/accuracy: Avg@k when sampled (the paper's metric), else greedy
     out["eval/accuracy"], out["eval/accuracy_se"] = out["eval/greedy_accuracy"], out["eval/greedy_accuracy_se"]
     if k:

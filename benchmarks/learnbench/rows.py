@@ -1,0 +1,202 @@
+"""The benchmark's .jsonl of finished runs and the job claims that let several workers share it.
+
+A run's row is appended in one write when the run has finished, under an exclusive lock on the file
+(rewrites, by --regrade and the base row's entropy backfill, take the same lock and replace the file
+whole), so a worker killed at any point loses only the run it was doing, never a finished row. A
+torn line (a writer killed in mid-write, a full disk) is skipped with a message. A job is claimed
+by creating a file that names the claiming process; a claim whose process has ended on this host is
+stale, and the next worker takes the job over and runs it again from its start."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import socket
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+from .records import settings_hash
+from .variants import TRANSFER
+
+try:
+    import fcntl
+except ImportError:  # no POSIX locks (Windows): run one worker at a time
+    fcntl = None
+
+
+def grader_version() -> int:
+    from rlpr.grading import GRADER_VERSION
+
+    return GRADER_VERSION
+
+
+def transfer_fingerprint() -> dict:
+    """The transfer files' SHA-256 (first 12 hex digits): rows evaluated on other questions never mix."""
+    return {name: hashlib.sha256(path.read_bytes()).hexdigest()[:12] for name, path in TRANSFER.items()}
+
+
+@contextmanager
+def _lock(path: Path):
+    """An exclusive lock on `path` itself (created when missing), held for the block. A rewrite
+    replaces the file, so a waiter that got the lock on the old inode opens the new one again."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    while True:
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        if fcntl is not None:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            same = os.fstat(fd).st_ino == os.stat(path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        os.close(fd)
+    try:
+        yield fd
+    finally:
+        os.close(fd)  # closing releases the lock
+
+
+def load_rows(log_path: Path) -> list[dict]:
+    """Every row of the .jsonl ([] when it does not exist); a line that is not a JSON object (torn by
+    a writer killed mid-write) is skipped, with one line naming it."""
+    if not log_path.exists():
+        return []
+    rows = []
+    for number, line in enumerate(log_path.read_text().splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            row = None
+        if not isinstance(row, dict) or "variant" not in row:
+            print(f"{log_path}:{number}: skipping a line that is not a finished run's row ({line[:60]!r}...)",
+                  flush=True)
+            continue
+        rows.append(row)
+    return rows
+
+
+def append_row(log_path: Path, row: dict) -> None:
+    """Append one row, in one write under the lock: concurrent workers never interleave."""
+    data = (json.dumps(row) + "\n").encode()
+    with _lock(log_path) as fd:
+        if os.fstat(fd).st_size and not _ends_with_newline(fd):
+            data = b"\n" + data  # a torn last line stays a line of its own
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view):]
+
+
+def _ends_with_newline(fd: int) -> bool:
+    return os.pread(fd, 1, os.fstat(fd).st_size - 1) == b"\n"
+
+
+@contextmanager
+def rewriting(log_path: Path):
+    """Rewrite the .jsonl whole: yields its rows (a list to change in place) under the lock, then
+    writes them to a temporary file and renames it into place."""
+    with _lock(log_path):
+        rows = load_rows(log_path)
+        yield rows
+        tmp = log_path.with_name(log_path.name + ".tmp")
+        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
+        os.replace(tmp, log_path)
+
+
+def same_settings(a: dict | None, b: dict) -> bool:
+    """Equal settings apart from the grader version."""
+    if not isinstance(a, dict):
+        return False
+    def unversioned(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k != "grader_version"}
+
+    return unversioned(a) == unversioned(b)
+
+
+def read_rows(log_path: Path, settings: dict, report: bool = False) -> list[dict]:
+    """The rows of `log_path` with these settings and graded by the current grader version; with
+    `report`, one line about rows with these settings graded by another version (skipped)."""
+    rows = load_rows(log_path)
+    version = settings["grader_version"]
+    kept = [r for r in rows if r.get("settings") == settings and r.get("grader_version") == version]
+    if report:
+        other = [r for r in rows if same_settings(r.get("settings"), settings) and r not in kept]
+        if other:
+            versions = sorted({str(r.get("grader_version", "unknown")) for r in other})
+            print(f"{log_path}: skipping {len(other)} rows graded with grader version {', '.join(versions)} "
+                  f"(now {version}); they are never mixed with new ones: re-run them, or `--regrade` those "
+                  f"whose responses were saved", flush=True)
+        unversioned = [r for r in rows if isinstance(r.get("settings"), dict) and "grader_version" not in r["settings"]]
+        if unversioned:
+            print(f"{log_path}: skipping {len(unversioned)} rows recorded before the benchmark recorded grader "
+                  f"versions and transfer sets (they stay in the file, out of this summary)", flush=True)
+    return kept
+
+
+def reuse_base(log_path: Path, settings: dict) -> dict | None:
+    """The untrained model's row does not depend on the number of training steps: a base row of the
+    same settings but another `steps` (a longer run's settings, say), copied under these settings
+    and appended, so that a long run does not evaluate the base model again (~10 min)."""
+    rows = load_rows(log_path)
+    bases = [r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
+             and r.get("grader_version") == settings["grader_version"]]  # as read_rows keeps them
+
+    def stepless(d: dict) -> dict:
+        return {k: v for k, v in d.items() if k != "steps"}
+
+    if any(r["settings"] == settings for r in bases):
+        return None
+    donor = next((r for r in bases if stepless(r["settings"]) == stepless(settings)), None)
+    if donor is None:
+        return None
+    row = {**donor, "settings": settings, "reused_from_steps": donor["settings"]["steps"]}
+    append_row(log_path, row)
+    return row
+
+
+def _alive(owner: dict) -> bool:
+    """Whether a claim's process may still run: True unless it ran on this host and has ended (a
+    claim from before claims named their process is taken to be alive, as then)."""
+    pid = owner.get("pid")
+    if not isinstance(pid, int) or owner.get("host") != socket.gethostname():
+        return True
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def claim_alive(path: Path) -> bool:
+    """Whether the worker that holds the claim file `path` may still run (see `_alive`)."""
+    try:
+        owner = json.loads(path.read_text() or "{}")
+    except (json.JSONDecodeError, OSError):
+        owner = {}
+    return not isinstance(owner, dict) or _alive(owner)
+
+
+def claim(workdir: Path, job: tuple, settings: dict) -> bool:
+    """Several workers share the job list: a job is claimed by creating a file that names this
+    process. A claim whose process has ended (killed mid-run) is taken over; a claim from before
+    claims named their process blocks the job until it is deleted (delete `workdir/claims` to re-run
+    such abandoned jobs)."""
+    claims = workdir / "claims"
+    claims.mkdir(parents=True, exist_ok=True)
+    path = claims / f"{job[0]}-{job[1]}-{settings_hash(settings)}"
+    me = json.dumps({"pid": os.getpid(), "host": socket.gethostname(), "started": time.time()})
+    with _lock(claims / ".lock"):
+        if path.exists():
+            if claim_alive(path):  # this process's own claims included
+                return False
+            print(f"taking over {path.name}: its worker has ended", flush=True)
+        tmp = path.with_name(path.name + ".tmp")
+        tmp.write_text(me)
+        os.replace(tmp, path)
+    return True

@@ -1,0 +1,133 @@
+"""The learning benchmark's variants, model families and question sets: one registry that the runner,
+the tables and the plots all read (a variant is config overrides on top of the preset, nothing else)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+BENCHMARKS = Path(__file__).resolve().parents[1]
+RESULTS = BENCHMARKS / "results"
+EXAMPLES = BENCHMARKS.parent / "examples"
+
+# what a variant is in the summary: the method under test, an ablation of it, a control of RLPR (same
+# estimator, filter and update, only the reward differs), an OPSD method, or a control of OPSD
+ROLES = ("method", "ablation", "control", "opsd", "opsd_control")
+
+
+@dataclass(frozen=True)
+class Variant:
+    name: str
+    overrides: tuple[str, ...]
+    role: str
+    first: bool = False  # run for every seed before the others: a benchmark cut short still compares these
+    doc: str = ""
+
+
+REGISTRY: dict[str, Variant] = {}
+
+
+def register(name: str, overrides: list[str], role: str, *, first: bool = False, doc: str = "") -> Variant:
+    """Add a variant (its order is the tables' row order and the plots' colour order: append only)."""
+    if name in REGISTRY or name == "base":
+        raise ValueError(f"variant {name!r} is registered already")
+    if role not in ROLES:
+        raise ValueError(f"variant {name!r}: role {role!r} is not one of {', '.join(ROLES)}")
+    REGISTRY[name] = Variant(name, tuple(overrides), role, first, doc)
+    return REGISTRY[name]
+
+
+register("rlpr", [], "method", first=True,
+         doc="the preset as it is (mean token probability, debiased by score A, EMA std filter)")
+register("rlvr", ["reward.kind=verifier", "reward.verifier=oracle"], "method", first=True,
+         doc="the `oracle` verifier: 1 when the eval grader accepts the response (the metric's own grader, "
+             "an upper bound no real RLVR user has for free-form answers)")
+register("rlvr_exact", ["reward.kind=verifier", "reward.verifier=exact"], "method", first=True,
+         doc="normalized exact match of the extracted answer: the rule verifier a real RLVR user has")
+register("no_debias", ["reward.debias=false"], "ablation")
+register("no_std_filter", ["algorithm.std_filter=false"], "ablation")
+register("seq_likelihood", ["reward.aggregation=seq_likelihood"], "ablation",
+         doc="the sequence likelihood instead of the mean token probability")
+# the verifier-free family on the same data, prompts and scoring position (the preset's spec-1b
+# answer turn: the embedded model does not write <answer> tags, so the presets' tag formats would
+# score nothing; docs/verifier-free.md). VeriFree: R = p(y* | x, z), RLOO, the policy gradient
+# summed over the reasoning (here the whole response) plus the R-weighted SFT term on y*, one
+# update per step (the preset's 4 prompts in one mini-batch), no std filter.
+register("verifree", ["reward.aggregation=seq_likelihood", "reward.debias=false", "reward.shaping=identity",
+                      "algorithm.advantage=rloo", "algorithm.std_filter=false", "algorithm.pg_tokens=reasoning",
+                      "algorithm.loss_agg=seq_mean_token_sum", "algorithm.ref_sft_coef=1.0",
+                      "algorithm.ref_sft_weight=reward", "algorithm.ref_sft_norm=sum", "algorithm.kl_coef=0",
+                      "algorithm.entropy_coef=0"], "ablation", doc="VeriFree's reward, advantage and loss")
+# NOVER: the group rank of the reasoning perplexity (the whole response, scored with the
+# policy), GRPO, no std filter; every scored response is ranked (reward.nover_gate=scored), as
+# no response passes NOVER's strict tag format here
+register("nover", ["reward.kind=nover", "reward.nover_gate=scored", "reward.debias=false", "algorithm.advantage=grpo",
+                   "algorithm.std_filter=false", "algorithm.kl_coef=0"], "ablation",
+         doc="NOVER's reward, advantage and loss")
+# debiasing where it can act: every group estimator (grpo, rloo, dr_grpo, reinforce_pp) subtracts
+# the group mean, which cancels a per-prompt score A; REINFORCE's batch baseline compares rewards
+# across prompts, so B - A and B rank the batch differently. The pair differs only in reward.debias.
+register("reinforce", ["algorithm.advantage=reinforce"], "ablation",
+         doc="r - the batch's mean reward: no group baseline, so a per-prompt score A is no longer cancelled")
+register("reinforce_no_debias", ["algorithm.advantage=reinforce", "reward.debias=false"], "ablation")
+# the entropy bonus only where the reward separates responses (algorithm.entropy_tokens, beyond
+# the spec): does an RLVR run without signal stay put instead of drifting to noise, and does
+# RLPR, whose groups mostly carry signal, learn as before?
+register("rlvr_exact_nz", ["reward.kind=verifier", "reward.verifier=exact",
+                           "algorithm.entropy_tokens=nonzero_advantage"], "ablation")
+register("rlpr_nz", ["algorithm.entropy_tokens=nonzero_advantage"], "ablation")
+# the controls and the label-free family (spec section 9; issue 33): the same estimator, filter and
+# update as rlpr, only the reward differs. random: Bernoulli(0.5), the spurious-reward control;
+# shuffled_reference: rlpr scored against another prompt's reference (a derangement fixed by the
+# seed); entropy (EM-RL), self_certainty (INTUITOR), majority (TTRL): rewards that read no reference
+register("random", ["reward.kind=random"], "control", first=True)
+register("shuffled_reference", ["reward.shuffle_references=true"], "control", first=True)
+register("entropy", ["reward.kind=entropy"], "control", first=True)
+register("self_certainty", ["reward.kind=self_certainty"], "control")
+register("majority", ["reward.kind=majority"], "control")
+# on-policy self-distillation (issue 41): the same policy shown the reference is the teacher of the
+# policy without it, token by token; the hybrid adds its token advantage to RLPR's sequence one. Its
+# controls: the teacher shown another question's reference (OP2SD: the seeded derangement of
+# shuffled_reference), the teacher template with no reference, and no teacher at all (a fixed
+# negative advantage on the lowest-probability tokens). Every seed of all five runs before the next.
+register("opsd", ["reward.kind=opsd"], "opsd", first=True, doc="on-policy self-distillation")
+register("opsd_hybrid", ["reward.kind=opsd_hybrid"], "opsd", first=True,
+         doc="RLPR's sequence advantage plus lambda times OPSD's token advantage")
+register("op2sd", ["reward.kind=opsd", "reward.shuffle_references=true"], "opsd_control", first=True,
+         doc="the teacher sees another question's reference")
+register("opsd_context_only", ["reward.kind=opsd", "opsd.context=none"], "opsd_control", first=True,
+         doc="the teacher template without the reference")
+register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", first=True,
+         doc="a fixed negative advantage on the lowest-probability tokens, no teacher forward")
+
+VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
+MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
+CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "control")
+OPSD_METHODS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd")
+OPSD_CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd_control")
+
+# the second model family (issue 33): `--model gemma` trains and evaluates Gemma 3 270M (base) instead
+# of the embedded SmolLM2-135M-Instruct; rows record `model`, and settings carry it (never mixed)
+# (what the small preset needs beyond model.path: Gemma's base GGUF has no chat template, so its prompts
+# use the Question/Answer text format, the response ends at a new line, and y* is scored after a second
+# question in that format; rlpr.model.loading.QA_CHAT_TEMPLATE, docs/learning.md)
+MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct (the embedded model)", "gemma": "Gemma 3 270M (base)"}
+MODELS = {"smollm2": [],
+          "gemma": ["model.path=gemma3-270m", 'rollout.stop=["\\n"]', "reward.answer_turn=''",
+                    'reward.answer_cue="\\n\\nQuestion: Repeat your answer in as few words as possible.\\nAnswer: "']}
+
+# question sets beside the in-family held-out questions (set name -> file; never trained on)
+TRANSFER = {"new_items": EXAMPLES / "family_new_items.jsonl", "general": EXAMPLES / "general_questions.jsonl"}
+SET_TITLES = {"heldout": "in-family held-out", "new_items": "new family items", "general": "general questions"}
+GRADED = ("acc", "greedy", "pass8")  # the numbers a grader decides (what --regrade recomputes)
+
+# The held-out reward and score-B columns use one fixed scorer for every run and preset version
+# (the "\nAnswer: " cue with the prompt-only A, what the first benchmark's preset trained with), so
+# that those columns compare across variants and across changes of the preset's own reward.
+SCORER = ['reward.answer_cue="\\nAnswer: "', "reward.answer_turn=''", "reward.score_a_form=prompt"]
+
+
+def describe() -> str:
+    """One line per variant: name, role, overrides and what it is (`--list-variants`)."""
+    return "\n".join(f"{v.name:<20} {v.role:<13} {' '.join(v.overrides) or '(the preset)'}"
+                     + (f"\n{'':<34}{v.doc}" if v.doc else "") for v in REGISTRY.values())
