@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+import rlpr  # noqa: F401  (before torch, as in a run: OpenMP's passive wait, rlpr/parallel/threads.py)
 import torch
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
