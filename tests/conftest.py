@@ -5,6 +5,8 @@ from __future__ import annotations
 import os
 
 import pytest
+
+import rlpr  # noqa: F401  (before torch, as in a run: OpenMP's passive wait, rlpr/parallel/threads.py)
 import torch
 
 torch.set_num_threads(min(2, torch.get_num_threads()))
@@ -43,3 +45,27 @@ def real_model():
 
     model, tok = load_model("default")
     return model, tok
+
+
+@pytest.fixture(scope="session")
+def one_process_run(tiny_dir, tmp_path_factory):
+    """`one_process_run(steps, *overrides)`: the run directory of a one-process training run on the
+    tiny model with helpers.common's settings, checkpointed after every step. Each (steps, overrides)
+    trains once per test session: the multi-process tests (DDP, FSDP, DeepSpeed, accelerate) that
+    compare against the same one-process run share it, and only read it."""
+    from helpers import common
+
+    from rlpr.config import load_config
+    from rlpr.train.trainer import train
+
+    runs = {}
+
+    def run(steps, *overrides):
+        key = (steps, *overrides)
+        if key not in runs:
+            out = tmp_path_factory.mktemp("one-process")
+            train(load_config("demo", common(tiny_dir, out, "one", steps) + [*overrides, "trainer.save_every=1"]))
+            runs[key] = out / "one"
+        return runs[key]
+
+    return run

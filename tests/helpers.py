@@ -48,12 +48,18 @@ def small_filesystem(path: Path, size: str = "64k"):
 
 # -- single-process training runs on the tiny model ------------------------------------------------
 
+# The run report (matplotlib: about 30% of a tiny 2-step run's time) is drawn only where a test asks for it
+# (trainer.report=true: tests/test_report*.py); `rlpr train` in a subprocess (test_console.py)
+# keeps the default. A failed report is a warning, so other runs could not assert on it anyway.
+NO_REPORT = "trainer.report=false"
+
+
 def tiny_cfg(tiny_dir, out, name, *extra):
     return load_config("demo", [
         f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
         "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4", "trainer.prompts_per_step=4",
         "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3", "data.demo_train_size=40",
-        "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false",
+        "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false", NO_REPORT,
         "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", *extra])
 
 
@@ -73,7 +79,7 @@ def common(tiny_dir, out, name, steps):
             f"trainer.max_steps={steps}", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4",
             "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3",
             "data.demo_train_size=40", "data.val=", "model.rollout_dtype=float32", "trainer.lr=1e-3",
-            "trainer.tensorboard=false", "trainer.mixed_precision=none", "trainer.sample_every=0"]
+            "trainer.tensorboard=false", "trainer.mixed_precision=none", "trainer.sample_every=0", NO_REPORT]
 
 
 LAUNCHERS = {

@@ -12,7 +12,6 @@ from rlpr.train.checkpoint import latest_checkpoint, list_checkpoints, load_stat
 from rlpr.config import load_config
 from rlpr.errors import ConfigError
 from rlpr.train.tracking import read_metrics
-from rlpr.train.trainer import train
 
 from helpers import assert_close, common, torchrun
 
@@ -35,14 +34,15 @@ def trained(checkpoint):
     (2, ["model.lora=false", "trainer.lr=1e-3", "trainer.grad_clip=1e-6"], False,
      ["model.gradient_checkpointing=true", "trainer.cpu_offload=true"])],
     ids=["zero2-full-resume", "zero1-lora", "zero2-full-ckpt-offload"])
-def test_deepspeed_equals_one_process_and_resumes_exactly(tiny_dir, tmp_path, stage, extra, resume, sharded):
-    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2) + extra))
+def test_deepspeed_equals_one_process_and_resumes_exactly(one_process_run, tiny_dir, tmp_path, stage, extra, resume,
+                                                         sharded):
+    one = one_process_run(2, *extra)  # shared with the other cases of the same `extra` (and test_distributed.py)
     zero = [*extra, *sharded, "trainer.strategy=deepspeed", f"trainer.zero_stage={stage}"]
     # with resume: 3 steps, checkpointed after steps 2 and 3
     torchrun(common(tiny_dir, tmp_path, "two", 3 if resume else 2) + zero + ["trainer.save_every=2"])
     at_2 = list_checkpoints(tmp_path / "two")[0]
-    assert_close(trained(latest_checkpoint(tmp_path / "one")), trained(at_2), atol=1e-5)
-    m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
+    assert_close(trained(latest_checkpoint(one)), trained(at_2), atol=1e-5)
+    m1, m2 = read_metrics(one), read_metrics(tmp_path / "two")
     for a, b in zip(m1, m2[:2]):
         assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
         # step 2's rollouts and rewards on both processes come from the weights after step 1

@@ -1,58 +1,61 @@
 """Data-parallel training with torchrun on 2 CPU processes (gloo), on a tiny model."""
 
 import json
+import shutil
 
 import pytest
 from safetensors.torch import load_file
 
-from rlpr.train.checkpoint import latest_checkpoint, load_state
+from rlpr.train.checkpoint import latest_checkpoint, list_checkpoints, load_state
 from rlpr.config import load_config, validate_world
 from rlpr.errors import ConfigError
 from rlpr.train.tracking import read_metrics
-from rlpr.train.trainer import train
 
-from helpers import LAUNCHERS, assert_close, common, torchrun
+from helpers import assert_close, common, torchrun
 
 pytestmark = pytest.mark.distributed
 
 
-def adapter(run):
-    return load_file(str(latest_checkpoint(run) / "adapter" / "adapter_model.safetensors"))
+def adapter(checkpoint):
+    return load_file(str(checkpoint / "adapter" / "adapter_model.safetensors"))
 
 
 @pytest.mark.parametrize("strategy", ["ddp", "fsdp"])
-def test_two_processes_equal_one_process_and_resume_exactly(tiny_dir, tmp_path, strategy):
+def test_two_processes_equal_one_process_and_resume_exactly(one_process_run, tiny_dir, tmp_path, strategy):
     two_procs = [f"trainer.strategy={strategy}"]
-    train(load_config("demo", common(tiny_dir, tmp_path, "one", 2)))
-    torchrun(common(tiny_dir, tmp_path, "two", 2) + two_procs)
-    one, two = adapter(tmp_path / "one"), adapter(tmp_path / "two")
+    one = one_process_run(2)
+    # 4 steps, checkpointed after steps 2 and 4
+    torchrun(common(tiny_dir, tmp_path, "two", 4) + two_procs + ["trainer.save_every=2"])
+    at_2, at_4 = list_checkpoints(tmp_path / "two")
+    two = adapter(at_2)
     assert any(v.abs().max() > 0 for k, v in two.items() if "lora_B" in k)
-    assert_close(one, two, atol=1e-5)
-    m1, m2 = read_metrics(tmp_path / "one"), read_metrics(tmp_path / "two")
-    assert [m["step"] for m in m2] == [1, 2]  # only rank 0 writes
+    assert_close(adapter(list_checkpoints(one)[1]), two, atol=1e-5)
+    m1, m2 = read_metrics(one), read_metrics(tmp_path / "two")
+    assert [m["step"] for m in m1] == [1, 2] and [m["step"] for m in m2] == [1, 2, 3, 4]  # only rank 0 writes
     for a, b in zip(m1, m2):
         assert a["filter/generated_groups"] == b["filter/generated_groups"]
         assert a["policy/tokens"] == b["policy/tokens"] and a["policy/updates"] == b["policy/updates"]
         assert a["reward/mean"] == pytest.approx(b["reward/mean"], abs=1e-6)
         assert a["policy/grad_norm"] == pytest.approx(b["policy/grad_norm"], rel=1e-4)
-    state = load_state(latest_checkpoint(tmp_path / "two"))
+    state = load_state(at_2)
     assert state["strategy"] == strategy and state["world_size"] == 2 and len(state["ranks"]) == 2
 
-    # resume under 2 processes continues exactly like an uninterrupted 2-process run
-    torchrun(["trainer.max_steps=4"], resume=str(tmp_path / "two"))
-    torchrun(common(tiny_dir, tmp_path, "straight", 4) + two_procs)
-    assert_close(adapter(tmp_path / "two"), adapter(tmp_path / "straight"), atol=0)
-    s_two = load_state(latest_checkpoint(tmp_path / "two"))
-    s_straight = load_state(latest_checkpoint(tmp_path / "straight"))
-    assert s_two["step"] == s_straight["step"] == 4
-    assert s_two["filter"] == s_straight["filter"]
-    assert [r["stream"] for r in s_two["ranks"]] == [r["stream"] for r in s_straight["ranks"]]
+    # resume from step 2 under 2 processes: steps 3 and 4 are the uninterrupted run's, exactly
+    shutil.copytree(tmp_path / "two", tmp_path / "resumed")
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / at_4.name)
+    torchrun(["trainer.max_steps=4"], resume=str(tmp_path / "resumed"))
+    resumed = latest_checkpoint(tmp_path / "resumed")
+    assert_close(adapter(resumed), adapter(at_4), atol=0)
+    s_resumed, s_straight = load_state(resumed), load_state(at_4)
+    assert s_resumed["step"] == s_straight["step"] == 4
+    assert s_resumed["filter"] == s_straight["filter"]
+    assert [r["stream"] for r in s_resumed["ranks"]] == [r["stream"] for r in s_straight["ranks"]]
 
 
-def test_accelerate_launch_equals_one_process(tiny_dir, tmp_path):
-    train(load_config("demo", common(tiny_dir, tmp_path, "one", 1)))
+def test_accelerate_launch_equals_one_process(one_process_run, tiny_dir, tmp_path):
     torchrun(common(tiny_dir, tmp_path, "two", 1), launcher="accelerate")
-    assert_close(adapter(tmp_path / "one"), adapter(tmp_path / "two"), atol=1e-5)
+    one_step = list_checkpoints(one_process_run(2))[0]  # the shared one-process run, after its first step
+    assert_close(adapter(one_step), adapter(latest_checkpoint(tmp_path / "two")), atol=1e-5)
     assert load_state(latest_checkpoint(tmp_path / "two"))["world_size"] == 2
 
 

@@ -1,8 +1,8 @@
 """The paper's setting, rehearsed on 2 CPU processes (issue 27): `torchrun -m rlpr train --preset
 paper` with a tiny Qwen2.5-shaped model and scaled-down sizes, under the preset's own sharding
 (trainer.strategy=fsdp), activation checkpointing, full fine-tuning and token-budget micro-batches.
-It runs 3 steps, checkpoints, and a resume from step 2 reproduces step 3 exactly; with
-rollout.engine=vllm too where vLLM is installed (its own environment, docs/vllm.md; skipped elsewhere)."""
+It runs 2 steps, checkpoints after each, and a resume from step 1 reproduces step 2 exactly (the std
+filter is on from step 2: filter_warmup_steps=1); with rollout.engine=vllm too where vLLM is installed (its own environment, docs/vllm.md; skipped elsewhere)."""
 
 import importlib.util
 import os
@@ -46,7 +46,7 @@ def scaled_down(model_dir, out, name):
             "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2", "rollout.responses_per_prompt=4",
             "rollout.max_new_tokens=24", "rollout.batch_sequences=16", "data.max_prompt_tokens=256",
             "trainer.micro_batch_tokens=192", "data.demo_train_size=40", "data.demo_val_size=4",
-            "trainer.max_steps=3", "trainer.save_every=2", "trainer.eval_every=0", "trainer.lr=1e-4",
+            "trainer.max_steps=2", "trainer.save_every=1", "trainer.eval_every=0", "trainer.lr=1e-4",
             "reward.invalid_fallback=free", "model.rollout_dtype=float32", "algorithm.filter_warmup_steps=1",
             "algorithm.filter_init_steps=1", "trainer.tensorboard=false", "trainer.sample_every=0"]
 
@@ -66,7 +66,7 @@ def test_paper_preset_rehearsal_runs_checkpoints_and_resumes_exactly(tiny_qwen_d
     torchrun(args)
     run = tmp_path / "paper"
     metrics = [m for m in read_metrics(run) if "policy/updates" in m]
-    assert len(metrics) == 3 and sum(m["policy/updates"] for m in metrics) > 0
+    assert len(metrics) == 2 and sum(m["policy/updates"] for m in metrics) > 0
     # the budget (192 tokens, padding included) splits each update into several forwards
     trained = [m for m in metrics if m["policy/updates"]]
     assert all(m["perf/micro_batches"] > m["policy/updates"] for m in trained)
@@ -74,10 +74,10 @@ def test_paper_preset_rehearsal_runs_checkpoints_and_resumes_exactly(tiny_qwen_d
     final = load_file(str(latest_checkpoint(run) / "model" / "model.safetensors"))
     assert any((final[k] - initial[k]).abs().max() > 0 for k in initial)
 
-    # resume from the step-2 checkpoint: step 3 is the uninterrupted run's, exactly
-    at_2, at_3 = list_checkpoints(run)
+    # resume from the step-1 checkpoint: step 2 is the uninterrupted run's, exactly
+    at_1, at_2 = list_checkpoints(run)
     shutil.copytree(run, tmp_path / "resumed")
-    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / at_3.name)
-    torchrun(["trainer.max_steps=3"], resume=str(tmp_path / "resumed"))
+    shutil.rmtree(tmp_path / "resumed" / "checkpoints" / at_2.name)
+    torchrun(["trainer.max_steps=2"], resume=str(tmp_path / "resumed"))
     assert_close(load_file(str(latest_checkpoint(tmp_path / "resumed") / "model" / "model.safetensors")), final,
                  atol=0)

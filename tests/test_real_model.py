@@ -43,7 +43,8 @@ def test_demo_preset_two_steps_end_to_end(tmp_path):
     cfg = load_config("demo", [f"trainer.output_dir={tmp_path}", "trainer.name=e2e", "trainer.max_steps=2",
                                "rollout.max_new_tokens=12", "rollout.responses_per_prompt=4",
                                "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=1",
-                               "data.demo_val_size=2", "trainer.progress=false"])
+                               "data.demo_val_size=2", "trainer.progress=false",
+                               "trainer.report=false"])  # the report's own tests draw it (test_report*.py)
     summary = train(cfg)
     run = tmp_path / "e2e"
     steps = [m for m in read_metrics(run) if "reward/mean" in m]

@@ -95,7 +95,7 @@ def test_a_failed_report_is_a_warning_not_a_failed_run(tmp_path, caplog, monkeyp
 def test_train_writes_the_report_and_prints_its_path(tiny_dir, tmp_path, capsys):
     from rlpr.train.trainer import train
 
-    train(tiny_cfg(tiny_dir, tmp_path, "rep", "trainer.max_steps=2"))
+    train(tiny_cfg(tiny_dir, tmp_path, "rep", "trainer.max_steps=2", "trainer.report=true"))
     run = tmp_path / "rep"
     err = capsys.readouterr().err
     assert f"run directory: {run}" in err and f"report: {run / 'report.html'}" in err

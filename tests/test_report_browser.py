@@ -39,7 +39,8 @@ def browser():
 @pytest.fixture(scope="module")
 def run(browser, tiny_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("browser-run")
-    train(tiny_cfg(tiny_dir, out, "shown", "trainer.max_steps=3", "trainer.eval_every=2", "trainer.eval_samples=2"))
+    train(tiny_cfg(tiny_dir, out, "shown", "trainer.max_steps=3", "trainer.eval_every=2", "trainer.eval_samples=2",
+                   "trainer.report=true"))
     return out / "shown"
 
 

@@ -50,7 +50,9 @@ class ModelConfig:
     """dtype of the sampling copy: auto (bfloat16 where the hardware has fast bf16: GPUs, CPUs with
     AVX512-BF16/AMX; else float32), bfloat16 or float32."""
     threads: int = 0
-    """torch threads per process (0: torch's default)."""
+    """torch threads per process; 0: this process's share of the CPUs it may use, less those other
+    processes keep busy when it starts (a busy machine is reported in one line; docs/training.md,
+    "Several runs on one machine")."""
     device: str = "auto"
     """auto (cuda:LOCAL_RANK when CUDA is available, else cpu), cpu or cuda."""
 

@@ -110,13 +110,11 @@ def run_samples(args) -> int | None:
 
 
 def _load(cfg, checkpoint):
-    import torch
-
     from rlpr.model.loading import load_policy
     from rlpr.parallel.distributed import resolve_device
+    from rlpr.parallel.threads import use_threads
 
-    if cfg.model.threads > 0:
-        torch.set_num_threads(cfg.model.threads)
+    use_threads(cfg.model.threads, device=cfg.model.device)
     try:
         return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
     except RuntimeError as e:  # a LoRA adapter on a base of another shape
@@ -305,7 +303,7 @@ def register(sub) -> None:
     p.add_argument("--fault-mode", choices=("none", "slow", "error", "flaky"), default="none",
                    help="inject failures for testing clients")
     p.add_argument("--fault-delay", type=float, default=2.0, help="seconds to sleep in slow mode")
-    shorthand(p, "--threads", "model.threads", "torch threads (0: torch's default)", type=int)
+    shorthand(p, "--threads", "model.threads", "torch threads (0: chosen from the free CPUs)", type=int)
     p.add_argument("--served-name", default=None, help="model id reported by the API (default: --model)")
     p.add_argument("--max-prompt-tokens", type=int, default=0,
                    help="longest prompt accepted (0: the model's context minus --max-new-tokens)")

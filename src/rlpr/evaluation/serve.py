@@ -567,11 +567,11 @@ def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1"
     it accepts requests."""
     from rlpr.model.loading import load_policy
     from rlpr.parallel.distributed import resolve_device
+    from rlpr.parallel.threads import use_threads
 
-    model_path, device, threads = cfg.model.path, cfg.model.device, cfg.model.threads
+    model_path, device = cfg.model.path, cfg.model.device
     max_new_tokens = cfg.rollout.max_new_tokens
-    if threads > 0:
-        torch.set_num_threads(threads)
+    use_threads(cfg.model.threads, device=device)
     if max_new_tokens < 1:
         raise ValueError("--max-new-tokens must be at least 1")
     faults = Faults(fault_mode, fault_delay)

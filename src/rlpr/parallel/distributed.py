@@ -92,18 +92,6 @@ def collective_device() -> torch.device:
     return torch.device("cpu")
 
 
-def default_threads() -> int:
-    """Torch threads per process when several share a CPU machine (0: leave torch's default).
-
-    With 2 cores, two processes of 2 threads each run 5-8x slower than one, not 2x: OpenMP
-    threads spin waiting for a descheduled sibling. Split the cores between local processes.
-    """
-    local = int(os.environ.get("LOCAL_WORLD_SIZE", "1"))
-    if local <= 1 or torch.cuda.is_available():
-        return 0
-    return max(1, (os.cpu_count() or 1) // local)
-
-
 def sum_values(values: list[float]) -> list[float]:
     """Element-wise sum over ranks (float64, on the GPU under NCCL)."""
     if not initialized():

@@ -32,6 +32,7 @@ from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, reso
                                   resolve_rollout_dtype, update_autocast)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
+from rlpr.parallel.threads import use_threads
 from rlpr.reward.label_free import response_keys
 from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
@@ -74,9 +75,7 @@ class Trainer:
 
         cfg = self.cfg
         cap_kernel_caches()
-        threads = cfg.model.threads or dist.default_threads()
-        if threads:
-            torch.set_num_threads(threads)
+        use_threads(cfg.model.threads, device=cfg.model.device)
         seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
         if dist.is_main():
             log.info("loading model %s", cfg.model.path)
