@@ -10,6 +10,7 @@ import torch
 
 from rlpr.model.memory import release_memory
 from rlpr.parallel import distributed as dist
+from rlpr.rollout.engines import keeping_caches
 
 log = logging.getLogger("rlpr.train")
 
@@ -48,7 +49,8 @@ def evaluate(trainer, responses: list | None = None) -> dict:
     engine.sync(trainer.policy, trainer.strategy.full_weights(trainer.policy))  # under fsdp layer by layer
     prompts = trainer.val_prompts
     max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
-    rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
+    with keeping_caches(engine, trainer.keep_caches):  # score B continues the greedy responses' caches
+        rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
     release_memory()
     rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
     release_memory()
