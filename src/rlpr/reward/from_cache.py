@@ -15,18 +15,16 @@ benchmarks/results/score_b_cache.md.
 
 from __future__ import annotations
 
-import torch
-
 # reward.score_b_from_cache: auto (where exact: the rollout copy in the scorer's dtype), always (also
 # from a lower-precision copy), never
 CACHE_MODES = ("auto", "always", "never")
 
 
-def uses_cache(mode: str, kind_needs_score_b: bool, scorer: str, cache_dtype: torch.dtype,
-               scorer_dtype: torch.dtype) -> bool:
+def uses_cache(mode: str, kind_needs_score_b: bool, scorer: str, cache_dtype, scorer_dtype) -> bool:
     """Whether score B continues the rollout's caches: `mode` (reward.score_b_from_cache) for a reward
     kind that scores the reference (`kind_needs_score_b`) with `scorer` (reward.scorer), from caches
-    in `cache_dtype` (the rollout copy's) for a scorer in `scorer_dtype`."""
+    in `cache_dtype` (the rollout copy's) for a scorer in `scorer_dtype` (torch dtypes, or their
+    sizes in bytes as the memory plan has them)."""
     if mode not in CACHE_MODES:
         raise ValueError(f"unknown reward.score_b_from_cache {mode!r}; choose one of {', '.join(CACHE_MODES)}")
     if mode == "never" or not kind_needs_score_b or scorer != "current":
