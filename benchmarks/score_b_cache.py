@@ -9,7 +9,7 @@ The step trains on the cached B. Reports, per dtype, max and mean |B_cache - B_r
 responses, the same against the spread that the advantages read (the std of B within a group), and
 the seconds of each path.
 
-    python benchmarks/score_b_cache.py                  # 10 steps per dtype: ~10 minutes on 2 cores
+    python benchmarks/score_b_cache.py                  # 10 steps per dtype: ~15 minutes on 2 busy cores
     python benchmarks/score_b_cache.py --steps 2 --output /tmp/sbc
 
 Writes benchmarks/results/score_b_cache.json and .md.
@@ -25,19 +25,19 @@ import statistics
 import subprocess
 import tempfile
 import time
+from contextlib import nullcontext
 from pathlib import Path
-
-import torch
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
 class BothPaths:
     """Replaces a ProbabilityReward's `score_b`: each call scores B from the caches and recomputed
-    (alternating which runs first), records both, and returns the cached one."""
+    (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
+    recomputed one). `counter`: a step_tokens.TokenCounter whose phase each path runs in."""
 
-    def __init__(self, reward):
-        self.reward, self.score_b = reward, reward.score_b
+    def __init__(self, reward, use_cache: bool = True, counter=None):
+        self.reward, self.score_b, self.use_cache, self.counter = reward, reward.score_b, use_cache, counter
         reward.score_b = self
         self.calls: list[dict] = []
 
@@ -45,16 +45,22 @@ class BothPaths:
         paths = {}
         order = ("recomputed", "cache") if len(self.calls) % 2 == 0 else ("cache", "recomputed")
         for name in order:
+            phase = self.counter.phase(f"score_b_{name}") if self.counter is not None else nullcontext()
             tick = time.perf_counter()
-            kept = caches if name == "cache" else None
-            paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
-                           time.perf_counter() - tick)
+            with phase:
+                kept = caches if name == "cache" else None
+                paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
+                               time.perf_counter() - tick)
         self.calls.append({"groups": list(groups) if groups is not None else None,
                            "scored": [it is not None for it in items],
                            "cached": [c is not None for c in caches] if caches is not None else [False] * len(items),
                            "b_cache": paths["cache"][0], "b_recomputed": paths["recomputed"][0],
                            "cache_s": paths["cache"][1], "recomputed_s": paths["recomputed"][1]})
-        return paths["cache"][0]
+        return paths["cache" if self.use_cache else "recomputed"][0]
+
+    def extra_s(self, calls: list[dict]) -> float:
+        """Seconds of `calls` spent in the path whose result was not returned."""
+        return sum(c["recomputed_s" if self.use_cache else "cache_s"] for c in calls)
 
 
 def group_std(values: list[float], groups: list) -> float:
@@ -66,13 +72,13 @@ def group_std(values: list[float], groups: list) -> float:
     return statistics.mean(stds) if stds else 0.0
 
 
-def run(dtype: str, steps: int, workdir: Path) -> dict:
+def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
     from rlpr.config import load_config
     from rlpr.train.trainer import Trainer
 
     overrides = [f"model.rollout_dtype={dtype}", "reward.score_b_from_cache=always", "trainer.tensorboard=false",
                  "trainer.progress=false", "trainer.sample_every=0", f"trainer.output_dir={workdir}",
-                 f"trainer.max_steps={steps}"]
+                 f"trainer.max_steps={steps}", f"model.threads={threads}"]
     cfg = load_config("demo", overrides)
     trainer = Trainer(cfg, workdir / f"run-{dtype}")
     both = BothPaths(trainer.reward)
@@ -106,7 +112,8 @@ def markdown(res: dict) -> str:
     lines = [f"# Score B from the rollout's cache vs recomputed ({res['date']})", "",
              f"Demo preset (embedded SmolLM2-135M-Instruct + LoRA, 4 prompts x 8 responses x 32 new tokens, "
              f"fallback cue path), {res['rows'][0]['steps']} training steps per rollout dtype, training on the "
-             f"cached B; {res['machine']['cpu']}, {res['machine']['cpu_count']} cores, load average "
+             f"cached B; {res['machine']['cpu']}, {res['machine']['cpu_count']} cores, "
+             f"{res['machine']['torch_threads']} torch thread(s), load average "
              f"{res['machine']['load_before']} before / {res['machine']['load_after']} after.", "",
              "| rollout copy | responses scored | from cache | max abs dB | mean abs dB | mean B | "
              "mean within-group std of B | mean abs dB / that std | B from cache s/step | B recomputed s/step |",
@@ -139,16 +146,18 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--steps", type=int, default=10)
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
+    parser.add_argument("--threads", type=int, default=1,
+                        help="torch threads (1: steady on a machine shared with other jobs)")
     parser.add_argument("--output", default=None, help="path stem (default benchmarks/results/score_b_cache)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.output) if args.output else RESULTS / "score_b_cache"
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-           "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
+           "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
                        "load_before": round(os.getloadavg()[0], 1)}, "rows": []}
     with tempfile.TemporaryDirectory(prefix="rlpr-sbc-") as tmp:
         for dtype in args.dtypes:
-            res["rows"].append(run(dtype, args.steps, Path(tmp)))
+            res["rows"].append(run(dtype, args.steps, Path(tmp), args.threads))
     res["machine"]["load_after"] = round(os.getloadavg()[0], 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))

@@ -15,7 +15,7 @@ from rlpr.model.batching import token_budget_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
                                past_continuation_hidden, project_logprobs, shared_prefix_logprobs, token_logprobs)
 from rlpr.reward.r3 import r3_scores
-from rlpr.reward.sequence import ScoredText, pad_batch, strip_response, tokenize_scored
+from rlpr.reward.sequence import ScoredText, TokenizedBatch, pad_batch, strip_response, tokenize_scored
 
 
 def _mean_prob(logp: torch.Tensor) -> float:
@@ -116,6 +116,13 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
     return groups, rest
 
 
+def through_last_scored(enc: TokenizedBatch) -> TokenizedBatch:
+    """Each text cut after its last scored token: no later token changes a scored token's log-prob
+    (causal attention), so the forwards skip what closes the answer (" </answer>", EOS)."""
+    ends = [len(m) - m[::-1].index(True) if any(m) else len(m) for m in enc.ref_mask]
+    return TokenizedBatch([ids[:e] for ids, e in zip(enc.input_ids, ends)], [m[:e] for m, e in zip(enc.ref_mask, ends)])
+
+
 def common_prefix(a: list[int], b: list[int]) -> int:
     """The length of the longest common prefix of two token lists."""
     n = min(len(a), len(b))
@@ -193,6 +200,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
             if any(enc.ref_mask[k]) and (max_length is None or len(enc.input_ids[k]) <= max_length)]
     if too_long is not None and max_length is not None:
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
+    enc = through_last_scored(enc)
     starts, keep = _cache_starts(enc, keep, [caches[i] for i in todo]) if caches is not None else ({}, keep)
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     with eval_mode(model):
