@@ -36,8 +36,9 @@ class BothPaths:
     (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
     recomputed one). `counter`: a step_tokens.TokenCounter whose phase each path runs in."""
 
-    def __init__(self, reward, use_cache: bool = True, counter=None):
+    def __init__(self, reward, use_cache: bool = True, counter=None, floor: bool = False):
         self.reward, self.score_b, self.use_cache, self.counter = reward, reward.score_b, use_cache, counter
+        self.floor = floor  # also recompute with other batch shapes: how far B moves without any cache
         reward.score_b = self
         self.calls: list[dict] = []
 
@@ -51,7 +52,16 @@ class BothPaths:
                 kept = caches if name == "cache" else None
                 paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
                                time.perf_counter() - tick)
+        if self.floor:
+            from rlpr.reward.scoring import aggregate, reference_logprobs
+
+            r = self.reward
+            logps = reference_logprobs(model, r.tokenizer, items, temperature=r.temperature, max_length=r.max_length,
+                                       max_batch_tokens=r.cfg.max_batch_tokens, splice=r.cfg.splice,
+                                       share_prefix=False)
+            rebatched = [0.0 if lp is None else aggregate(lp, r.cfg.aggregation) for lp in logps]
         self.calls.append({"groups": list(groups) if groups is not None else None,
+                           "b_rebatched": rebatched if self.floor else None,
                            "scored": [it is not None for it in items],
                            "cached": [c is not None for c in caches] if caches is not None else [False] * len(items),
                            "b_cache": paths["cache"][0], "b_recomputed": paths["recomputed"][0],
@@ -81,17 +91,18 @@ def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
                  f"trainer.max_steps={steps}", f"model.threads={threads}"]
     cfg = load_config("demo", overrides)
     trainer = Trainer(cfg, workdir / f"run-{dtype}")
-    both = BothPaths(trainer.reward)
+    both = BothPaths(trainer.reward, floor=True)
     for step in range(1, steps + 1):
         trainer.train_step(step)
         trainer.step = step
         c = both.calls[-1]
         print(f"{dtype} step {step}: cache {c['cache_s']:.2f} s, recomputed {c['recomputed_s']:.2f} s, "
               f"max |dB| {max(abs(a - b) for a, b in zip(c['b_cache'], c['b_recomputed'])):.2e}", flush=True)
-    diffs, spreads, responses, cached = [], [], 0, 0
+    diffs, floor, spreads, responses, cached = [], [], [], 0, 0
     for c in both.calls:
-        pairs = [(a, b) for a, b, s in zip(c["b_cache"], c["b_recomputed"], c["scored"]) if s]
-        diffs += [abs(a - b) for a, b in pairs]
+        pairs = [(a, b, f) for a, b, f, s in zip(c["b_cache"], c["b_recomputed"], c["b_rebatched"], c["scored"]) if s]
+        diffs += [abs(a - b) for a, b, _ in pairs]
+        floor += [abs(f - b) for _, b, f in pairs]
         responses += len(c["b_cache"])
         cached += sum(c["cached"])
         if c["groups"] is not None:
@@ -100,6 +111,7 @@ def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
     del trainer
     return {"dtype": dtype, "steps": steps, "responses": responses, "scored": len(diffs), "from_cache": cached,
             "max_abs_diff_b": max(diffs), "mean_abs_diff_b": statistics.mean(diffs),
+            "max_abs_diff_b_rebatched": max(floor), "mean_abs_diff_b_rebatched": statistics.mean(floor),
             "mean_b": statistics.mean(b for c in both.calls for b in c["b_recomputed"]),
             "mean_within_group_std_b": spread,
             "mean_abs_diff_over_group_std": statistics.mean(diffs) / spread if spread else None,
@@ -115,18 +127,22 @@ def markdown(res: dict) -> str:
              f"cached B; {res['machine']['cpu']}, {res['machine']['cpu_count']} cores, "
              f"{res['machine']['torch_threads']} torch thread(s), load average "
              f"{res['machine']['load_before']} before / {res['machine']['load_after']} after.", "",
-             "| rollout copy | responses scored | from cache | max abs dB | mean abs dB | mean B | "
-             "mean within-group std of B | mean abs dB / that std | B from cache s/step | B recomputed s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
+             "| rollout copy | responses scored | from cache | max abs dB | mean abs dB | max / mean abs dB, "
+             "recomputed rebatched | mean B | mean within-group std of B | mean abs dB / that std | "
+             "B from cache s/step | B recomputed s/step |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         ratio = r["mean_abs_diff_over_group_std"]
         lines.append(f"| {r['dtype']} | {r['scored']} | {r['from_cache']} | {r['max_abs_diff_b']:.2e} | "
-                     f"{r['mean_abs_diff_b']:.2e} | {r['mean_b']:.4f} | {r['mean_within_group_std_b']:.4f} | "
+                     f"{r['mean_abs_diff_b']:.2e} | {r['max_abs_diff_b_rebatched']:.2e} / "
+                     f"{r['mean_abs_diff_b_rebatched']:.2e} | {r['mean_b']:.4f} | {r['mean_within_group_std_b']:.4f} | "
                      f"{'n/a' if ratio is None else f'{ratio:.3f}'} | {r['cache_s_per_step']:.2f} | "
                      f"{r['recomputed_s_per_step']:.2f} |")
     lines += ["", "B is the mean probability of the reference tokens (reward.aggregation=mean_prob); "
               "'recomputed' is the fp32 policy over the whole o' (the path before issue 42); "
-              "'from cache' continues the rollout copy's keys and values (bf16 or fp32 as the copy). "
+              "'from cache' continues the rollout copy's keys and values (bf16 or fp32 as the copy); "
+              "'recomputed rebatched' is the recomputed path again with every text in padded batches "
+              "(no prompt shared), against the recomputed B: how far float rounding alone moves B. "
               "Each step's two paths ran on the same responses, in alternating order."]
     return "\n".join(lines) + "\n"
 

@@ -652,7 +652,7 @@ def markdown(res: dict) -> str:
 
 
 PHASES = [("rollout / generation", "rollout", "generate"), ("score B", None, "score_b"),
-          ("score B recomputed", "score_b_recomputed", None), ("score B from the cache", "score_b_from_cache", None),
+          ("score B recomputed", "score_b_recomputed", None), ("score B from the cache", "score_b_cache", None),
           ("score A", "score_a", "score_a"), ("update (forwards; each has one backward)", "update", "other")]
 
 

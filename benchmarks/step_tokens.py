@@ -9,8 +9,9 @@ are not counted: each update forward has one.
 
 The step's unique tokens are what any implementation must run through the model at least once: each
 group's prompt once, each response's tokens fed back while decoding (all but the last drawn), and
-each response's reference tail (the tokens of o' after its longest common prefix with those,
-`reference_tails`: score B's answer turn or block and the reference). The rest is recomputation.
+each response's reference tail (the tokens of o' after its longest common prefix with those through
+its last scored token, `reference_tails`: score B's answer turn or block and the reference). The rest
+is recomputation.
 """
 
 from __future__ import annotations
@@ -71,8 +72,9 @@ def common_prefix(a: list[int], b: list[int]) -> int:
 
 def reference_tails(reward, tokenizer, prompt_ids: list[list[int]], response_ids: list[list[int]], texts, responses,
                     references) -> list[int]:
-    """Per response, the tokens of its o' (as score B tokenizes it) after the longest common prefix with
-    the prompt ids + the response ids but the last (0 where the response has no o')."""
+    """Per response, the tokens of its o' (as score B tokenizes it) that score B must run beyond the
+    prompt ids + the response ids but the last: from their longest common prefix (at most the position
+    before the first scored token) through the last scored token (0 where the response has no o')."""
     from rlpr.reward.sequence import tokenize_scored
 
     items = [reward.score_b_text(p, r, y) for p, r, y in zip(texts, responses, references)]
@@ -80,8 +82,10 @@ def reference_tails(reward, tokenizer, prompt_ids: list[list[int]], response_ids
     tails = [0] * len(items)
     if todo:
         enc = tokenize_scored(tokenizer, [items[i] for i in todo], reward.cfg.splice)
-        for i, ids in zip(todo, enc.input_ids):
-            tails[i] = len(ids) - common_prefix(ids, prompt_ids[i] + response_ids[i][:-1])
+        for i, ids, mask in zip(todo, enc.input_ids, enc.ref_mask):
+            if any(mask):
+                start = min(common_prefix(ids, prompt_ids[i] + response_ids[i][:-1]), mask.index(True) - 1)
+                tails[i] = len(mask) - mask[::-1].index(True) - start
     return tails
 
 
