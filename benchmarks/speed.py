@@ -121,48 +121,164 @@ def rlpr_config(args, output_dir: str):
                  "trainer.tensorboard=false", "trainer.progress=false", "trainer.sample_every=0",
                  f"trainer.output_dir={output_dir}", f"trainer.max_steps={args.warmup + args.steps}",
                  f"rollout.max_new_tokens={args.max_new_tokens}", f"model.threads={args.threads}"]
+    if args.quick:
+        overrides.append("data.demo_val_size=8")
     return load_config("demo", overrides), overrides
 
 
 # -- part 1: rlpr -------------------------------------------------------------------------------
 
+def instrument_rlpr(trainer, counter, unique: list) -> None:
+    """Count each phase's tokens (rollout, score A, update; score B's two paths are BothPaths'), and
+    append each training scoring's unique tokens (step_tokens.unique_tokens) to `unique`."""
+    from step_tokens import reference_tails, unique_tokens
+
+    def in_phase(name, fn):
+        def run(*a, **k):
+            with counter.phase(name):
+                return fn(*a, **k)
+        return run
+
+    trainer.raw_generate = trainer.engine.generate  # timed_eval's phases wrap it instead
+    trainer.engine.generate = in_phase("rollout", trainer.engine.generate)
+    trainer.reward.score_a._compute = in_phase("score_a", trainer.reward.score_a._compute)
+    trainer.update = in_phase("update", trainer.update)
+    score = trainer.score
+
+    def scored(prompts, rollouts, reward=None, training=False):
+        if training:
+            by = [prompts[r.prompt_index] for r in rollouts]
+            ids, rids = [p.token_ids for p in by], [r.token_ids for r in rollouts]
+            tails = reference_tails(trainer.reward, trainer.tokenizer, ids, rids, [p.text for p in by],
+                                    [p.response_text(r.text) for p, r in zip(by, rollouts)],
+                                    [p.example.reference for p in by])
+            unique.append(unique_tokens(ids, [r.prompt_index for r in rollouts], rids, tails))
+        return score(prompts, rollouts, reward, training)
+
+    trainer.score = scored
+
+
+def timed_eval(trainer, counter, both) -> dict:
+    """The held-out evaluation as the demo runs it (before and after training), in phases: greedy
+    generation, its scoring (score B both ways, the configured one counted), sampled generation. Its
+    tokens: eval_greedy, eval_samples, and the scoring's under score_b_* and score_a."""
+    seconds = {"greedy_generate_s": 0.0, "samples_generate_s": 0.0, "scoring_s": 0.0}
+    generate, score = trainer.engine.generate, trainer.score
+
+    def eval_generate(prompts, n, **kw):
+        name = "greedy" if kw.get("temperature") == 0 else "samples"
+        tick = time.perf_counter()
+        with counter.phase(f"eval_{name}"):
+            out = trainer.raw_generate(prompts, n, **kw)
+        seconds[f"{name}_generate_s"] += time.perf_counter() - tick
+        return out
+
+    def eval_score(*a, **k):
+        tick = time.perf_counter()
+        with counter.phase("eval_scoring"):
+            out = score(*a, **k)
+        seconds["scoring_s"] += time.perf_counter() - tick
+        return out
+
+    trainer.engine.generate, trainer.score = eval_generate, eval_score
+    calls = len(both.calls)
+    tick = time.perf_counter()
+    metrics = trainer.evaluate()
+    total = time.perf_counter() - tick
+    trainer.engine.generate, trainer.score = generate, score
+    mine = both.calls[calls:]
+    extra = both.extra_s(mine)
+    seconds["scoring_s"] -= extra
+    return {"eval_s": total - extra, **seconds, "score_b_from_cache_s": sum(c["cache_s"] for c in mine),
+            "score_b_recomputed_s": sum(c["recomputed_s"] for c in mine), "questions": metrics.get("eval/questions"),
+            "samples": metrics.get("eval/samples", 0), "tokens": counter.take()}
+
+
 def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
-    """Timed rlpr steps; also returns the prompts each step used (for TRL, in the same order)."""
+    """Timed rlpr steps; also returns the prompts each step used (for TRL, in the same order). Every
+    scoring computes score B both ways on the same responses (from the rollout's caches, and
+    recomputed); the step trains on the one reward.score_b_from_cache picks, and the other's seconds
+    are left out of the step."""
+    from score_b_cache import BothPaths
+    from step_tokens import TokenCounter
+
+    from rlpr.model.forward import causal_lm
     from rlpr.train.trainer import Trainer
 
     cfg, overrides = rlpr_config(args, str(workdir))
+    tick = time.perf_counter()
     trainer = Trainer(cfg, workdir / "rlpr-run")
+    setup_s = time.perf_counter() - tick
+    configured = trainer.keep_caches  # reward.score_b_from_cache as resolved for this rollout copy
+    trainer.keep_caches = True  # keep them for both paths; BothPaths returns the configured one
+    counter, unique = TokenCounter(), []
+    counter.watch(causal_lm(trainer.policy).get_decoder())
+    counter.watch(trainer.engine.model.get_decoder())
+    both = BothPaths(trainer.reward, use_cache=configured, counter=counter)
+    instrument_rlpr(trainer, counter, unique)
     stream = copy.deepcopy(trainer.stream)  # the order in which the steps below take prompts
     n_steps = args.warmup + args.steps
     order = [trainer.train_prompts[i] for i in stream.take(cfg.trainer.prompts_per_step * n_steps)]
     steps = []
     for step in range(1, n_steps + 1):
         trainer.reward.seconds = {"score_b": 0.0, "score_a": 0.0}
+        calls = len(both.calls)
         m = trainer.train_step(step)
         trainer.step = step
-        b, a = trainer.reward.seconds["score_b"], trainer.reward.seconds["score_a"]
-        row = {"step": step, "warmup": step <= args.warmup, "step_s": m["perf/step_s"],
+        mine = both.calls[calls:]
+        extra = both.extra_s(mine)
+        b, a = trainer.reward.seconds["score_b"] - extra, trainer.reward.seconds["score_a"]
+        row = {"step": step, "warmup": step <= args.warmup, "step_s": m["perf/step_s"] - extra,
                "rollout_s": m["perf/rollout_s"], "score_b_s": b, "score_a_s": a,
-               "reward_other_s": m["perf/reward_s"] - b - a, "old_logp_s": m["perf/old_logp_s"],
+               "score_b_recomputed_s": sum(c["recomputed_s"] for c in mine),
+               "score_b_from_cache_s": sum(c["cache_s"] for c in mine),
+               "max_abs_diff_b": max((abs(x - y) for c in mine for x, y in zip(c["b_cache"], c["b_recomputed"])),
+                                     default=0.0),
+               "reward_other_s": m["perf/reward_s"] - extra - b - a, "old_logp_s": m["perf/old_logp_s"],
                "update_s": m["perf/update_s"],
                "generated_tokens": m["perf/rollout_tok_s"] * m["perf/rollout_s"],
                "rollout_tok_s": m["perf/rollout_tok_s"], "groups": m["filter/kept_groups"],
                "rollout_rounds": m["filter/tries"], "reward_mean": m["reward/mean"],
-               "fallback_frac": m["reward/fallback_frac"], "response_len_mean": m["rollout/response_len_mean"]}
+               "fallback_frac": m["reward/fallback_frac"], "response_len_mean": m["rollout/response_len_mean"],
+               "tokens": counter.take(), "unique_tokens": unique[-1] if unique else None}
         row["other_s"] = row["step_s"] - sum(row[k] for k in ("rollout_s", "score_b_s", "score_a_s",
                                                                "reward_other_s", "old_logp_s", "update_s"))
         steps.append(row)
         print(f"rlpr step {step}{' (warm-up)' if row['warmup'] else ''}: {row['step_s']:.1f} s "
-              f"(rollout {row['rollout_s']:.1f}, B {b:.1f}, A {a:.1f}, update {row['update_s']:.1f})", flush=True)
+              f"(rollout {row['rollout_s']:.1f}, B {b:.1f} [recomputed {row['score_b_recomputed_s']:.1f}, from cache "
+              f"{row['score_b_from_cache_s']:.1f}], A {a:.1f}, update {row['update_s']:.1f})", flush=True)
     timed = [r for r in steps if not r["warmup"]]
     keys = ["step_s", "rollout_s", "score_b_s", "score_a_s", "reward_other_s", "old_logp_s", "update_s",
-            "other_s", "generated_tokens"]
+            "other_s", "generated_tokens", "score_b_recomputed_s", "score_b_from_cache_s"]
     summary = {k: mean(r[k] for r in timed) for k in keys}
     summary["rollout_tok_s"] = summary["generated_tokens"] / summary["rollout_s"]
     summary["step_tok_s"] = summary["generated_tokens"] / summary["step_s"]
+    summary["max_abs_diff_b"] = max(r["max_abs_diff_b"] for r in timed)
+    summary["tokens"] = mean_counts([r["tokens"] for r in timed])
+    summary["unique_tokens"] = mean_counts([r["unique_tokens"] for r in timed if r["unique_tokens"]])
+    out = {"overrides": overrides, "steps": steps, "mean": summary, "setup_s": setup_s,
+           "score_b_from_cache": cfg.reward.score_b_from_cache, "configured_path": "cache" if configured else "recomputed",
+           "rollout_dtype": str(trainer.engine.model.dtype).replace("torch.", ""),
+           "torch_threads": torch.get_num_threads()}
+    if not args.skip_eval:
+        print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)
+        out["eval"] = timed_eval(trainer, counter, both)
+    counter.close()
     del trainer
-    return {"overrides": overrides, "steps": steps, "mean": summary,
-            "torch_threads": torch.get_num_threads()}, order
+    return out, order
+
+
+def mean_counts(rows: list[dict]) -> dict:
+    """The mean of nested {name: number | {name: number}} dicts over `rows` (missing entries count 0)."""
+    if not rows:
+        return {}
+    keys = {k for r in rows for k in r}
+    out = {}
+    for k in sorted(keys):
+        values = [r.get(k, 0) for r in rows]
+        out[k] = mean_counts([v or {} for v in values]) if any(isinstance(v, dict) for v in values) else \
+            mean(values)
+    return out
 
 
 # -- part 2: TRL --------------------------------------------------------------------------------
@@ -173,6 +289,9 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
+    from step_tokens import TokenCounter, reference_tails, unique_tokens
+
+    from rlpr.model.forward import causal_lm
     from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
@@ -191,12 +310,27 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     holder: dict = {}
     seen = {"reward_autocast": set(), "generate_autocast": set()}
-    step_stats = {"tokens": 0, "generate_s": 0.0}
+    step_stats = {"tokens": 0, "generate_s": 0.0, "unique": []}
+    counter = TokenCounter()
+
+    def in_phase(name, fn):
+        def run(*a, **k):
+            with counter.phase(name):
+                return fn(*a, **k)
+        return run
+
+    reward.score_b = in_phase("score_b", reward.score_b)
+    reward.score_a._compute = in_phase("score_a", reward.score_a._compute)
 
     def rlpr_probability_reward(prompts, completions, completion_ids, chat_text, reference, **kwargs):
         policy = holder["trainer"].model
         seen["reward_autocast"].add(torch.is_autocast_enabled("cpu"))
         step_stats["tokens"] += sum(len(c) for c in completion_ids)
+        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
+        completions_ids = [list(c) for c in completion_ids]
+        tails = reference_tails(reward, tokenizer, ids, completions_ids, list(chat_text),
+                                [prefill + c for c in completions], list(reference))
+        step_stats["unique"].append(unique_tokens(ids, list(prompts), completions_ids, tails))
 
         def fill_a(pairs):  # score A with the initial policy: LoRA off, as rlpr does
             with policy.disable_adapter():
@@ -226,7 +360,8 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
 
         def on_step_begin(self, args_, state, control, **kwargs):
             reward.seconds = {"score_b": 0.0, "score_a": 0.0}
-            step_stats.update(tokens=0, generate_s=0.0)
+            step_stats.update(tokens=0, generate_s=0.0, unique=[])
+            counter.current = "other"  # the loss forwards; generation and the reward set their own
             self.tick = time.perf_counter()
 
         def on_step_end(self, args_, state, control, **kwargs):
@@ -234,7 +369,10 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
             self.steps.append({"step": state.global_step, "warmup": state.global_step <= args.warmup,
                                "step_s": step_s, "generate_s": step_stats["generate_s"],
                                "score_b_s": reward.seconds["score_b"], "score_a_s": reward.seconds["score_a"],
-                               "generated_tokens": step_stats["tokens"]})
+                               "generated_tokens": step_stats["tokens"], "tokens": counter.take(),
+                               "unique_tokens": {k: sum(u[k] for u in step_stats["unique"])
+                                                 for k in step_stats["unique"][0]} if step_stats["unique"] else None})
+            counter.current = None
             r = self.steps[-1]
             r["other_s"] = step_s - r["generate_s"] - r["score_b_s"] - r["score_a_s"]
             print(f"TRL step {r['step']}{' (warm-up)' if r['warmup'] else ''}: {step_s:.1f} s "
@@ -245,12 +383,14 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           peft_config=lora, callbacks=[timer])
     holder["trainer"] = trainer
+    counter.watch(causal_lm(trainer.model).get_decoder())
     generate = trainer._generate_single_turn
 
     def timed_generate(*a_, **k_):
         tick = time.perf_counter()
         try:
-            return generate(*a_, **k_)
+            with counter.phase("generate"):
+                return generate(*a_, **k_)
         finally:
             step_stats["generate_s"] += time.perf_counter() - tick
 
@@ -269,6 +409,9 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
     summary = {k: mean(r[k] for r in timed) for k in keys}
     summary["rollout_tok_s"] = summary["generated_tokens"] / summary["generate_s"] if summary["generate_s"] else 0.0
     summary["step_tok_s"] = summary["generated_tokens"] / summary["step_s"]
+    summary["tokens"] = mean_counts([r["tokens"] for r in timed])
+    summary["unique_tokens"] = mean_counts([r["unique_tokens"] for r in timed if r["unique_tokens"]])
+    counter.close()
     settings = {k: getattr(gconf, k) for k in (
         "use_cpu", "bf16", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
         "steps_per_generation", "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta",
@@ -436,6 +579,12 @@ def versions() -> dict:
     return out
 
 
+def cpu_name() -> str:
+    from score_b_cache import cpu_name as name
+
+    return name()
+
+
 def pct(value) -> str:
     return "n/a" if value is None else f"{value:.0f}%"
 
@@ -445,8 +594,9 @@ def markdown(res: dict) -> str:
     lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "",
              (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
              f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
-             f"{s['warmup']} warm-up; {res['machine']['cpu_count']} CPU cores, {res['machine']['torch_threads']} "
-             "torch threads."), ""]
+             f"{s['warmup']} warm-up; {res['machine'].get('cpu', 'CPU')}, {res['machine']['cpu_count']} cores, "
+             f"{res['machine']['torch_threads']} torch thread(s), load average {res['machine'].get('load_before')} "
+             f"before / {res['machine'].get('load_after')} after (other jobs on the machine)."), ""]
     r, t = res.get("rlpr"), res.get("trl")
     if r:
         lines += ["| | rlpr | TRL |", "|---|---|---|"]
@@ -457,17 +607,32 @@ def markdown(res: dict) -> str:
 
         lines += [f"| seconds per step | {rm['step_s']:.1f} | {cell(tm, 'step_s', '{:.1f}')} |",
                   f"| rollout (generation) s | {rm['rollout_s']:.1f} | {cell(tm, 'generate_s', '{:.1f}')} |",
-                  f"| score B s | {rm['score_b_s']:.2f} | {cell(tm, 'score_b_s', '{:.2f}')} |",
+                  f"| score B s ({r['configured_path']}) | {rm['score_b_s']:.2f} | {cell(tm, 'score_b_s', '{:.2f}')} |",
+                  f"| score B recomputed s (score_b_s before issue 42) | {rm['score_b_recomputed_s']:.2f} | |",
+                  f"| score B from the rollout's cache s | {rm['score_b_from_cache_s']:.2f} | |",
                   f"| score A s | {rm['score_a_s']:.2f} | {cell(tm, 'score_a_s', '{:.2f}')} |",
                   f"| generated tokens / step | {rm['generated_tokens']:.0f} | {cell(tm, 'generated_tokens', '{:.0f}')} |",
                   f"| generated tokens/s (rollout) | {rm['rollout_tok_s']:.0f} | {cell(tm, 'rollout_tok_s', '{:.0f}')} |",
                   (f"| peak RSS GB (sampled) | {r['memory']['peak_rss_gb']:.2f} | "
                   f"{cell(t['memory'], 'peak_rss_gb', '{:.2f}') if t else '-'} |"), ""]
         if res.get("ratio_rlpr_over_trl") is not None:
-            lines += [f"**rlpr / TRL time per step: {res['ratio_rlpr_over_trl']:.2f}** (target <= 0.5)", ""]
+            lines += [f"**rlpr / TRL time per step: {res['ratio_rlpr_over_trl']:.2f}** (target <= 0.30)", ""]
         lines += ["rlpr breakdown (s per step): " + ", ".join(
             f"{k.removesuffix('_s')} {rm[k]:.2f}" for k in ("rollout_s", "score_b_s", "score_a_s", "reward_other_s",
-                                                           "old_logp_s", "update_s", "other_s")), ""]
+                                                           "old_logp_s", "update_s", "other_s")),
+                  "", f"Score B both ways on the same responses (rollout copy {r['rollout_dtype']}, "
+                  f"reward.score_b_from_cache={r['score_b_from_cache']}: the step trained on {r['configured_path']}): "
+                  f"from the cache {rm['score_b_from_cache_s']:.2f} s vs recomputed {rm['score_b_recomputed_s']:.2f} s "
+                  f"per step ({pct(100 * (1 - rm['score_b_from_cache_s'] / rm['score_b_recomputed_s']))} less); "
+                  f"max |B difference| {rm['max_abs_diff_b']:.1e}.", ""]
+        lines += token_table(rm, tm)
+        if "eval" in r:
+            e = r["eval"]
+            lines += [f"rlpr setup (model load, rollout copy) {r['setup_s']:.1f} s; one held-out evaluation as the demo "
+                      f"runs it ({e['questions']:.0f} questions, greedy + {e['samples']} samples): {e['eval_s']:.1f} s = "
+                      f"greedy generation {e['greedy_generate_s']:.1f} + its scoring {e['scoring_s']:.1f} (score B from "
+                      f"the cache {e['score_b_from_cache_s']:.1f} vs recomputed {e['score_b_recomputed_s']:.1f}) + "
+                      f"sampled generation {e['samples_generate_s']:.1f}.", ""]
     m = res.get("micro")
     if m:
         b, g = m["score_b"], m["rollout"]
@@ -486,6 +651,35 @@ def markdown(res: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+PHASES = [("rollout / generation", "rollout", "generate"), ("score B", None, "score_b"),
+          ("score B recomputed", "score_b_recomputed", None), ("score B from the cache", "score_b_cache", None),
+          ("score A", "score_a", "score_a"), ("update (forwards; each has one backward)", "update", "other")]
+
+
+def token_table(rm: dict, tm: dict) -> list[str]:
+    """Tokens each phase runs through the model per step (padding included), against the step's unique tokens."""
+    ru, tu = rm.get("unique_tokens") or {}, (tm or {}).get("unique_tokens") or {}
+    if not ru:
+        return []
+    rt, tt = rm.get("tokens", {}), (tm or {}).get("tokens", {})
+
+    def cell(counts, key, unique):
+        if key is None or key not in counts:
+            return "-"
+        run = counts[key]["run"]
+        return f"{run:.0f} ({run / unique['total']:.2f}x)" if unique else f"{run:.0f}"
+
+    lines = ["| tokens per step (run through the model; x the step's unique tokens) | rlpr | TRL |", "|---|---|---|"]
+    for label, rk, tk in PHASES:
+        lines.append(f"| {label} | {cell(rt, rk, ru)} | {cell(tt, tk, tu)} |")
+    for label, key in (("unique: prompts, once per group", "prompts"), ("unique: responses (fed tokens)", "responses"),
+                       ("unique: reference tails (o' after the rollout's tokens)", "reference_tails"),
+                       ("unique tokens of the step", "total")):
+        lines.append(f"| {label} | {ru.get(key, 0):.0f} | {tu.get(key, 0):.0f} |" if tu else
+                     f"| {label} | {ru.get(key, 0):.0f} | - |")
+    return lines + [""]
+
+
 def add_notes(res: dict, args) -> None:
     res["notes"] = notes = []
     notes.append("rlpr runs exactly one rollout round per step (algorithm.std_filter=false, "
@@ -495,6 +689,16 @@ def add_notes(res: dict, args) -> None:
     notes.append("Score B runs in fp32 on both sides (rlpr scores outside autocast; in TRL the reward function "
                  "calls rlpr's ProbabilityReward, which runs the decoder directly, outside accelerate's wrapped "
                  "forward). Score A uses the adapter-off model and is cached per (prompt, reference) on both sides.")
+    notes.append("rlpr computes score B both ways at every scoring, on the same responses: recomputed (the whole o' "
+                 "by the fp32 policy, each prompt once per group: the path before issue 42) and from the rollout's "
+                 "kept KV cache (only o' after its common prefix with prompt + response runs, on the rollout copy's "
+                 "keys and values: bf16 where the copy is bf16). The step trains on the one "
+                 "reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s and score_b_s.")
+    notes.append("Tokens per step: query positions each phase runs through a decoder (forward pre-hooks on the "
+                 "policy's and the rollout copy's decoder; padding included, backward passes not counted). The "
+                 "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
+                 "and each response's reference tail (o' after its longest common prefix with those); "
+                 "benchmarks/step_tokens.py.")
     notes.append("rlpr's 'other' = step time not in rollout/reward/update: syncing the merged LoRA weights "
                  "into the bf16 rollout copy, advantages, metrics. reward_other = parsing and building o'.")
     if "trl" in res:
@@ -560,6 +764,7 @@ def main() -> int:
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-rlpr", action="store_true", help=argparse.SUPPRESS)
     parser.add_argument("--skip-micro", action="store_true")
+    parser.add_argument("--skip-eval", action="store_true", help="leave out the held-out evaluation's timing")
     parser.add_argument("--trl-bf16", action=argparse.BooleanOptionalAction, default=True,
                         help="TRL's bf16 flag (accelerate bf16 autocast on CPU)")
     parser.add_argument("--trl-model-dtype", choices=["float32", "bfloat16"], default="float32",
@@ -593,7 +798,8 @@ def main() -> int:
                                             "ru_maxrss = lifetime peak of the process"},
                  "versions": versions(),
                  "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                             "platform": platform.platform()}}
+                             "platform": platform.platform(), "cpu": cpu_name(),
+                             "load_before": round(os.getloadavg()[0], 1)}}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="rlpr-speed-") as tmp:
         work = Path(tmp)
@@ -629,6 +835,7 @@ def main() -> int:
             print("== micro-benchmarks (in a fresh process)", flush=True)
             res["micro"] = run_micro_in_child(args, work / "micro.json")
     res["wall_s"] = time.time() - started
+    res["machine"]["load_after"] = round(os.getloadavg()[0], 1)
     text = write(res, args, out)
     print(text)
     print(f"wrote {out.with_suffix('.json')} and {out.with_suffix('.md')} ({res['wall_s']:.0f} s)", file=sys.stderr)

@@ -251,3 +251,94 @@ def logged_numbers(run_dir):
         step = record.pop("step")
         out.setdefault(step, {}).update(numbers(record))
     return out
+
+
+# -- score B from the rollout's cache --------------------------------------------------------------
+
+QUESTIONS = ["Capital of France?", "A much longer question about rivers and mountains?", "Why?"]
+
+
+def forced_rollouts(model, tokenizer, prompts: list[list[int]], responses: list[list[int]]):
+    """The rlpr decode loop drawing the given responses (ending at EOS, or cut at the longest's
+    length), each row's cache kept as the engine keeps it."""
+    steps = max(map(len, responses))
+    width = max(map(len, prompts))
+    ids = torch.full((len(prompts), width), tokenizer.pad_token_id)
+    attn = torch.zeros_like(ids)
+    for r, p in enumerate(prompts):
+        ids[r, width - len(p):], attn[r, width - len(p):] = torch.tensor(p), 1
+    drawn = [0]
+
+    def draw(logits, rows):
+        step, drawn[0] = drawn[0], drawn[0] + 1
+        return torch.tensor([responses[r][step] if step < len(responses[r]) else tokenizer.pad_token_id
+                             for r in rows.tolist()])
+
+    from rlpr.rollout.decode import sample
+    from rlpr.rollout.kept_cache import KeptCaches
+
+    keep = KeptCaches([len(p) for p in prompts], width, (tokenizer.eos_token_id,), None)
+    new = sample(model, ids, attn, draw, max_new_tokens=steps, eos=tokenizer.eos_token_id,
+                 pad=tokenizer.pad_token_id, keep=keep)
+    for r, resp in enumerate(responses):
+        assert new[r, :len(resp)].tolist() == resp
+    return [keep.row(r, p, resp) for r, (p, resp) in enumerate(zip(prompts, responses))]
+
+
+# the second response of each list is the longest: cut at max_new_tokens (no EOS)
+R1_RESPONSES = ["<think>\nThe capital of France is Paris.\n</think>\n<answer> Paris </answer>",
+                "<think>\nRivers flow downhill, always towards the sea, and the longest of them all is the Nile in "
+                "Africa.\n</think>\n<answer>the Nile</answer>",
+                "<think>\nhmm</think> <answer> because </answer>"]
+FREE_RESPONSES = ["The capital of France is Paris.", "Rivers flow downhill, always towards the sea, and the longest "
+                  "of them all is the Nile in Africa, so the Nile.  ", "I do not know"]
+
+
+def score_b_both_ways(policy, tokenizer, case: str) -> dict:
+    """Score B of written responses (R1_RESPONSES with answer tags for case="r1", FREE_RESPONSES through
+    the demo's fallback answer turn for "free"), recomputed and from caches kept by the decode loop
+    drawing them from `policy`'s fp32 rollout copy: the reference log-probs ("fresh", "cached") and
+    the reward outputs ("recomputed", "with_cache"). Checks that every text continued its cache past
+    its prompt."""
+    from rlpr.config import load_config
+    from rlpr.reward.probability_reward import ProbabilityReward
+    from rlpr.rollout.hf import HFRollout
+
+    overrides = ["reward.invalid_fallback=none", "reward.format_mode=r1", "reward.alpha=0.1"] if case == "r1" else []
+    cfg = load_config("demo", overrides).reward
+    reward = ProbabilityReward(cfg, tokenizer, 1.0, 2048)
+    engine = HFRollout(policy, tokenizer, torch.float32)
+    texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
+                                           tokenize=False) for q in QUESTIONS] * 2
+    prompts = [tokenizer(t, add_special_tokens=False)["input_ids"] for t in texts]
+    written = (R1_RESPONSES if case == "r1" else FREE_RESPONSES) * 2
+    responses = [tokenizer(w, add_special_tokens=False)["input_ids"] + ([tokenizer.eos_token_id] if k % 3 != 1 else [])
+                 for k, w in enumerate(written)]
+    assert len(responses[1]) > max(len(r) for k, r in enumerate(responses) if k % 3 != 1)  # cut at max_new_tokens
+    decoded = [tokenizer.decode(r, skip_special_tokens=True) for r in responses]
+    caches = forced_rollouts(engine.model, tokenizer, prompts, responses)
+    refs = ["Paris", "the Nile river", "because"] * 2
+    items = [reward.score_b_text(p, r, y) for p, r, y in zip(texts, decoded, refs)]
+    assert all(it is not None and it.fallback == (case == "free") for it in items)
+
+    import rlpr.reward.scoring as scoring
+
+    continued = []
+    original = scoring.past_continuation_hidden
+
+    def counted(model, pasts, *args):
+        continued.extend(p.shape[-2] for p in pasts)
+        return original(model, pasts, *args)
+
+    scoring.past_continuation_hidden = counted
+    try:
+        fresh = reward.reference_logprobs(policy, items)
+        cached = reward.reference_logprobs(policy, items, caches=caches)
+        with_cache = reward(policy, texts, decoded, refs, caches=caches)
+    finally:
+        scoring.past_continuation_hidden = original
+    assert len(continued) == 2 * len(items)  # every text continued its cache (twice: two calls)
+    assert sum(continued) > 2 * sum(map(len, prompts)) + len(items)  # past the prompts, into the responses
+    return {"fresh": fresh, "cached": cached, "with_cache": with_cache, "recomputed": reward(policy, texts, decoded, refs)}
+
+

@@ -89,6 +89,31 @@ def test_kv_cache_bytes_per_token_from_the_config():
     assert mp.kv_cache(qwen7b(), s).bytes == 64 * 5120 * 57344 * (1 + 1 / 8)
 
 
+def test_kept_caches_for_score_b_from_the_cache():
+    """reward.score_b_from_cache keeps a rollout round's KV caches through scoring (or the evaluation's
+    greedy responses', whichever is larger) and pads one scoring batch's pasts in fp32."""
+    from rlpr.config import load_config
+
+    s = mp.Setup(round_rows=64, prompt_tokens=2048, response_tokens=3072, rollout_bytes=2, keep_caches=True,
+                 scoring_tokens=8192)
+    kept, past = mp.kept_caches(qwen7b(), s)
+    assert kept.bytes == 64 * 5120 * 57344 and kept.phases == ("rollout", "scoring")
+    assert past.bytes == 8192 * 57344 * 2 and past.phases == ("scoring",)
+    assert mp.kept_caches(qwen7b(), replace(s, eval_questions=100, eval_response_tokens=3072))[0].bytes == \
+        100 * 5120 * 57344
+    assert mp.kept_caches(qwen7b(), replace(s, keep_caches=False)) == []
+    assert mp.plan(qwen7b(), s).total("scoring") == pytest.approx(
+        mp.plan(qwen7b(), replace(s, keep_caches=False)).total("scoring") + kept.bytes + past.bytes)
+    # as the trainer resolves it: auto keeps them from an fp32 rollout copy only; always from bf16 too
+    cpu = load_config("demo")
+    assert mp.setup_from_config(cpu, 1, "cpu", 16 * GiB, fast_bf16=False).keep_caches
+    assert not mp.setup_from_config(cpu, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
+    always = load_config("demo", ["reward.score_b_from_cache=always"])
+    assert mp.setup_from_config(always, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
+    assert not mp.setup_from_config(load_config("demo", ["reward.kind=entropy"]), 1, "cpu", 16 * GiB,
+                                    fast_bf16=False).keep_caches
+
+
 def test_vllm_takes_its_share_of_the_gpu_and_sleeps_through_the_update():
     s = mp.Setup(engine="vllm", device_bytes=80 * GiB, vllm_gpu_fraction=0.3, processes=8, strategy="fsdp", lora=False)
     p = mp.plan(qwen7b(), s)

@@ -243,6 +243,13 @@ class RewardConfig:
     Q + " " + y*, as for valid responses); spec 1b."""
     max_batch_tokens: int = 8192
     """Padded tokens per scoring forward."""
+    score_b_from_cache: str = "auto"
+    """Score B continues each response's KV cache kept by the rollout (rollout.engine=hf, decode_loop
+    rlpr or graph) and runs only the tokens of o' after their common prefix, instead of the whole
+    prompt + response again: auto (where that is exact: reward.scorer=current and the rollout copy in
+    the policy's dtype, model.rollout_dtype=float32), always (also from a bf16 rollout copy: B then
+    carries its rounding, docs/training.md), never. Rows whose caches would not fit in memory, and
+    the other engines and decode loops, recompute."""
     splice: str = "text"
     """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
     answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and
@@ -754,6 +761,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.nover import NOVER_GATES
+    from rlpr.reward.from_cache import CACHE_MODES
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import aggregation_names
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
@@ -781,6 +789,7 @@ def choices() -> dict[str, tuple]:
         "reward.splice": SPLICES,
         "reward.score_span": SCORE_SPANS,
         "reward.nover_gate": NOVER_GATES,
+        "reward.score_b_from_cache": CACHE_MODES,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),

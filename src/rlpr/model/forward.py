@@ -242,6 +242,43 @@ def continuation_hidden(model, state: PrefixState, continuations: list[list[int]
     return before[target], ids[target]
 
 
+def past_continuation_hidden(model, pasts: list[torch.Tensor], continuations: list[list[int]],
+                             targets: list[list[bool]]):
+    """`continuation_hidden` for rows that each continue their own past: `pasts[i]` [layers, 2, kv
+    heads, L_i, head dim] holds the keys and values of a sequence's first L_i tokens (positions
+    0..L_i-1, rotary applied; a rollout's kept cache, rollout/kept_cache.py), and continuation i runs
+    on top of it. The pasts are left-padded to the longest in one cache (in the model's dtype), the
+    attention mask covers past + new, and position ids are L_i + j. The hidden state before a row's
+    first continuation token is not computed: `targets[i][0]` must be False."""
+    if any(t and t[0] for t in targets):
+        raise ValueError("a continuation's first token has no hidden state before it here; start it a token earlier")
+    lm = causal_lm(model)
+    param = next(lm.parameters())
+    n, width = len(continuations), max(len(c) for c in continuations)
+    lengths = [p.shape[-2] for p in pasts]
+    longest = max(lengths)
+    layers, _, heads, _, dim = pasts[0].shape
+    past = torch.zeros(layers, 2, n, heads, longest, dim, dtype=param.dtype, device=param.device)
+    ids = torch.zeros((n, width), dtype=torch.long)
+    mask = torch.zeros((n, longest + width), dtype=torch.long)
+    target = torch.zeros((n, width), dtype=torch.bool)
+    for i, (p, c, t) in enumerate(zip(pasts, continuations, targets)):
+        past[:, :, i, :, longest - lengths[i]:] = p.to(device=param.device, dtype=param.dtype)
+        ids[i, :len(c)] = torch.tensor(c, dtype=torch.long)
+        mask[i, longest - lengths[i]:longest + len(c)] = 1
+        target[i, :len(c)] = torch.tensor(t, dtype=torch.bool)
+    ids, mask, target = ids.to(param.device), mask.to(param.device), target.to(param.device)
+    positions = torch.tensor(lengths, device=param.device)[:, None] + torch.arange(width, device=param.device)
+    from transformers import DynamicCache
+
+    cache = DynamicCache([(past[layer, 0], past[layer, 1]) for layer in range(layers)], config=lm.config)
+    decoder = lm.get_decoder()
+    out = decoder(input_ids=ids, attention_mask=mask, position_ids=positions, **cache_kwargs(decoder, cache),
+                  use_cache=True)
+    pred = target[:, 1:]
+    return out.last_hidden_state[:, :-1][pred], ids[:, 1:][pred]
+
+
 def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[int]],
                            targets: list[list[bool]], temperature: float = 1.0, with_entropy: bool = False,
                            chunk: int = 512):

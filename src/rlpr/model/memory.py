@@ -57,3 +57,26 @@ def cap_kernel_caches(capacity: int = KERNEL_CACHE_CAPACITY) -> None:
     the variables when they create their first kernel, so call this before any model work."""
     for name in ("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "LRU_CACHE_CAPACITY"):
         os.environ.setdefault(name, str(capacity))
+
+
+def available_bytes(device) -> int | None:
+    """Memory a new allocation on `device` can take now: on CUDA the driver's free memory plus what
+    the caching allocator holds unused; on CPU the kernel's MemAvailable (Linux), else the free
+    physical pages; None where neither is known."""
+    import torch
+
+    device = torch.device(device)
+    if device.type == "cuda":
+        free, _ = torch.cuda.mem_get_info(device)
+        return int(free + torch.cuda.memory_reserved(device) - torch.cuda.memory_allocated(device))
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    try:
+        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError, AttributeError):
+        return None

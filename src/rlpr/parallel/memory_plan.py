@@ -121,6 +121,8 @@ class Setup:
     rollout_rows: int = 32  # sequences decoded together per process (training)
     round_rows: int = 64  # sequences one process rolls out and scores per rollout round
     eval_rows: int = 0  # sequences decoded together per process (held-out evaluation; 0: none)
+    eval_questions: int = 0  # held-out questions per process (their greedy responses are scored)
+    keep_caches: bool = False  # reward.score_b_from_cache resolved on: the rollout's caches kept for score B
     eval_response_tokens: int = 256
     micro_rows: int = 8  # trainer.micro_batch_sequences
     mini_rows: int = 16  # sequences of one mini-batch on one process (bounds a micro-batch)
@@ -367,6 +369,28 @@ def kv_cache(arch: Architecture, s: Setup) -> Term | None:
     b = rows * positions * per * (1 + 1 / max(s.responses_per_prompt, 1))
     return Term("KV cache (hf rollout)", b, ("rollout",),
                 f"{rows} rows x {positions} tok x {per / 1024:.0f} KiB/tok x (1 + 1/{s.responses_per_prompt})")
+
+
+def kept_caches(arch: Architecture, s: Setup) -> list[Term]:
+    """reward.score_b_from_cache: the hf engine copies each finished response's keys and values out of
+    the decode batch (rlpr/rollout/kept_cache.py) and keeps them until score B has continued them: the
+    sequences of one rollout round (or the evaluation's greedy responses) x (prompt + response
+    tokens) x 2 x layers x kv_heads x head_dim x the rollout dtype's bytes, in the rollout and scoring
+    phases. Score B pads each batch's pasts into one cache in the scorer's dtype: reward.max_batch_tokens
+    x the same in fp32, while it scores. (At run time rows beyond half the memory free when a rollout
+    starts keep nothing and are recomputed.)"""
+    if not s.keep_caches or s.engine != "hf":
+        return []
+    per = arch.kv_bytes_per_token(s.rollout_bytes)
+    train = s.round_rows * (s.prompt_tokens + s.response_tokens)
+    held_out = s.eval_questions * (s.prompt_tokens + s.eval_response_tokens)
+    rows, tokens = (s.round_rows, s.prompt_tokens + s.response_tokens) if train >= held_out else \
+        (s.eval_questions, s.prompt_tokens + s.eval_response_tokens)
+    past = arch.kv_bytes_per_token(FP32)
+    return [Term("kept KV caches (score B from the cache)", rows * tokens * per, ("rollout", "scoring"),
+                 f"{rows} rows x {tokens} tok x {per / 1024:.0f} KiB/tok"),
+            Term("score B's padded past (fp32)", s.scoring_tokens * past, ("scoring",),
+                 f"{s.scoring_tokens} tok x {past / 1024:.0f} KiB/tok")]
 
 
 def decode_working_set(arch: Architecture, s: Setup) -> Term | None:
@@ -652,7 +676,8 @@ def plan(arch: Architecture, s: Setup) -> Plan:
     """Every term of one process's memory for this architecture and setup."""
     terms: list[Term | None] = [runtime(s), weights(arch, s), *optimizer_states(arch, s), reference_copy(arch, s),
                                 lagged_copy(arch, s), rollout_copy(arch, s), *vllm_engine(arch, s),
-                                sync_transient(arch, s), kv_cache(arch, s), decode_working_set(arch, s),
+                                sync_transient(arch, s), kv_cache(arch, s), *kept_caches(arch, s),
+                                decode_working_set(arch, s),
                                 *scoring(arch, s), *gradients(arch, s), optimizer_step(arch, s),
                                 *fsdp_update_gathers(arch, s), weight_casts(arch, s), *activations(arch, s)]
     return Plan(arch, s, [t for t in terms if t is not None])
@@ -717,6 +742,18 @@ def smaller_batches(arch: Architecture, s: Setup) -> tuple[dict, tuple[Setup, bo
     return None
 
 
+def keeps_caches(cfg, rollout_bytes: int) -> bool:
+    """Whether a run of `cfg` keeps the rollout's caches for score B (reward.score_b_from_cache, as the
+    trainer resolves it: rlpr/reward/from_cache.py), with the rollout copy in `rollout_bytes`."""
+    from rlpr.reward.from_cache import uses_cache
+    from rlpr.reward.kinds import REWARD_KINDS
+
+    r, ro = cfg.reward, cfg.rollout
+    kind = REWARD_KINDS.get(r.kind)
+    return (ro.engine == "hf" and ro.decode_loop != "generate" and kind is not None
+            and uses_cache(r.score_b_from_cache, kind.needs_score_b, r.scorer, rollout_bytes, FP32))
+
+
 def setup_from_config(cfg, processes: int, device: str, device_bytes: float, fast_bf16: bool = True,
                       runtime_bytes: float | None = None) -> Setup:
     """The Setup of a validated rlpr Config for `processes` processes on `device` ("cuda" or "cpu")
@@ -729,11 +766,11 @@ def setup_from_config(cfg, processes: int, device: str, device_bytes: float, fas
     n = ro.responses_per_prompt
     per_rank_prompts = max(1, math.ceil(t.prompts_per_step / processes))
     rollout_rows = min(ro.batch_sequences, per_rank_prompts * n)
-    eval_rows = 0
+    eval_rows = eval_questions = 0
     if d.val:
         questions = d.val_limit or (d.demo_val_size if d.val == "demo" else ro.batch_sequences)
-        per_rank = max(1, math.ceil(questions / processes))
-        eval_rows = min(ro.batch_sequences, per_rank * max(1, t.eval_samples))
+        eval_questions = max(1, math.ceil(questions / processes))
+        eval_rows = min(ro.batch_sequences, eval_questions * max(1, t.eval_samples))
     mini_rows = max(1, t.mini_batch_prompts // processes) * n
     share = t.share_prompt_prefix and not m.gradient_checkpointing
     return Setup(
@@ -742,6 +779,7 @@ def setup_from_config(cfg, processes: int, device: str, device_bytes: float, fas
         fp32_attention=t.fp32_attention, bf16_frozen_weights=t.bf16_frozen_weights, engine=ro.engine,
         rollout_bytes=rollout_bytes, prompt_tokens=d.max_prompt_tokens, response_tokens=ro.max_new_tokens,
         responses_per_prompt=n, rollout_rows=rollout_rows, round_rows=per_rank_prompts * n, eval_rows=eval_rows,
+        eval_questions=eval_questions, keep_caches=keeps_caches(cfg, rollout_bytes),
         eval_response_tokens=t.eval_max_new_tokens or ro.max_new_tokens,
         micro_rows=t.micro_batch_sequences, mini_rows=mini_rows, micro_tokens=t.micro_batch_tokens, share_prefix=share,
         scoring_tokens=min(r.max_batch_tokens, t.micro_batch_tokens) if t.micro_batch_tokens else r.max_batch_tokens,

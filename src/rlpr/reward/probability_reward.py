@@ -108,26 +108,37 @@ class ProbabilityReward:
     def score_a_text(self, prompt_text: str, reference: str, fallback: bool) -> ScoredText:
         return build_score_a_text(prompt_text, reference, self.eos, cue=self.a_cue(fallback))
 
-    def reference_logprobs(self, model, items: list[ScoredText | None], too_long: list[int] | None = None) -> list:
+    def reference_logprobs(self, model, items: list[ScoredText | None], too_long: list[int] | None = None,
+                           caches: list | None = None) -> list:
         """Per item, the log-probs of its reference tokens under `model` (None: unscored); the
-        indices of items longer than the model's context are appended to `too_long`."""
+        indices of items longer than the model's context are appended to `too_long`. `caches`: per
+        item, its rollout's kept KV cache computed with `model`'s weights, or None (`scoring.reference_logprobs`)."""
         return reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                  splice=self.cfg.splice, too_long=too_long)
+                                  splice=self.cfg.splice, too_long=too_long, caches=caches)
 
-    def score_texts(self, model, items: list[ScoredText | None], too_long: list[int] | None = None) -> list[float]:
+    def score_texts(self, model, items: list[ScoredText | None], too_long: list[int] | None = None,
+                    caches: list | None = None) -> list[float]:
         """A per-sequence aggregation of each item's reference log-probs (0.0 where unscored)."""
-        logps = self.reference_logprobs(model, items, too_long)
+        logps = self.reference_logprobs(model, items, too_long, caches)
         return [0.0 if lp is None else aggregate(lp, self.cfg.aggregation) for lp in logps]
 
     def score_b(self, model, items: list[ScoredText | None], groups: list | None,
-                too_long: list[int] | None = None) -> list[float]:
+                too_long: list[int] | None = None, caches: list | None = None) -> list[float]:
         """Score B per item: `score_texts`, or with a group-level aggregation (r3) the scores of
         each group's items weighed together (items of one group with identical reference tokens)."""
         if self.cfg.aggregation not in GROUP_AGGREGATIONS:
-            return self.score_texts(model, items, too_long)
-        return group_scores(self.reference_logprobs(model, items, too_long), self.reference_keys(items), groups,
-                            self.cfg.aggregation)
+            return self.score_texts(model, items, too_long, caches)
+        return group_scores(self.reference_logprobs(model, items, too_long, caches), self.reference_keys(items),
+                            groups, self.cfg.aggregation)
+
+    def scorer_caches(self, caches: list | None) -> list | None:
+        """The rollouts' kept caches that B's scorer may continue: all of them when B is scored by the
+        model passed in (reward.scorer=current, or a reward bound to no policy), else none (the
+        initial or lagged weights did not compute them); None when reward.score_b_from_cache=never."""
+        if caches is None or self.cfg.score_b_from_cache == "never" or not any(c is not None for c in caches):
+            return None
+        return caches if self.cfg.scorer == "current" or self.score_a.policy is None else None
 
     def flag_too_long(self, outputs: list[RewardOutput], too_long: list[int]) -> list[RewardOutput]:
         """Mark the outputs whose score B text did not fit the model's context (`too_long`), with one
@@ -207,7 +218,8 @@ class ProbabilityReward:
                  precomputed_a: list[float | None] | None = None,
                  correct: list[bool | None] | None = None,
                  acceptable: list[list[str]] | None = None,
-                 groups: list | None = None, keys: list | None = None) -> list[RewardOutput]:
+                 groups: list | None = None, keys: list | None = None,
+                 caches: list | None = None) -> list[RewardOutput]:
         """Rewards for parallel lists. B uses `model` (the current policy). A comes from
         `precomputed_a` (a dataset column; used for format-valid responses, whose A has no cue),
         else from `self.score_a`'s cache; missing entries are filled by `fill_a(pairs)`, by default
@@ -218,7 +230,9 @@ class ProbabilityReward:
         the reference and its `acceptable` forms, a list per response). `groups`: a group id per response (a kind that ranks
         within groups, nover, majority, and a group-level aggregation, r3, need them; default: runs of
         consecutive equal prompt and reference). `keys`: (prompt id, response index) per response, what
-        kind=random seeds each draw with (default: (group id, position in the group))."""
+        kind=random seeds each draw with (default: (group id, position in the group)). `caches`: per
+        response, the KV cache its rollout kept (rollout/kept_cache.py), computed with `model`'s weights,
+        or None: score B continues it (reward.score_b_from_cache) instead of recomputing o'."""
         n = len(responses)
         precomputed_a = precomputed_a or [None] * n
         correct = correct or [None] * n
@@ -237,11 +251,11 @@ class ProbabilityReward:
         if self.kind.label_free is not None:
             return self.label_free(model, prompt_texts, responses, items, groups, keys, correct)
         if self.kind.group_transform is not None:
-            return self.ranked(model, responses, items, groups, correct)
+            return self.ranked(model, responses, items, groups, correct, caches)
         tick = time.perf_counter()
         too_long: list[int] = []
         with self.scorer(model) as scorer:
-            scores_b = self.score_b(scorer, items, groups, too_long)
+            scores_b = self.score_b(scorer, items, groups, too_long, self.scorer_caches(caches))
         self.seconds["score_b"] += time.perf_counter() - tick
         fallbacks = [it is not None and it.fallback for it in items]
         a_values = [0.0] * n
@@ -289,14 +303,14 @@ class ProbabilityReward:
                              delta=v) for r, it, c, v in zip(responses, items, correct, values)]
 
     def ranked(self, model, responses: list[str], items: list[ScoredText | None], groups: list,
-               correct: list[bool | None]) -> list[RewardOutput]:
+               correct: list[bool | None], caches: list | None = None) -> list[RewardOutput]:
         """NOVER (reward.kind=nover): P per response from the scorer's reference log-probs and its
         reasoning length in tokens, gated by the strict format; the reward is the rank within the
         group (`kind.group_transform`). B is reported as the mean log-prob per reference token."""
         tick = time.perf_counter()
         too_long: list[int] = []
         with self.scorer(model) as scorer:
-            logps = self.reference_logprobs(scorer, items, too_long)
+            logps = self.reference_logprobs(scorer, items, too_long, self.scorer_caches(caches))
         self.seconds["score_b"] += time.perf_counter() - tick
         return self.flag_too_long(self.rank_outputs(responses, items, logps, groups, correct), too_long)
 

@@ -13,9 +13,9 @@ import torch
 
 from rlpr.model.batching import token_budget_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
-                               shared_prefix_logprobs, token_logprobs)
+                               past_continuation_hidden, project_logprobs, shared_prefix_logprobs, token_logprobs)
 from rlpr.reward.r3 import r3_scores
-from rlpr.reward.sequence import ScoredText, pad_batch, strip_response, tokenize_scored
+from rlpr.reward.sequence import ScoredText, TokenizedBatch, pad_batch, strip_response, tokenize_scored
 
 
 def _mean_prob(logp: torch.Tensor) -> float:
@@ -116,6 +116,53 @@ def _shared_prefix_groups(tokenizer, items, enc, keep: list[int]) -> tuple[list[
     return groups, rest
 
 
+def through_last_scored(enc: TokenizedBatch) -> TokenizedBatch:
+    """Each text cut after its last scored token: no later token changes a scored token's log-prob
+    (causal attention), so the forwards skip what closes the answer (" </answer>", EOS)."""
+    ends = [len(m) - m[::-1].index(True) if any(m) else len(m) for m in enc.ref_mask]
+    return TokenizedBatch([ids[:e] for ids, e in zip(enc.input_ids, ends)], [m[:e] for m, e in zip(enc.ref_mask, ends)])
+
+
+def common_prefix(a: list[int], b: list[int]) -> int:
+    """The length of the longest common prefix of two token lists."""
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def _cache_starts(enc, keep: list[int], caches: list) -> tuple[dict[int, int], list[int]]:
+    """Split `keep` (indices into enc) into the texts that continue their rollout's kept cache, with
+    where each continues (L: its longest common token prefix with the cached ids, at most the
+    position before its first scored token, whose hidden state the new forward must produce), and
+    the rest. A text without a cache or sharing no token with it goes to the rest."""
+    starts, rest = {}, []
+    for k in keep:
+        cache = caches[k]
+        first = enc.ref_mask[k].index(True)
+        start = min(common_prefix(enc.input_ids[k], cache.ids), first - 1) if cache is not None else 0
+        if start > 0:
+            starts[k] = start
+        else:
+            rest.append(k)
+    return starts, rest
+
+
+def _cached_logprobs(model, enc, starts: dict[int, int], caches: list, temperature: float, max_batch_tokens: int):
+    """(index into enc, its reference log-probs) for the texts of `starts`: each text's tokens from
+    its start run on its kept cache's first `start` positions, in token-budget batches (a row counts
+    its full length: its past is padded to the batch's longest)."""
+    ks = list(starts)
+    for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
+        rows = [ks[j] for j in batch]
+        hidden, tokens = past_continuation_hidden(
+            model, [caches[k].kv[..., :starts[k], :] for k in rows], [enc.input_ids[k][starts[k]:] for k in rows],
+            [enc.ref_mask[k][starts[k]:] for k in rows])
+        logp, _ = project_logprobs(model, hidden, tokens, temperature)
+        yield from zip(rows, torch.split(logp.float().cpu(), [sum(enc.ref_mask[k]) for k in rows]))
+
+
 def _forward_batches(enc, groups, rest, max_batch_tokens: int):
     """The forwards of a scoring pass, as (prefix ids or None, indices into enc): each shared-prefix
     group's rows (a row counts its full length: the prompt's keys/values are repeated for it), then
@@ -131,14 +178,17 @@ def _forward_batches(enc, groups, rest, max_batch_tokens: int):
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
                        padding_side: str = "right", share_prefix: bool = True,
-                       splice: str = "text", too_long: list[int] | None = None) -> list[torch.Tensor | None]:
+                       splice: str = "text", too_long: list[int] | None = None,
+                       caches: list | None = None) -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
     reference token, or is longer than `max_length` tokens (these score 0; the indices of the
     last are appended to `too_long`, so that callers can count and flag them, issue 29).
 
     With `share_prefix`, texts that start with the same prompt run it once (exact; see
     `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
-    `splice`: how the texts become ids (`sequence.tokenize_scored`).
+    `splice`: how the texts become ids (`sequence.tokenize_scored`). `caches`: per item, the KV cache
+    its rollout kept (`rollout.kept_cache.RowCache`, computed with `model`'s weights) or None; a text
+    then runs only its tokens after the longest common prefix with the cached ids.
     """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
@@ -150,8 +200,14 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
             if any(enc.ref_mask[k]) and (max_length is None or len(enc.input_ids[k]) <= max_length)]
     if too_long is not None and max_length is not None:
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
+    enc = through_last_scored(enc)
+    starts, keep = _cache_starts(enc, keep, [caches[i] for i in todo]) if caches is not None else ({}, keep)
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     with eval_mode(model):
+        if starts:
+            for k, piece in _cached_logprobs(model, enc, starts, [caches[i] for i in todo], temperature,
+                                             max_batch_tokens):
+                out[todo[k]] = piece
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
                 p = len(prefix)

@@ -100,7 +100,8 @@ def preallocated_cache(config, capacity: int) -> DynamicCache:
 
 @torch.no_grad()
 def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens: int, eos: int, pad: int,
-           cache=None, compact_every: int = 8, min_new_tokens: int = 0, ends: tuple[int, ...] = ()) -> torch.Tensor:
+           cache=None, compact_every: int = 8, min_new_tokens: int = 0, ends: tuple[int, ...] = (),
+           keep=None) -> torch.Tensor:
     """Sampled continuations [B, max_new_tokens] (pad after a row's EOS) of left-padded prompts.
 
     `draw(logits [b, V] fp32, rows [b] long) -> tokens [b]` picks the next token of the original
@@ -109,7 +110,8 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
     1/`compact_every` of the rows still running. `min_new_tokens`: EOS's logit is -inf for the
     first that many tokens (every row has drawn the same number of tokens at each step), so no
     response ends before it (vLLM's min_tokens; one column written in place, no copy). `ends`: more
-    tokens that end a row as EOS does (those holding a rollout.stop string), kept like it.
+    tokens that end a row as EOS does (those holding a rollout.stop string), kept like it. `keep`: a
+    `kept_cache.KeptCaches` that copies each row's cache out before the row leaves the batch.
     """
     batch, width = ids.shape
     device = ids.device
@@ -139,15 +141,25 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
         out[rows[live], step] = tokens[live]
         done |= torch.isin(tokens, stop)
         if bool(done.all()) or step == max_new_tokens - 1:
+            if keep is not None:
+                keep.take(_layers(cache), range(len(rows)), rows, out)
             break
         mask[:, length] = 1
         length += 1
         pos = pos[:, -1:] + 1
         feed = tokens.to(device)[:, None]
         if int(done.sum()) * compact_every >= len(rows):
-            keep = (~done).nonzero()[:, 0]
-            rows, done = rows[keep], done[keep]
-            keep = keep.to(device)
-            cache.batch_select_indices(keep)
-            mask, pos, feed = mask[keep], pos[keep], feed[keep]
+            if keep is not None:
+                finished = done.nonzero()[:, 0]
+                keep.take(_layers(cache), finished, rows[finished], out)
+            stay = (~done).nonzero()[:, 0]
+            rows, done = rows[stay], done[stay]
+            stay = stay.to(device)
+            cache.batch_select_indices(stay)
+            mask, pos, feed = mask[stay], pos[stay], feed[stay]
     return out
+
+
+def _layers(cache) -> list:
+    """(keys, values) per layer of a dynamic cache."""
+    return [(layer.keys, layer.values) for layer in cache.layers]

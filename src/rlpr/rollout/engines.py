@@ -8,6 +8,7 @@ the default and needs nothing beyond rlpr's dependencies; `vllm` imports vLLM on
 
 from __future__ import annotations
 
+from contextlib import nullcontext
 from dataclasses import replace
 from typing import Callable
 
@@ -60,6 +61,14 @@ class StopAt:
             low, high = (low, mid) if reaches(mid) else (mid, high)
         logprobs = r.logprobs[:high] if r.logprobs is not None else None
         return replace(r, token_ids=r.token_ids[:high], text=r.text[:chars], finished=True, logprobs=logprobs)
+
+
+def keeping_caches(engine, on: bool = True):
+    """A block in which `engine.generate` keeps each response's KV cache for score B (`HFRollout.keeping`);
+    a no-op for an engine that keeps none (vllm: its cache lives in the engine's paged blocks) or when
+    not `on`."""
+    keeping = getattr(engine, "keeping", None)
+    return keeping(on) if on and keeping is not None else nullcontext()
 
 
 def build_engine(policy, tokenizer, rollout, dtype: torch.dtype):

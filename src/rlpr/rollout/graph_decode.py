@@ -35,6 +35,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rlpr.model.forward import cache_kwargs, output_cache, position_ids_from_mask
+from rlpr.rollout.kept_cache import full_attention_cache
 from rlpr.rollout.sampling import inverse_cdf
 
 log = logging.getLogger(__name__)
@@ -72,11 +73,7 @@ AttentionInterface.register(DECODE_ATTENTION, grouped_decode_attention)
 def supports_static_decode(model) -> bool:
     """Whether every cache layer of `model` is a plain full-attention one (no sliding window, no
     linear attention): what `StaticLayer` replaces."""
-    try:
-        layers = DynamicCache(config=model.config).layers
-    except Exception:  # a config transformers cannot build a cache from: stay on the eager loop
-        return False
-    return bool(layers) and all(type(layer) is DynamicLayer for layer in layers)
+    return full_attention_cache(model)
 
 
 class StaticLayer(DynamicLayer):
@@ -241,12 +238,13 @@ def _step(model, cache, s: DecodeState, spec: StepSpec, stop: torch.Tensor, prob
 @torch.no_grad()
 def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_new_tokens: int, eos: int, pad: int,
                   cache=None, min_new_tokens: int = 0, ends: tuple[int, ...] = (), graphs: bool | None = None,
-                  check_every: int | None = None) -> torch.Tensor:
+                  check_every: int | None = None, keep=None) -> torch.Tensor:
     """The new tokens [B, max_new_tokens] (pad after a row's end) of left-padded prompts, as
     `decode.sample` returns them, from the static loop (CUDA graphs on a GPU unless `graphs` is False).
 
     `sampler`: a `PerRowSampler` (None: greedy). `cache`: the shared prefill's cache of every prompt
-    but its last token, or None (the loop prefills them)."""
+    but its last token, or None (the loop prefills them). `keep`: a `kept_cache.KeptCaches` that copies
+    each row's cache out before compaction overwrites it, and at the end."""
     batch, width = ids.shape
     if max_new_tokens <= 0:
         return torch.full((batch, max(max_new_tokens, 0)), pad, dtype=torch.long)
@@ -315,10 +313,22 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
                     break
                 smaller = min(b for b in buckets(full) if b >= live)
                 if smaller < s.rows:
+                    if keep is not None:
+                        _keep(dec, s, keep, s.done[:s.rows].nonzero()[:, 0], max_new_tokens)
                     _compact(dec, s, smaller)
     finally:
         model.config._attn_implementation = previous
+    if keep is not None:
+        _keep(dec, s, keep, torch.arange(s.rows, device=device), max_new_tokens)
     return s.out[:batch, :max_new_tokens].clone()
+
+
+def _keep(dec: StaticDecoder, s: DecodeState, keep, batch_rows: torch.Tensor, steps: int) -> None:
+    """Hand the caches of batch rows `batch_rows` (the spare padding rows left out) to `keep`."""
+    out_rows = s.rows_of[batch_rows]
+    real = out_rows < dec.batch
+    keep.take(list(zip(dec.keys, dec.values)), batch_rows[real].tolist(), out_rows[real].tolist(),
+              s.out[:, :steps])
 
 
 def _compact(dec: StaticDecoder, s: DecodeState, rows: int) -> None:

@@ -20,6 +20,7 @@ from rlpr.model.forward import cache_kwargs, causal_lm, output_cache, position_i
 from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
 from rlpr.rollout.decode import preallocated_cache, sample
 from rlpr.rollout.graph_decode import static_sample, supports_static_decode
+from rlpr.rollout.kept_cache import KeptCaches, RowCache, full_attention_cache
 from rlpr.rollout.sampling import PerRowSampler, inverse_cdf, row_seed  # noqa: F401 (re-exported)
 
 
@@ -32,6 +33,9 @@ class Rollout:
     text: str
     finished: bool  # stopped at EOS (False: cut at max_new_tokens)
     logprobs: list[float] | None = None  # the engine's log-prob of each token, when it reports them (vllm)
+    # the response's KV cache (rollout/kept_cache.py) when the engine keeps them for score B; the
+    # trainer drops it once the rewards are computed
+    cache: RowCache | None = None
 
 
 class RolloutEngine(Protocol):
@@ -85,11 +89,11 @@ def stop_tokens(tokenizer, stop) -> tuple[int, ...]:
 
 
 def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
-              ends: tuple[int, ...] = ()):
+              ends: tuple[int, ...] = (), keep=None):
     """rlpr's decode loop (rollout/decode.py): a preallocated KV cache, finished rows leave the batch."""
     draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
     return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
-                  min_new_tokens=min_new_tokens, ends=ends)
+                  min_new_tokens=min_new_tokens, ends=ends, keep=keep)
 
 
 class NoEOSBefore:
@@ -120,10 +124,10 @@ def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, p
 
 
 def graph_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
-               ends: tuple[int, ...] = ()):
+               ends: tuple[int, ...] = (), keep=None):
     """The static-shape loop (rollout/graph_decode.py): CUDA graphs on a GPU, the same code eagerly elsewhere."""
     return static_sample(model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
-                         min_new_tokens=min_new_tokens, ends=ends)
+                         min_new_tokens=min_new_tokens, ends=ends, keep=keep)
 
 
 @dataclass(frozen=True)
@@ -131,17 +135,19 @@ class DecodeLoop:
     """A decode loop: `run(model, ids, attn, sampler, max_new_tokens=, eos=, pad=, cache=,
     min_new_tokens=)` returns the new tokens [rows, <= max_new_tokens] (no EOS among the first
     min_new_tokens); `preallocated`: the shared-prefill cache is allocated
-    for the whole response up front (else the loop grows its own)."""
+    for the whole response up front (else the loop grows its own); `keeps`: `run` takes `keep=`, a
+    `KeptCaches` that the rows' caches are copied into (score B from the rollout's cache)."""
 
     run: Callable
     preallocated: bool
+    keeps: bool = False
 
 
 # The registry of decode loops: its keys are the allowed values of rollout.decode_loop.
 DECODE_LOOPS: dict[str, DecodeLoop] = {
-    "rlpr": DecodeLoop(rlpr_loop, preallocated=True),
+    "rlpr": DecodeLoop(rlpr_loop, preallocated=True, keeps=True),
     "generate": DecodeLoop(generate_loop, preallocated=False),
-    "graph": DecodeLoop(graph_loop, preallocated=False),
+    "graph": DecodeLoop(graph_loop, preallocated=False, keeps=True),
 }
 AUTO = "auto"  # rollout.decode_loop's default: graph on a GPU where the model allows it, else rlpr
 
@@ -204,10 +210,25 @@ class HFRollout:
         # (transformers') or "graph" (rollout/graph_decode.py)
         self.loop = resolve_loop(loop, self.model)
         self._decode = decode_loop(self.loop)
+        # keep each response's KV cache on its Rollout (score B from the cache): set by the trainer
+        # when reward.score_b_from_cache resolves on; `can_keep`: this loop and model support it
+        self.keep_caches = False
+        self.can_keep = self._decode.keeps and full_attention_cache(self.model)
         self.sync(policy)
 
     def sleep(self) -> None:
         """Nothing to give back: the rollout copy is a plain module beside the policy."""
+
+    @contextlib.contextmanager
+    def keeping(self, on: bool = True):
+        """Within the block, `generate` keeps each response's KV cache on its Rollout (`Rollout.cache`,
+        rollout/kept_cache.py) where this decode loop and model allow it (`can_keep`)."""
+        before = self.keep_caches
+        self.keep_caches = on and self.can_keep
+        try:
+            yield
+        finally:
+            self.keep_caches = before
 
     @torch.no_grad()
     def sync(self, policy, weights=None) -> None:
@@ -260,17 +281,20 @@ class HFRollout:
         ids, attn = ids.to(self.model.device), attn.to(self.model.device)
         capacity = width + max_new_tokens if self._decode.preallocated else 0
         cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
+        keep = KeptCaches.for_batch([len(p) for _, _, p in chunk], width, (eos, *self.ends), self.model.device) \
+            if self.keep_caches and self.can_keep else None
+        more = {"keep": keep} if keep is not None else {}
         new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,
-                               cache=cache, min_new_tokens=min_new, ends=self.ends).cpu()
+                               cache=cache, min_new_tokens=min_new, ends=self.ends, **more).cpu()
         ends = {eos, *self.ends}
-        for r, (i, _, _) in enumerate(chunk):
+        for r, (i, _, p) in enumerate(chunk):
             tokens = new[r].tolist()
             end = next((k for k, t in enumerate(tokens) if t in ends), None)
             finished = end is not None
             if finished:
                 tokens = tokens[:end + 1]
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            out.append(Rollout(i, tokens, text, finished))
+            out.append(Rollout(i, tokens, text, finished, cache=keep.row(r, p, tokens) if keep is not None else None))
         return out
 
     def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0):

@@ -5,11 +5,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import torch
 
 from rlpr.model.memory import release_memory
 from rlpr.parallel import distributed as dist
+from rlpr.rollout.engines import keeping_caches
 
 log = logging.getLogger("rlpr.train")
 
@@ -40,6 +42,7 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     from rlpr.grading import grade_example
 
     trainer.display.phase("eval")  # on the live step display; left out of its ETA
+    start = time.perf_counter()
     total = int(dist.sum_values([len(trainer.val_prompts)])[0])  # global: a rank may hold none
     if not total:
         return {}
@@ -51,7 +54,8 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     engine.sync(trainer.policy, trainer.strategy.full_weights(trainer.policy))  # under fsdp layer by layer
     prompts = trainer.val_prompts
     max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
-    rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
+    with keeping_caches(engine, trainer.keep_caches):  # score B continues the greedy responses' caches
+        rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
     release_memory()
     if score:
         rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
@@ -96,6 +100,7 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     if k:
         out.update({"eval/accuracy": avg_k / n, "eval/accuracy_se": binomial_se(avg_k / n, n),
                     f"eval/pass@{k}": pass_k / n, "eval/samples": k})
+    out["perf/eval_s"] = time.perf_counter() - start  # this rank's wall seconds (generation, scoring, grading)
     return out
 
 

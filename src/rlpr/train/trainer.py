@@ -37,7 +37,8 @@ from rlpr.reward.label_free import response_keys
 from rlpr.reward.lagged import lagged_weights
 from rlpr.reward.probability_reward import ProbabilityReward, RewardOutput
 from rlpr.reward.score_a import ScoreA, initial_policy
-from rlpr.rollout.engines import build_engine
+from rlpr.reward.from_cache import uses_cache
+from rlpr.rollout.engines import build_engine, keeping_caches
 from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out
 from rlpr.train import state
@@ -108,6 +109,9 @@ class Trainer:
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
+        # reward.score_b_from_cache: the engine keeps each response's KV cache and score B continues it
+        self.keep_caches = uses_cache(cfg.reward.score_b_from_cache, self.reward.kind.needs_score_b, cfg.reward.scorer,
+                                      dtype, next(self.policy.parameters()).dtype)
         # fsdp shards the policy in place; deepspeed wraps the optimizer (`attach`)
         self.strategy = make_strategy(cfg.trainer.strategy, self.policy, cfg.trainer.zero_stage, cfg.trainer.cpu_offload)
         self.trainable = [p for p in self.policy.parameters() if p.requires_grad]
@@ -150,10 +154,11 @@ class Trainer:
         prompts = [self.train_prompts[i] for i in indices]
         self.display.phase("rollout")
         tick = time.perf_counter()
-        rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
-                                        max_new_tokens=cfg.rollout.max_new_tokens,
-                                        temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                        seeds=[seed * SEED_MIX + p.index for p in prompts])
+        with keeping_caches(self.engine, self.keep_caches):
+            rollouts = self.engine.generate([p.token_ids for p in prompts], cfg.rollout.responses_per_prompt,
+                                            max_new_tokens=cfg.rollout.max_new_tokens,
+                                            temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                            seeds=[seed * SEED_MIX + p.index for p in prompts])
         self.timings["perf/rollout_s"] += time.perf_counter() - tick
         release_memory()
         self.display.phase("reward")
@@ -168,7 +173,8 @@ class Trainer:
               reward: ProbabilityReward | None = None, training: bool = False) -> list[RewardOutput]:
         """Rewards of rollouts (with `reward`, default the training reward), graded for accuracy
         against the true references. `training`: prompts of the training set, scored against another
-        prompt's reference under reward.shuffle_references."""
+        prompt's reference under reward.shuffle_references. The rollouts' kept KV caches (score B
+        continues them) are dropped once the rewards are computed."""
         from rlpr.grading import grade_example
 
         reward = reward or self.reward
@@ -179,11 +185,14 @@ class Trainer:
         correct = [grade_example(p.example, text).correct for p, text in zip(by_index, responses)]
         groups = [r.prompt_index for r in rollouts]
         keys = [(p.index, j) for p, (_, j) in zip(by_index, response_keys(groups))]  # (prompt, response index)
+        caches = [r.cache for r in rollouts]
+        for r in rollouts:
+            r.cache = None  # held by `caches` until the reward returns, then freed
         with self.strategy.gathered():  # every rank calls score(), even with no rollouts
             return reward(self.policy, [p.text for p in by_index], responses, [t.reference for t in targets],
                           precomputed_a=[None if shuffled else t.score_a for t in targets], correct=correct,
-                          acceptable=[t.acceptable for t in targets],
-                          groups=groups, keys=keys)  # nover, majority: within a group; random: keys
+                          acceptable=[t.acceptable for t in targets], groups=groups,
+                          keys=keys, caches=caches)  # nover, majority: within a group; random: keys
 
     # -- stage 3: filtering with dynamic sampling --------------------------------------------
     def collect(self, step: int) -> tuple[list[Group], dict]:

@@ -1,0 +1,32 @@
+"""When score B continues the rollout's kept KV cache instead of recomputing o' (reward.score_b_from_cache).
+
+Score B's o' is the prompt, the response's reasoning and the reference: the rollout engine has just
+computed the keys and values of the prompt and the response, and score B then runs only the tokens
+after the longest common prefix of o' and the rollout's tokens (reward/scoring.py). That is the same
+arithmetic as recomputing o' only where the cache came from the weights and the dtype that score B
+uses: B's scorer is the policy itself (reward.scorer=current; the engine is synced from it before
+every step and before the held-out evaluation), and the rollout copy has the scorer's dtype
+(model.rollout_dtype=float32, what `auto` picks on CPUs without fast bf16). With LoRA the copy holds
+the merged weights: they differ from the adapter's separate matmuls by float rounding only (the
+rewards equal recomputed ones to 1e-6 in fp32, tests/test_score_b_cache.py). From a bf16 copy the
+keys and values carry bf16 rounding into B: measured on the demo's rollouts in
+benchmarks/results/score_b_cache.md.
+"""
+
+from __future__ import annotations
+
+# reward.score_b_from_cache: auto (where exact: the rollout copy in the scorer's dtype), always (also
+# from a lower-precision copy), never
+CACHE_MODES = ("auto", "always", "never")
+
+
+def uses_cache(mode: str, kind_needs_score_b: bool, scorer: str, cache_dtype, scorer_dtype) -> bool:
+    """Whether score B continues the rollout's caches: `mode` (reward.score_b_from_cache) for a reward
+    kind that scores the reference (`kind_needs_score_b`) with `scorer` (reward.scorer), from caches
+    in `cache_dtype` (the rollout copy's) for a scorer in `scorer_dtype` (torch dtypes, or their
+    sizes in bytes as the memory plan has them)."""
+    if mode not in CACHE_MODES:
+        raise ValueError(f"unknown reward.score_b_from_cache {mode!r}; choose one of {', '.join(CACHE_MODES)}")
+    if mode == "never" or not kind_needs_score_b or scorer != "current":
+        return False
+    return mode == "always" or cache_dtype == scorer_dtype
