@@ -255,7 +255,7 @@ def instrumented(meter: PhaseMeter, save: bool = True):
     from rlpr.train import trainer as tr
 
     orig = {"_setup": tr.Trainer._setup, "train_step": tr.Trainer.train_step, "score": tr.Trainer.score,
-            "save": tr.Trainer.save, "fill": tr.fill_logprobs, "acc": tr.accumulate_gradients}
+            "save": tr.Trainer.save, "fill": tr.fill_step_logprobs, "acc": tr.accumulate_gradients}
 
     def _setup(self):
         orig["_setup"](self)
@@ -270,7 +270,7 @@ def instrumented(meter: PhaseMeter, save: bool = True):
     tr.Trainer._setup = _setup
     tr.Trainer.train_step = train_step
     tr.Trainer.score = meter.wrap("scoring", orig["score"])
-    tr.fill_logprobs = meter.wrap("scoring", orig["fill"])
+    tr.fill_step_logprobs = meter.wrap("scoring", orig["fill"])
     tr.accumulate_gradients = meter.wrap("update", orig["acc"])
     if not save:
         tr.Trainer.save = lambda self: None  # a 1.5B model's checkpoint is 18 GB of writes: not what is timed
@@ -278,7 +278,7 @@ def instrumented(meter: PhaseMeter, save: bool = True):
         yield meter
     finally:
         tr.Trainer._setup, tr.Trainer.train_step, tr.Trainer.score = orig["_setup"], orig["train_step"], orig["score"]
-        tr.Trainer.save, tr.fill_logprobs, tr.accumulate_gradients = orig["save"], orig["fill"], orig["acc"]
+        tr.Trainer.save, tr.fill_step_logprobs, tr.accumulate_gradients = orig["save"], orig["fill"], orig["acc"]
 
 
 def free_device_memory() -> int:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import logging
 import math
-import time
 
 import torch
 
@@ -42,7 +41,6 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     from rlpr.grading import grade_example
 
     trainer.display.phase("eval")  # on the live step display; left out of its ETA
-    start = time.perf_counter()
     total = int(dist.sum_values([len(trainer.val_prompts)])[0])  # global: a rank may hold none
     if not total:
         return {}
@@ -100,7 +98,6 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     if k:
         out.update({"eval/accuracy": avg_k / n, "eval/accuracy_se": binomial_se(avg_k / n, n),
                     f"eval/pass@{k}": pass_k / n, "eval/samples": k})
-    out["perf/eval_s"] = time.perf_counter() - start  # this rank's wall seconds (generation, scoring, grading)
     return out
 
 
