@@ -6,7 +6,7 @@ import pytest
 import torch
 from hypothesis import given, settings, strategies as st
 
-from rlpr.model.batching import split_batches, token_budget_batches
+from rlpr.model.batching import split_batches, token_budget_batches, width_batches
 from rlpr.train.update import Sample, micro_batches
 
 pytestmark = pytest.mark.unit
@@ -21,6 +21,24 @@ def test_token_budget_batches_cover_every_sequence_within_the_budget(lengths, bu
         padded = len(b) * max(lengths[i] for i in b)
         assert padded <= budget or len(b) == 1
         assert [lengths[i] for i in b] == sorted((lengths[i] for i in b), reverse=True)
+
+
+@settings(max_examples=200, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 80), st.integers(0, 200)), max_size=40), st.integers(1, 4000))
+def test_width_batches_cover_every_row_within_the_budget_and_the_waste(rows, budget):
+    widths, totals = [w for w, _ in rows], [w + past for w, past in rows]
+    batches = width_batches(widths, totals, budget)
+    assert sorted(i for b in batches for i in b) == list(range(len(rows)))
+    for b in batches:
+        assert len(b) * max(totals[i] for i in b) <= budget or len(b) == 1
+        assert min(widths[i] for i in b) >= 0.75 * max(widths[i] for i in b)
+
+
+def test_an_outlier_continuation_gets_its_own_forward():
+    """The demo's case: 29 rows continue their caches by 22-24 tokens, a few re-tokenize apart early."""
+    widths = [23] * 29 + [30, 44, 50, 73]
+    batches = width_batches(widths, [w + 100 for w in widths], 100_000)
+    assert [sorted(widths[i] for i in b) for b in batches] == [[73], [44, 50], [23] * 29 + [30]]
 
 
 def test_split_batches_by_count_or_budget():

@@ -28,6 +28,27 @@ def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]
     return batches
 
 
+def width_batches(widths: list[int], totals: list[int], max_tokens: int, waste: float = 0.25) -> list[list[int]]:
+    """Indices grouped for forwards that continue kept caches: widest new part first; a batch ends
+    where its padded size (rows x its longest total: the pasts are padded too) would pass
+    `max_tokens`, or where a row's new part is shorter than (1 - `waste`) of the batch's widest.
+    Every row's new part is padded to the batch's widest, and one response that re-tokenizes apart
+    from its rollout early (73 new tokens where the rest have 22-24) would otherwise triple the
+    work of the whole batch."""
+    order = sorted(range(len(widths)), key=lambda i: -widths[i])
+    batches: list[list[int]] = []
+    current: list[int] = []
+    for i in order:
+        longest = max([totals[j] for j in current] + [totals[i]])
+        if current and (longest * (len(current) + 1) > max_tokens or widths[i] < (1 - waste) * widths[current[0]]):
+            batches.append(current)
+            current = []
+        current.append(i)
+    if current:
+        batches.append(current)
+    return batches
+
+
 def split_batches(lengths: list[int], sequences: int, max_tokens: int = 0, sort: bool = True) -> list[list[int]]:
     """Indices grouped for one forward each: by the token budget when `max_tokens` > 0, else
     `sequences` at a time (longest first with `sort`, to reduce padding; else in order)."""

@@ -11,7 +11,7 @@ from typing import Callable
 
 import torch
 
-from rlpr.model.batching import token_budget_batches
+from rlpr.model.batching import token_budget_batches, width_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
                                past_continuation_hidden, project_logprobs, shared_prefix_logprobs, token_logprobs)
 from rlpr.reward.r3 import r3_scores
@@ -151,10 +151,11 @@ def _cache_starts(enc, keep: list[int], caches: list) -> tuple[dict[int, int], l
 
 def _cached_logprobs(model, enc, starts: dict[int, int], caches: list, temperature: float, max_batch_tokens: int):
     """(index into enc, its reference log-probs) for the texts of `starts`: each text's tokens from
-    its start run on its kept cache's first `start` positions, in token-budget batches (a row counts
-    its full length: its past is padded to the batch's longest)."""
+    its start run on its kept cache's first `start` positions, in token-budget batches of similar
+    widths (`width_batches`: a row counts its full length, its past padded to the batch's longest)."""
     ks = list(starts)
-    for batch in token_budget_batches([len(enc.input_ids[k]) for k in ks], max_batch_tokens):
+    for batch in width_batches([len(enc.input_ids[k]) - starts[k] for k in ks], [len(enc.input_ids[k]) for k in ks],
+                               max_batch_tokens):
         rows = [ks[j] for j in batch]
         hidden, tokens = past_continuation_hidden(
             model, [caches[k].kv[..., :starts[k], :] for k in rows], [enc.input_ids[k][starts[k]:] for k in rows],
