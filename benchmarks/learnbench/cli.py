@@ -152,9 +152,11 @@ def write_summary(args, settings: dict, log_path: Path) -> None:
     markdown = "\n".join(sections)
     Path(summary + ".md").write_text(header + markdown)
     main_model = tables.get("smollm2", {"table": [], "controls": []})
-    Path(summary + ".json").write_text(json.dumps({"settings": settings, "total_minutes": total / 60,
-                                                   "table": main_model["table"], "controls": main_model["controls"],
-                                                   "models": tables, "runs": runs}, indent=1))
+    from rlpr.errors import json_safe  # strict JSON: an undefined number (0/0, no seed spread) is null
+
+    Path(summary + ".json").write_text(json.dumps(json_safe({
+        "settings": settings, "total_minutes": total / 60, "table": main_model["table"],
+        "controls": main_model["controls"], "models": tables, "runs": runs}), indent=1, allow_nan=False))
     print(header + markdown)
 
 

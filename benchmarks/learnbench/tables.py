@@ -141,15 +141,14 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
             if rlpr.get(f"{k}_after") is None or any(c.get(f"{k}_after") is None for c in controls):
                 continue
             best = max(controls, key=lambda c: c[f"{k}_after"])
-            net = rlpr[f"{k}_after"] - best[f"{k}_after"]
-            error = diff_se(rlpr, best, k, n)
+            net, in_se = _difference(rlpr, best, k, n)
             rows.append({"set": set_name, "metric": label, "base": base[f"{k}_before"], "rlpr": rlpr[f"{k}_after"],
                          **{c["variant"]: c[f"{k}_after"] for c in controls}, "best_control": best["variant"],
-                         "net": net, "net_se": net / error if error else math.nan})
+                         "net": net, "net_se": in_se})
             cells = " | ".join(f"{100 * c[f'{k}_after']:.1f}" for c in controls)
             lines.append(f"| {SET_TITLES[set_name]} | {label} | {100 * base[f'{k}_before']:.1f} "
                          f"| {100 * rlpr[f'{k}_after']:.1f} | {cells} | {100 * net:+.1f} ({best['variant']}; "
-                         f"{rows[-1]['net_se']:+.1f} SE) |")
+                         f"{_in_se_text(rows[-1]['net_se'])}) |")
     cost = ["", "Held-out mean token entropy after training (nats; base "
             f"{base.get('entropy_before') or math.nan:.2f}; rows from before it was recorded: n/a), the update's "
             "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
@@ -169,11 +168,17 @@ def _sets(base: dict) -> list[tuple[str, int]]:
     return [("heldout", base["n_heldout"])] + [(s, base[f"n_{s}"]) for s in TRANSFER if base.get(f"n_{s}")]
 
 
-def _difference(a: dict, b: dict, k: str, n: int) -> tuple[float, float]:
-    """a's mean minus b's for key `k`, and that difference in its standard errors (`diff_se`)."""
+def _difference(a: dict, b: dict, k: str, n: int) -> tuple[float, float | None]:
+    """a's mean minus b's for key `k`, and that difference in its standard errors (`diff_se`); None
+    where the standard error is 0 (both at 0% or 100% on every seed: no spread to measure it in),
+    so that learning.json stays strict JSON."""
     net = a[f"{k}_after"] - b[f"{k}_after"]
     error = diff_se(a, b, k, n)
-    return net, net / error if error else math.nan
+    return net, net / error if error else None
+
+
+def _in_se_text(in_se: float | None) -> str:
+    return "SE 0" if in_se is None else f"{in_se:+.1f} SE"
 
 
 def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
@@ -215,7 +220,7 @@ def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
                 rows.append({"comparison": f"{a['variant']} - {'best control' if b is None else b['variant']}",
                              "a": a["variant"], "b": rival["variant"], "set": set_name, "metric": label,
                              "a_mean": a[f"{k}_after"], "b_mean": rival[f"{k}_after"], "net": net, "net_se": in_se})
-                cells.append(f"{100 * net:+.1f} ({rival['variant'] + '; ' if b is None else ''}{in_se:+.1f} SE)")
+                cells.append(f"{100 * net:+.1f} ({rival['variant'] + '; ' if b is None else ''}{_in_se_text(in_se)})")
             name = f"{a['variant']} - {'best control' if b is None else b['variant']}"
             nets.append(f"| {name} | {SET_TITLES[set_name]} | " + " | ".join(cells) + " |")
     controls_named = ", ".join(f"`{c}` ({REGISTRY[c].doc})" for c in OPSD_CONTROLS)
