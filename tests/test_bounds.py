@@ -160,6 +160,14 @@ def test_eval_of_a_run_takes_its_own_sample_count(run, tmp_path, capsys):
     assert json.loads((tmp_path / "e1" / "results.json").read_text())["my_questions_val"]["samples_per_question"] == 1
 
 
+def at_a_terminal():
+    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
+    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 EVAL_WAITING = """
 import sys, time
 from pathlib import Path
@@ -180,7 +188,8 @@ def test_ctrl_c_or_sigterm_in_eval_is_one_line(tiny_dir, tmp_path, signame):
     ready = tmp_path / "ready"
     proc = subprocess.Popen([sys.executable, "-c", EVAL_WAITING, str(ready), "eval", "--model", tiny_dir, "--data",
                              DATA, "--output", str(tmp_path / "e")], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=at_a_terminal)
     deadline = time.time() + 120
     while not ready.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)

@@ -280,6 +280,14 @@ def test_exported_files_have_the_umask_s_modes_and_the_console_is_quiet(runs, tm
 
 # -- issue 43, item 6: every signal cleans up, and a killed export's leftovers are recovered ---------
 
+def at_a_terminal():
+    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
+    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 EXPORT_WAITING = """
 import sys, time
 from pathlib import Path
@@ -307,7 +315,8 @@ def test_every_signal_during_an_export_cleans_up(runs, tmp_path, signame):
     ready, out = tmp_path / "ready", tmp_path / "out" / "hf"
     proc = subprocess.Popen([sys.executable, "-c", EXPORT_WAITING, str(ready), "export", str(runs / "lora"),
                              "-o", str(out)], stderr=subprocess.PIPE, text=True,
-                            env={**os.environ, "OMP_NUM_THREADS": "1"})
+                            env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            preexec_fn=at_a_terminal)
     deadline = time.time() + 120
     while not ready.exists() and proc.poll() is None and time.time() < deadline:
         time.sleep(0.1)
