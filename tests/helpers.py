@@ -90,6 +90,14 @@ LAUNCHERS = {
 }
 
 
+def at_a_terminal():  # a subprocess preexec_fn
+    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
+    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def launch(args, launcher="torchrun", **env):
     """`args` on 2 processes of `launcher`, one thread each; the finished process (exit status 0)."""
     result = subprocess.run([*LAUNCHERS[launcher], *args], env={**os.environ, "OMP_NUM_THREADS": "1", **env},

@@ -19,7 +19,7 @@ from rlpr.cli.main import main
 from rlpr.config import load_config
 from rlpr.errors import ConfigError
 
-from helpers import tiny_cfg
+from helpers import at_a_terminal, tiny_cfg
 
 pytestmark = pytest.mark.integration
 
@@ -158,14 +158,6 @@ def test_eval_of_a_run_takes_its_own_sample_count(run, tmp_path, capsys):
     assert main(["eval", "--checkpoint", str(run), "--data", DATA, "--limit", "1", "--max-new-tokens", "2",
                  "--samples", "1", "--output", str(tmp_path / "e1")]) == 0
     assert json.loads((tmp_path / "e1" / "results.json").read_text())["my_questions_val"]["samples_per_question"] == 1
-
-
-def at_a_terminal():
-    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
-    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 EVAL_WAITING = """

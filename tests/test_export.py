@@ -16,7 +16,7 @@ from rlpr.cli.main import main
 from rlpr.model.loading import load_policy
 from rlpr.train.trainer import train
 
-from helpers import tiny_cfg
+from helpers import at_a_terminal, tiny_cfg
 
 pytestmark = pytest.mark.integration
 
@@ -279,14 +279,6 @@ def test_exported_files_have_the_umask_s_modes_and_the_console_is_quiet(runs, tm
 
 
 # -- issue 43, item 6: every signal cleans up, and a killed export's leftovers are recovered ---------
-
-def at_a_terminal():
-    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
-    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
-    import signal
-
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
-
 
 EXPORT_WAITING = """
 import sys, time

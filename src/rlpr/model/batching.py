@@ -11,21 +11,25 @@ not the numbers (up to float summation order).
 from __future__ import annotations
 
 
-def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
-    """Indices into `lengths`, longest first, grouped so that each group's padded size
-    (rows x its longest length) stays within `max_tokens`; a longer sequence goes alone."""
-    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+def _greedy_batches(order: list[int], ends) -> list[list[int]]:
+    """`order` cut into consecutive groups: a group ends before index i where `ends(group, i)`."""
     batches: list[list[int]] = []
     current: list[int] = []
     for i in order:
-        width = lengths[current[0]] if current else lengths[i]
-        if current and width * (len(current) + 1) > max_tokens:
+        if current and ends(current, i):
             batches.append(current)
             current = []
         current.append(i)
     if current:
         batches.append(current)
     return batches
+
+
+def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]:
+    """Indices into `lengths`, longest first, grouped so that each group's padded size
+    (rows x its longest length) stays within `max_tokens`; a longer sequence goes alone."""
+    order = sorted(range(len(lengths)), key=lambda i: -lengths[i])
+    return _greedy_batches(order, lambda current, i: lengths[current[0]] * (len(current) + 1) > max_tokens)
 
 
 def width_batches(widths: list[int], totals: list[int], max_tokens: int, waste: float = 0.25) -> list[list[int]]:
@@ -36,17 +40,12 @@ def width_batches(widths: list[int], totals: list[int], max_tokens: int, waste: 
     from its rollout early (73 new tokens where the rest have 22-24) would otherwise triple the
     work of the whole batch."""
     order = sorted(range(len(widths)), key=lambda i: -widths[i])
-    batches: list[list[int]] = []
-    current: list[int] = []
-    for i in order:
+
+    def ends(current: list[int], i: int) -> bool:
         longest = max([totals[j] for j in current] + [totals[i]])
-        if current and (longest * (len(current) + 1) > max_tokens or widths[i] < (1 - waste) * widths[current[0]]):
-            batches.append(current)
-            current = []
-        current.append(i)
-    if current:
-        batches.append(current)
-    return batches
+        return longest * (len(current) + 1) > max_tokens or widths[i] < (1 - waste) * widths[current[0]]
+
+    return _greedy_batches(order, ends)
 
 
 def split_batches(lengths: list[int], sequences: int, max_tokens: int = 0, sort: bool = True) -> list[list[int]]:
