@@ -13,6 +13,13 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_xdist_auto_num_workers(config):
+    """`-n auto` (pyproject's addopts): one worker per CPU this process may use, at most 4 (more would
+    mostly add memory: each worker holds its own tiny models, some the embedded one)."""
+    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cpus, 4))
+
+
 @pytest.fixture(scope="session")
 def tokenizer():
     """SmolLM2's real tokenizer (fast, with its chat template)."""

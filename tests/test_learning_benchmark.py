@@ -34,7 +34,7 @@ def records_of(out: Path, row: dict) -> list[dict]:
 
 def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     out = tmp_path / "learning"
-    cmd = [sys.executable, str(BENCH), "--quick", "--variants", "rlpr,rlvr,rlvr_exact", "--steps", "2",
+    cmd = [sys.executable, str(BENCH), "--quick", "--variants", "rlpr,rlvr", "--steps", "2",
            "--heldout", "6", "--transfer-questions", "3", "--curve-every", "1", "--curve-questions", "3",
            "--threads", "1", "--output", str(out), "--workdir", str(tmp_path / "work"), "--set",
            f"model.path={tiny_dir}", "rollout.max_new_tokens=6", "trainer.eval_max_new_tokens=6",
@@ -44,7 +44,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     data = json.loads(out.with_suffix(".json").read_text())
     assert data["settings"]["grader_version"] == GRADER_VERSION
     runs = {r["variant"]: r for r in data["runs"]}
-    assert set(runs) == {"base", "rlpr", "rlvr", "rlvr_exact"}
+    assert set(runs) == {"base", "rlpr", "rlvr"}
     required = ["variant", "seed", "steps", "n_heldout", "acc_before", "acc_after", "greedy_before", "greedy_after",
                 "reward_before", "reward_after", "pass8_before", "pass8_after", "grader_version", "responses"]
     required += [f"{s}_{k}_{w}" for s in SETS[1:] for k in ("acc", "greedy", "pass8") for w in ("before", "after")]
@@ -69,10 +69,10 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     assert runs["rlpr"]["eval_schedule"] == 2 and runs["rlpr"]["eval_s"] > 0
     assert all("reward_curve" not in p and 0 <= p["acc_curve"] <= 1 for p in runs["rlpr"]["curve"])
     assert runs["rlpr"]["reward_after"] is not None and "general_reward_after" not in runs["rlpr"]
-    for v in ("rlvr", "rlvr_exact"):  # every run starts from the same base, on every set
+    for v in ("rlpr", "rlvr"):  # every run starts from the same base, on every set
         assert all(runs[v][f"{p}acc_before"] == runs["base"][f"{p}acc_before"] for p in ("", "new_items_", "general_"))
     md = out.with_suffix(".md").read_text()
-    assert "| rlvr_exact |" in md and "general questions (3 q) Avg@k" in md and "grader version" in md
+    assert "| rlvr |" in md and "general questions (3 q) Avg@k" in md and "grader version" in md
     assert out.with_suffix(".png").stat().st_size > 10_000
     # a re-run finds every job done and only rewrites the summary
     again = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
@@ -91,7 +91,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     assert f"taking over {claim.name}" in resumed.stdout and "('rlvr', 0)" in resumed.stdout
     assert "('rlpr', 0)" not in resumed.stdout
     lines = log.read_text().splitlines()
-    assert lines[:len(kept)] == kept and json.loads(lines[-1])["variant"] == "rlvr" and len(lines) == 4
+    assert lines[:len(kept)] == kept and json.loads(lines[-1])["variant"] == "rlvr" and len(lines) == 3
 
     # rows graded by another grader version are never mixed with new ones ...
     original = [json.loads(line) for line in log.read_text().splitlines()]
@@ -104,7 +104,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     log.write_text("".join(json.dumps(r) + "\n" for r in old))
     report = subprocess.run(cmd + ["--report"], capture_output=True, text=True, timeout=300)
     assert report.returncode == 0
-    assert f"skipping 4 rows graded with grader version {GRADER_VERSION - 1}" in report.stdout
+    assert f"skipping 3 rows graded with grader version {GRADER_VERSION - 1}" in report.stdout
     assert json.loads(out.with_suffix(".json").read_text())["runs"] == []
     # a worker of the older version still running (a claim, no row) would wait forever for a base
     # row the re-grade moves to the new version: --regrade refuses, naming the claim
@@ -117,7 +117,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     # ... and --regrade re-grades their saved responses with the current grader, without training
     regraded = subprocess.run(cmd + ["--regrade"], capture_output=True, text=True, timeout=300)
     assert regraded.returncode == 0, regraded.stderr[-3000:]
-    assert "4 rows re-graded" in regraded.stdout and "('rlpr', 0)" not in regraded.stdout
+    assert "3 rows re-graded" in regraded.stdout and "('rlpr', 0)" not in regraded.stdout
     rows = {r["variant"]: r for r in json.loads(out.with_suffix(".json").read_text())["runs"]}
     for r in original:
         new = rows[r["variant"]]
