@@ -55,6 +55,25 @@ def test_auto_precision_follows_the_hardware(monkeypatch):
     assert precision.resolve_mixed_precision("bf16", cpu) == "bf16"
 
 
+def test_a_capped_instruction_set_counts_as_slow_bf16(monkeypatch):
+    """ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA below AVX512-BF16 make bf16 the slow path on any CPU."""
+    from rlpr.model import precision
+
+    capped = precision.isa_capped_below_bf16
+    assert not capped({}) and not capped({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "ALL"})
+    for env in ({"ATEN_CPU_CAPABILITY": "avx2"}, {"ATEN_CPU_CAPABILITY": "default"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"},
+                {"DNNL_MAX_CPU_ISA": "avx512_core_vnni"}, {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI_2"}):
+        assert capped(env), env
+    for isa in ("AVX512_CORE_BF16", "avx512_core_amx", "AVX10_1_512", "AVX512_CORE_FP16", "default"):
+        assert not capped({"ONEDNN_MAX_CPU_ISA": isa}), isa
+    monkeypatch.setattr(precision, "_hardware_bf16", lambda: True)
+    monkeypatch.setenv("ONEDNN_MAX_CPU_ISA", "AVX2")
+    assert not precision.cpu_has_fast_bf16()
+    assert precision.resolve_rollout_dtype("auto", torch.device("cpu")) == torch.float32
+    monkeypatch.delenv("ONEDNN_MAX_CPU_ISA")
+    assert precision.cpu_has_fast_bf16()
+
+
 def test_building_the_lora_policy_warns_nothing(tiny_dir):
     """peft 0.21 reads transformers 5's deprecated `is_gradient_checkpointing`: a FutureWarning
     every `rlpr train` printed to users; build_policy silences exactly that one."""

@@ -16,6 +16,8 @@ while the update runs (demo update about 10% faster).
 from __future__ import annotations
 
 import functools
+import os
+from collections.abc import Mapping
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -25,13 +27,30 @@ from rlpr.model.forward import causal_lm
 
 
 @functools.lru_cache(maxsize=None)
-def cpu_has_fast_bf16() -> bool:
-    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX-BF16)."""
+def _hardware_bf16() -> bool:
     try:
         flags = Path("/proc/cpuinfo").read_text()
     except OSError:  # not Linux: trust torch's view of the vector unit
         return "AVX512" in torch.backends.cpu.get_cpu_capability()
     return "avx512_bf16" in flags or "amx_bf16" in flags
+
+
+def isa_capped_below_bf16(env: Mapping[str, str] = os.environ) -> bool:
+    """True when the user capped the instructions torch's kernels (ATEN_CPU_CAPABILITY) or oneDNN, which
+    runs the bf16 matmuls (ONEDNN_MAX_CPU_ISA, or its old name DNNL_MAX_CPU_ISA), may use below
+    AVX512-BF16: the bf16 kernels that then run are the slow ones, whatever the CPU has."""
+    aten = env.get("ATEN_CPU_CAPABILITY", "").strip().lower()
+    onednn = (env.get("ONEDNN_MAX_CPU_ISA") or env.get("DNNL_MAX_CPU_ISA") or "").strip().upper()
+    capped_aten = bool(aten) and "avx512" not in aten
+    capped_onednn = bool(onednn) and onednn not in ("ALL", "DEFAULT") and not (
+        "BF16" in onednn or "AMX" in onednn or "FP16" in onednn or onednn.startswith("AVX10"))
+    return capped_aten or capped_onednn
+
+
+def cpu_has_fast_bf16() -> bool:
+    """True when the CPU has native bf16 matrix instructions (AVX512-BF16 or AMX-BF16) and they are
+    not capped away (isa_capped_below_bf16: a user emulating an AVX2 laptop gets its choices too)."""
+    return _hardware_bf16() and not isa_capped_below_bf16()
 
 
 def fast_bf16(device: torch.device) -> bool:

@@ -1,0 +1,129 @@
+"""README command 1 as a new user runs it, timed: a fresh clone of this repository's HEAD, a fresh
+virtual environment (seeing this machine's installed packages, so nothing is downloaded that is
+already here) and a fresh rlpr cache (the embedded model's one-time conversion included), then the
+command's parts one after another: the installs and `rlpr train` (the demo preset).
+
+Modes, side by side in one run:
+- native: the CPU as it is;
+- avx2: PyTorch, oneDNN and MKL capped to AVX2 (ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2,
+  MKL_ENABLE_INSTRUCTIONS=AVX2): the kernels an AVX2-only laptop runs, and rlpr's `auto` precision
+  choices for one (fp32; rlpr.model.precision.isa_capped_below_bf16). An approximation: the clock,
+  caches and memory stay this machine's.
+
+    python benchmarks/demo_time.py [--modes native,avx2]
+
+Writes benchmarks/results/demo_time.{json,md}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+RESULTS = ROOT / "benchmarks" / "results"
+MODES = {
+    "native": {},
+    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+}
+PHASES = ("perf/rollout_s", "perf/reward_s", "perf/update_s", "perf/step_s")
+
+
+def readme_command() -> list[str]:
+    """README's command 1 (the bash line that installs and runs `rlpr train`), split at `&&`."""
+    for line in (ROOT / "README.md").read_text().splitlines():
+        if line.startswith("pip install") and line.rstrip().endswith("rlpr train"):
+            return [part.strip() for part in line.split("&&")]
+    raise SystemExit("README.md: no 'pip install ... && rlpr train' line (command 1)")
+
+
+def cpu_name() -> str:
+    try:
+        text = Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return platform.processor() or "unknown CPU"
+    name = re.search(r"model name\s*:\s*(.*)", text)
+    return f"{name.group(1).strip() if name else 'unknown CPU'}, {len(os.sched_getaffinity(0))} CPUs"
+
+
+def run_mode(mode: str, parts: list[str], work: Path) -> dict:
+    clone, venv = work / f"clone-{mode}", work / f"venv-{mode}"
+    subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    env = {**os.environ, **MODES[mode], "RLPR_CACHE_DIR": str(work / f"cache-{mode}"),
+           "PATH": f"{venv / 'bin'}{os.pathsep}{os.environ['PATH']}", "VIRTUAL_ENV": str(venv)}
+    env.pop("PYTHONPATH", None)
+    times = {}
+    log = work / f"{mode}.log"
+    with log.open("w") as out:
+        for part in parts:
+            tick = time.perf_counter()
+            done = subprocess.run(part, shell=True, cwd=clone, env=env, stdout=out, stderr=subprocess.STDOUT)
+            times[part] = time.perf_counter() - tick
+            if done.returncode:
+                raise SystemExit(f"{mode}: `{part}` failed (exit {done.returncode}); see {log}")
+    [metrics] = list((clone / "runs").glob("*/metrics.jsonl"))
+    steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    steps = [s for s in steps if "perf/step_s" in s]
+    phases = {p.split("/")[1]: sum(s.get(p, 0.0) for s in steps) / len(steps) for p in PHASES}
+    train_s = times[parts[-1]]
+    return {"mode": mode, "env": MODES[mode], "parts_s": times, "total_s": sum(times.values()),
+            "install_s": sum(times.values()) - train_s, "train_s": train_s, "steps": len(steps),
+            "per_step_s": phases, "outside_steps_s": train_s - phases["step_s"] * len(steps)}
+
+
+def markdown(rows: list[dict], cpu: str) -> str:
+    lines = [f"# README command 1, timed ({time.strftime('%Y-%m-%d %H:%M %z')})", "",
+             f"{cpu}; a fresh clone, virtual environment (this machine's packages visible: nothing "
+             "downloaded) and rlpr cache (the embedded model's conversion included); `python "
+             "benchmarks/demo_time.py`. avx2 = PyTorch, oneDNN and MKL capped to AVX2: an "
+             "approximation of an AVX2-only laptop on this machine's clock and memory.", "",
+             "| | " + " | ".join(r["mode"] for r in rows) + " |", "|---|" + "---|" * len(rows)]
+    add = lines.append
+    add("| total (install + demo) min | " + " | ".join(f"{r['total_s'] / 60:.1f}" for r in rows) + " |")
+    add("| install s | " + " | ".join(f"{r['install_s']:.0f}" for r in rows) + " |")
+    add("| `rlpr train` s | " + " | ".join(f"{r['train_s']:.0f}" for r in rows) + " |")
+    add("| steps | " + " | ".join(str(r["steps"]) for r in rows) + " |")
+    for phase in ("step", "rollout", "reward", "update"):
+        add(f"| {phase} s per step | " + " | ".join(f"{r['per_step_s'][phase]:.1f}" for r in rows) + " |")
+    add("| outside the steps s (load, convert, evaluations, report) | "
+        + " | ".join(f"{r['outside_steps_s']:.0f}" for r in rows) + " |")
+    if len(rows) == 2:
+        a, b = rows
+        add("")
+        add(f"**{b['mode']} / {a['mode']} total: {b['total_s'] / a['total_s']:.2f}** (same run, one after the other)")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--modes", default="native,avx2")
+    parser.add_argument("--output", default=str(RESULTS / "demo_time"))
+    args = parser.parse_args()
+    modes = [m for m in args.modes.split(",") if m]
+    unknown = [m for m in modes if m not in MODES]
+    if unknown:
+        raise SystemExit(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
+    parts, cpu = readme_command(), cpu_name()
+    with tempfile.TemporaryDirectory(prefix="rlpr-demo-time-") as work:
+        rows = []
+        for mode in modes:
+            rows.append(run_mode(mode, parts, Path(work)))
+            print(f"{mode}: {rows[-1]['total_s'] / 60:.1f} min", flush=True)
+    md = markdown(rows, cpu)
+    out = Path(args.output)
+    out.with_suffix(".json").write_text(json.dumps({"cpu": cpu, "command": parts, "runs": rows}, indent=1) + "\n")
+    out.with_suffix(".md").write_text(md)
+    print(md)
+
+
+if __name__ == "__main__":
+    main()
