@@ -22,6 +22,7 @@ import json
 import os
 import platform
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -71,13 +72,18 @@ def run_mode(mode: str, parts: list[str], work: Path) -> dict:
             if done.returncode:
                 raise SystemExit(f"{mode}: `{part}` failed (exit {done.returncode}); see {log}")
     [metrics] = list((clone / "runs").glob("*/metrics.jsonl"))
+    return {"mode": mode, "env": MODES[mode], **summary(times, parts[-1], metrics)}
+
+
+def summary(times: dict[str, float], train_part: str, metrics: Path) -> dict:
+    """Seconds per part of the command, and the training steps' mean phases from the run's metrics."""
     steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
     steps = [s for s in steps if "perf/step_s" in s]
-    phases = {p.split("/")[1]: sum(s.get(p, 0.0) for s in steps) / len(steps) for p in PHASES}
-    train_s = times[parts[-1]]
-    return {"mode": mode, "env": MODES[mode], "parts_s": times, "total_s": sum(times.values()),
-            "install_s": sum(times.values()) - train_s, "train_s": train_s, "steps": len(steps),
-            "per_step_s": phases, "outside_steps_s": train_s - phases["step_s"] * len(steps)}
+    phases = {p[len("perf/"):-len("_s")]: sum(s.get(p, 0.0) for s in steps) / len(steps) for p in PHASES}
+    train_s = times[train_part]
+    return {"parts_s": times, "total_s": sum(times.values()), "install_s": sum(times.values()) - train_s,
+            "train_s": train_s, "steps": len(steps), "per_step_s": phases,
+            "outside_steps_s": train_s - phases["step"] * len(steps)}
 
 
 def markdown(rows: list[dict], cpu: str) -> str:
@@ -99,7 +105,8 @@ def markdown(rows: list[dict], cpu: str) -> str:
     if len(rows) == 2:
         a, b = rows
         add("")
-        add(f"**{b['mode']} / {a['mode']} total: {b['total_s'] / a['total_s']:.2f}** (same run, one after the other)")
+        add(f"**{b['mode']} / {a['mode']} total: {b['total_s'] / a['total_s']:.2f}** (one run, one mode after "
+            "the other)")
     return "\n".join(lines) + "\n"
 
 
@@ -113,16 +120,15 @@ def main() -> None:
     if unknown:
         raise SystemExit(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     parts, cpu = readme_command(), cpu_name()
-    with tempfile.TemporaryDirectory(prefix="rlpr-demo-time-") as work:
-        rows = []
-        for mode in modes:
-            rows.append(run_mode(mode, parts, Path(work)))
-            print(f"{mode}: {rows[-1]['total_s'] / 60:.1f} min", flush=True)
-    md = markdown(rows, cpu)
-    out = Path(args.output)
-    out.with_suffix(".json").write_text(json.dumps({"cpu": cpu, "command": parts, "runs": rows}, indent=1) + "\n")
-    out.with_suffix(".md").write_text(md)
-    print(md)
+    out, rows = Path(args.output), []
+    work = Path(tempfile.mkdtemp(prefix="rlpr-demo-time-"))  # kept if a mode fails: its logs and runs
+    for mode in modes:  # each mode's row is written as soon as it is measured
+        rows.append(run_mode(mode, parts, work))
+        print(f"{mode}: {rows[-1]['total_s'] / 60:.1f} min", flush=True)
+        out.with_suffix(".json").write_text(json.dumps({"cpu": cpu, "command": parts, "runs": rows}, indent=1) + "\n")
+        out.with_suffix(".md").write_text(markdown(rows, cpu))
+    shutil.rmtree(work, ignore_errors=True)
+    print(out.with_suffix(".md").read_text())
 
 
 if __name__ == "__main__":
