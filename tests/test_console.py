@@ -18,13 +18,14 @@ NOISE = ("FutureWarning", "DeprecationWarning", "deprecated", "UserWarning")
 
 
 # issue 43: the libraries' own console lines, none of which a user asked for
-LIBRARY_LINES = ("Loading weights", "Writing model shards", "font_manager", "INFO matplotlib", "Setting accelerator")
+LIBRARY_LINES = ("Loading weights", "Writing model shards", "font_manager", "INFO matplotlib", "Setting accelerator",
+                 "Converting and de-quantizing")
 
 
-def rlpr(*args, cwd):
+def rlpr(*args, cwd, **extra_env):
     # a fresh matplotlib cache: its first use logs "INFO matplotlib.font_manager: generated new fontManager"
     env = {"PATH": "/usr/bin:/bin", "HOME": str(Path.home()), "OMP_NUM_THREADS": "2", "MPLCONFIGDIR": str(cwd / "mpl"),
-           **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}}  # the tree under test
+           **{k: os.environ[k] for k in ("PYTHONPATH",) if k in os.environ}, **extra_env}  # the tree under test
     result = subprocess.run([sys.executable, "-m", "rlpr", *args], capture_output=True, text=True, cwd=cwd,
                             timeout=600, env=env)
     assert result.returncode == 0, result.stderr[-2000:]
@@ -49,6 +50,21 @@ def test_train_eval_and_score_print_no_deprecation_warnings(tiny_dir, tmp_path):
         assert library_line not in result.stderr, result.stderr
     rlpr("score", "--model", tiny_dir, "--input", str(ROOT / "examples" / "score_example.jsonl"),
          "--output", str(tmp_path / "scored.jsonl"), cwd=tmp_path)
+
+
+def test_a_first_run_on_a_gguf_file_converts_it_quietly(tiny_model, tokenizer, tmp_path):
+    """A user's first `rlpr train` converts the GGUF once (the embedded model's is one): its console
+    showed transformers' per-tensor "Converting and de-quantizing GGUF tensors" bar and DeepSpeed's
+    "Setting accelerator to CPU" line beside rlpr's own "converting ... (once)"."""
+    from rlpr.model.export import write_gguf
+
+    gguf = tmp_path / "tiny.gguf"
+    write_gguf(tiny_model, tokenizer, gguf, "f32")
+    result = rlpr("train", f"model.path={gguf}", f"trainer.output_dir={tmp_path}", "trainer.max_steps=1",
+                  "rollout.max_new_tokens=4", "data.demo_train_size=8", "data.val=", "trainer.prompts_per_step=2",
+                  "trainer.mini_batch_prompts=2", "rollout.responses_per_prompt=2", "trainer.progress=false",
+                  "trainer.report=false", cwd=tmp_path, RLPR_CACHE_DIR=str(tmp_path / "cache"))
+    assert "converting tiny.gguf" in result.stderr and any((tmp_path / "cache" / "models").iterdir())
 
 
 def test_help_lists_every_command(capsys):

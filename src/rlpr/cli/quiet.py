@@ -9,17 +9,15 @@ them)."""
 from __future__ import annotations
 
 import logging
-import os
 
 
 def quiet_libraries(verbose: bool = False) -> None:
     """Silence what the libraries print while a model is read or written, unless `verbose`."""
     if verbose:
         return
-    import torch
+    from rlpr.model.loading import quiet_deepspeed_accelerator
 
-    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
-        os.environ["DS_ACCELERATOR"] = "cpu"  # what DeepSpeed would pick, without its warning
+    quiet_deepspeed_accelerator()
     logging.getLogger("gguf").setLevel(logging.WARNING)
     from transformers.utils import logging as hf_logging
 

@@ -7,6 +7,7 @@ converted model as safetensors, so that later loads take about 2 s.
 
 from __future__ import annotations
 
+import functools
 import importlib
 import importlib.util
 import json
@@ -90,13 +91,41 @@ def clear_quantized_marker(model) -> None:
         del model.config.quantization_config
 
 
+@contextmanager
+def _quiet_gguf_reader():
+    """transformers' GGUF reader draws its per-tensor bar with tqdm itself, not with its logging's
+    bar that rlpr's quiet console turns off: a user's first `rlpr train` showed "Converting and
+    de-quantizing GGUF tensors..." under rlpr's own line. Off unless rlpr logs at DEBUG (`-v`)."""
+    from transformers import modeling_gguf_pytorch_utils as reader
+
+    bar = getattr(reader, "tqdm", None)
+    if bar is None or log.isEnabledFor(logging.DEBUG):
+        yield
+        return
+    reader.tqdm = functools.partial(bar, disable=True)
+    try:
+        yield
+    finally:
+        reader.tqdm = bar
+
+
+def quiet_deepspeed_accelerator() -> None:
+    """Without a GPU, DeepSpeed's first import prints "Setting accelerator to CPU. If you have GPU
+    ...", and accelerate imports it inside every `save_pretrained` (unwrap_model) where it is
+    installed: a first run's conversion, an export. DS_ACCELERATOR=cpu is what it would pick, minus
+    the line; a user's own DS_ACCELERATOR stands."""
+    if "DS_ACCELERATOR" not in os.environ and not torch.cuda.is_available():
+        os.environ["DS_ACCELERATOR"] = "cpu"
+
+
 def _convert_gguf(gguf: Path, target: Path) -> None:
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     log.info("converting %s to fp32 safetensors in %s (once)", gguf.name, target)
-    tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name,
-                                                 dtype=torch.float32)
+    quiet_deepspeed_accelerator()
+    with _quiet_gguf_reader():
+        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
     clear_quantized_marker(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(target.parent, f".{target.name}.tmp-*", "conversion", log)  # a killed conversion's copy
