@@ -53,8 +53,13 @@ runner, rows and claims, re-grading, tables, plots, the command line): a package
 
 from __future__ import annotations
 
+import os
 import sys
 from pathlib import Path
+
+# transformers' per-file "Loading weights" bars, read when it is first imported: every run and
+# evaluation loads a model, and the bars filled the workers' logs (rlpr's own commands are quiet)
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
     sys.path.insert(0, str(Path(__file__).resolve().parent))

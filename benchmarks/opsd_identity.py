@@ -23,10 +23,12 @@ import statistics
 import sys
 import tempfile
 import time
+import os
 from pathlib import Path
 
 import torch
 
+os.environ.setdefault("HF_HUB_DISABLE_PROGRESS_BARS", "1")  # transformers' "Loading weights" bars (read at its import)
 ROOT = Path(__file__).resolve().parent
 RESULTS = ROOT / "results"
 # the identity's side of the run: OPSD with its defaults (the initial model as teacher, the JSD loss);
