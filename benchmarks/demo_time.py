@@ -20,8 +20,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
-import re
 import shutil
 import subprocess
 import sys
@@ -47,12 +45,9 @@ def readme_command() -> list[str]:
 
 
 def cpu_name() -> str:
-    try:
-        text = Path("/proc/cpuinfo").read_text()
-    except OSError:
-        return platform.processor() or "unknown CPU"
-    name = re.search(r"model name\s*:\s*(.*)", text)
-    return f"{name.group(1).strip() if name else 'unknown CPU'}, {len(os.sched_getaffinity(0))} CPUs"
+    from score_b_cache import cpu_name as name  # lscpu's model name, as speed.py reports it
+
+    return f"{name()}, {len(os.sched_getaffinity(0))} CPUs"
 
 
 def run_mode(mode: str, parts: list[str], work: Path) -> dict:

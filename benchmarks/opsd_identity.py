@@ -19,11 +19,11 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import statistics
 import sys
 import tempfile
 import time
-import os
 from pathlib import Path
 
 import torch

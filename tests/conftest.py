@@ -16,8 +16,9 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 def pytest_xdist_auto_num_workers(config):
     """`-n auto` (pyproject's addopts): one worker per CPU this process may use, at most 4 (more would
     mostly add memory: each worker holds its own tiny models, some the embedded one)."""
-    cpus = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cpus, 4))
+    from rlpr.parallel.threads import allowed_cpus
+
+    return max(1, min(len(allowed_cpus() or ()) or os.cpu_count() or 1, 4))
 
 
 @pytest.fixture(scope="session")
