@@ -236,4 +236,5 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
             "step_s": statistics.fmean(t["perf/step_s"] for t in train),
             # the reward's own cost per step (score B and A, or the label-free kind's forward)
             "reward_s": statistics.fmean(t["perf/reward_s"] for t in train), "model": model_name(trainer),
+            "device": trainer.device.type,  # rows of one table may come from a CPU and a GPU: the report says which
             "eval_s": evaluating, "eval_schedule": EVAL_SCHEDULE, "seconds": time.time() - start}
