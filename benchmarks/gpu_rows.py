@@ -135,7 +135,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.cmd == "merge":
         if not args.archive.exists():
             sys.exit(f"gpu_rows: no archive at {args.archive}")
-        merge(args.archive, args.output)
+        try:
+            merge(args.archive, args.output)
+        except (tarfile.TarError, KeyError, EOFError, OSError, ValueError) as e:  # JSONDecodeError is a ValueError
+            sys.exit(f"gpu_rows merge: {args.archive}: not an archive of gpu_rows run ({type(e).__name__}: {str(e).splitlines()[0] if str(e) else e!r})")
         return 0
     if not args.job or len(args.workers) != len(args.job):
         sys.exit("gpu_rows run: give each --job its --workers")

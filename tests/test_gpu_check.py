@@ -1,6 +1,7 @@
 """benchmarks/gpu_check.py (issue 36) kept from rotting between GPU loans: its CPU dry run (`--device
 cpu`, a tiny model, 2 steps of 8-token responses: every part of the GPU check on the CPU), its
-tokenizer, and the wheels and requirements of the GPU machine's image (benchmarks/gpu_wheels.py)."""
+tokenizer, the wheels and requirements of the GPU machine's image (benchmarks/gpu_wheels.py), and
+benchmarks/gpu_rows.py's archive of learning rows trained there and its merge here."""
 
 from __future__ import annotations
 
@@ -139,3 +140,32 @@ def test_the_embedded_model_travels_in_two_parts(tmp_path):
     (stash / "part2.bin").write_bytes(b"x" + (stash / "part2.bin").read_bytes()[1:])
     with pytest.raises(ValueError, match="part2.bin: SHA-256 differs"):
         gpu_transfer.assemble(stash)
+
+
+def test_rows_trained_elsewhere_are_archived_and_merged_once(tmp_path, tiny_dir):
+    """gpu_rows (issue 41): learning.py workers train into a table, the rows they added and their saved
+    responses go to one archive, and merging it here appends each row once, with its device."""
+    import tarfile
+
+    import gpu_rows
+
+    table = tmp_path / "gpu" / "learning"
+    rc = gpu_rows.main(["run", "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"), "--threads", "1",
+                        "--output", str(table), "--job", "--variants opsd --seeds 1 --steps 1", "--workers", "1",
+                        "--extra", "--heldout", "2", "--transfer-questions", "2", "--samples", "2", "--curve-every", "0",
+                        "--set", f"model.path={tiny_dir}", "rollout.max_new_tokens=6"])
+    archive = tmp_path / "out" / gpu_rows.ARCHIVE
+    with tarfile.open(archive) as tar:
+        names = tar.getnames()
+    log = next(n for n in names if n.startswith("logs/"))
+    assert rc == 0 and "rows.jsonl" in names and log, names
+    here = tmp_path / "here" / "learning"
+    added = gpu_rows.merge(archive, here)
+    assert [(r["variant"], r.get("device")) for r in added] == [("base", None), ("opsd", "cpu")]
+    assert all((here.parent / r["responses"]).exists() for r in added)  # the saved responses came along
+    assert gpu_rows.merge(archive, here) == []  # merged once
+    assert len(here.with_suffix(".jsonl").read_text().splitlines()) == 2
+    junk = tmp_path / "junk.tar.gz"
+    junk.write_text("not an archive")
+    with pytest.raises(SystemExit, match="not an archive of gpu_rows run"):
+        gpu_rows.main(["merge", str(junk), "--output", str(here)])
