@@ -579,6 +579,9 @@ def versions() -> dict:
     return out
 
 
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
 def cpu_name() -> str:
     from score_b_cache import cpu_name as name
 
@@ -595,7 +598,9 @@ def markdown(res: dict) -> str:
              (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
              f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
              f"{s['warmup']} warm-up; {res['machine'].get('cpu', 'CPU')}, {res['machine']['cpu_count']} cores, "
-             f"{res['machine']['torch_threads']} torch thread(s), load average {res['machine'].get('load_before')} "
+             f"{res['machine']['torch_threads']} torch thread(s)"
+             + (f" (instruction set capped: {', '.join(f'{k}={v}' for k, v in res['machine']['isa_caps'].items())})"
+                if res['machine'].get('isa_caps') else "") + f", load average {res['machine'].get('load_before')} "
              f"before / {res['machine'].get('load_after')} after (other jobs on the machine)."), ""]
     r, t = res.get("rlpr"), res.get("trl")
     if r:
@@ -799,7 +804,9 @@ def main() -> int:
                  "versions": versions(),
                  "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
                              "platform": platform.platform(), "cpu": cpu_name(),
-                             "load_before": round(os.getloadavg()[0], 1)}}
+                             "load_before": round(os.getloadavg()[0], 1),
+                             # an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode): the caps set
+                             "isa_caps": {k: os.environ[k] for k in ISA_CAPS if k in os.environ}}}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="rlpr-speed-") as tmp:
         work = Path(tmp)
