@@ -64,3 +64,29 @@ def test_micro_batches_hold_at_most_the_budget(share):
         if share:  # one prompt per micro-batch, so it runs once for it
             assert len({tuple(s.input_ids[:s.prompt_len]) for s in mb.samples}) == 1
     assert len(batches) < len(samples)  # the budget packs several sequences per forward
+
+
+@given(st.lists(st.integers(1, 200), min_size=1, max_size=40), st.sampled_from([0.25, 0.5]))
+def test_similar_widths_keeps_every_row_once_and_bounds_its_padding(widths, waste):
+    from rlpr.model.batching import similar_widths
+
+    groups = similar_widths(widths, waste)
+    assert sorted(i for g in groups for i in g) == list(range(len(widths)))
+    for g in groups:
+        widest = max(widths[i] for i in g)
+        assert all(widths[i] >= (1 - waste) * widest for i in g)
+    heads = [widths[g[0]] for g in groups]
+    assert heads == sorted(heads, reverse=True)  # widest first: a group ends where the next row is too short
+
+
+def test_the_update_splits_one_prompts_responses_by_width():
+    """micro_batches with a shared prefix: responses of one prompt in micro-batches of similar widths
+    (5- and 60-token responses are not padded together), every response once, the prefix kept."""
+    from rlpr.train.update import Sample, micro_batches
+
+    prompt = [7, 8, 9]
+    samples = [Sample(prompt + [1] * n, len(prompt), 0.5) for n in (60, 5, 58, 6, 29, 59)]
+    batches = micro_batches(samples, 8, 0, share_prefix=True)
+    assert all(mb.prefix == prompt for mb in batches)
+    assert sorted(s.response_len for mb in batches for s in mb.samples) == [5, 6, 29, 58, 59, 60]
+    assert [sorted(s.response_len for s in mb.samples) for mb in batches] == [[58, 59, 60], [29], [5, 6]]

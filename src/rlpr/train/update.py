@@ -17,7 +17,7 @@ from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, 
                                    ppo_clip_token_loss, ref_sft_loss, rollout_is_weights)
 from rlpr.algorithms.opsd import jsd_from_logits
 from rlpr.config import AlgorithmConfig
-from rlpr.model.batching import split_batches
+from rlpr.model.batching import similar_widths, split_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, eval_mode, hidden_states, project_logprobs,
                                 project_rows, token_logprobs)
 from rlpr.model.memory import release_memory
@@ -201,7 +201,9 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
     that many tokens, padding included (`model.batching`; sums do not depend on the split).
 
     With `share_prefix`, a micro-batch holds responses to one prompt, whose prefix runs once
-    (its keys/values are repeated per row, so a row counts its full length against the budget);
+    (its keys/values are repeated per row, so a row counts its full length against the budget),
+    and responses of similar lengths (`batching.similar_widths`: the prefix runs once for all of a
+    prompt's micro-batches, so splitting costs only a forward call, and saves the padding);
     otherwise sequences are length-sorted to reduce padding.
     """
     if not share_prefix:
@@ -213,7 +215,8 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
     out = []
     for prefix, members in groups.items():
         for part in split_batches([len(s.input_ids) for s in members], size, max_tokens, sort=False):
-            out.append(MicroBatch([members[i] for i in part], pad_id, list(prefix)))
+            for piece in similar_widths([members[i].response_len for i in part]):
+                out.append(MicroBatch([members[part[j]] for j in piece], pad_id, list(prefix)))
     return out
 
 
