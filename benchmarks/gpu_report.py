@@ -1,0 +1,101 @@
+"""gpu_check.md: the report's JSON (gpu_check.json) written out and set out as markdown, a section per
+part (the decode and learning_cuda parts' sections come from gpu_decode.py and gpu_learning.py); in a
+file of its own so that the measuring and the writing of it change apart, and so that a report can be
+rewritten from its JSON without running anything (gpu_learning.resummarize).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+from gpu_train import PHASES, PLAN_TOLERANCE
+
+
+def fmt(v, spec=".2f") -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def write_report(out: Path, report: dict) -> None:
+    (out / "gpu_check.json").write_text(json.dumps(report, indent=1, default=str))
+    env = report.get("environment", {})
+    lines = ["# rlpr GPU check", "",
+             f"{report['started']}; device **{env.get('gpu', env.get('device'))}**; torch {env.get('torch')} "
+             f"(CUDA {env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}; "
+             f"wall {fmt(report.get('wall_s'), '.0f')} s of a {report['budget_s']:.0f} s budget.", "",
+             f"Command: `{report['command']}`", ""]
+    lines += report.get("notes", [])  # what a person wrote of the run (kept when the report is rewritten)
+    unmet = {k: v for k, v in env.get("requirements", {}).items() if not v[2]}
+    if unmet:
+        lines += [f"rlpr's requirements not met here: {unmet}", ""]
+    if not env.get("rlpr_source", {}).get("matches_tree", True):
+        lines += ["**rlpr was imported from files that differ from this tree** "
+                  f"({env['rlpr_source']['path']}): rebuild the wheel.", ""]
+    t = report.get("cuda_tests")
+    if t:
+        lines += ["## CUDA tests (tests/test_cuda.py)", "",
+                  f"{t.get('tests', '?')} tests: {t.get('failures', '?')} failed, {t.get('errors', '?')} errors, "
+                  f"{t.get('skipped', '?')} skipped ({fmt(t.get('seconds'), '.0f')} s)" + (f"; {t['error']}" if "error" in t else ""), ""]
+        lines += [f"- FAILED {f}" for f in t.get("failed", [])] + ([""] if t.get("failed") else [])
+    for name, r in report.get("models", {}).items():
+        lines += [f"## {name}: `--preset paper`, one device", ""]
+        if "error" in r or "skipped" in r:
+            lines += [f"{r.get('skipped') or r.get('error')}", ""]
+            continue
+        lines += [f"{r['params']:,} parameters; {r['steps']} steps of 4 prompts x 8 responses, "
+                  f"{r['prompt_tokens']}-token prompts (longest), responses forced to {r['response_tokens']} tokens; "
+                  f"model built in {r['model_built_s']:.0f} s, training {r['train_wall_s']:.0f} s.", "",
+                  f"- step time (s): {', '.join(fmt(v, '.1f') for v in r['step_s'])}",
+                  f"- rollout tokens/s: {', '.join(fmt(v, '.0f') for v in r['rollout_tok_s'])}",
+                  f"- update tokens/s (forward + backward + step, prompt and response tokens): "
+                  f"{fmt(r['update_tok_s'], '.0f')}"]
+        per_step = {ph: r["phases"][ph].get("seconds_per_step") for ph in PHASES}
+        if all(per_step.values()):  # (the first GPU run predates them)
+            lines.append("- seconds per step, by phase: " + "; ".join(
+                f"{ph} {', '.join(fmt(v, '.1f') for v in per_step[ph].values())}" for ph in PHASES))
+        lines.append("")
+        plan = r["plan"]
+        lines += ["| phase | seconds | allocated GiB | reserved GiB | plan GiB (runtime term) | allocated / (plan - runtime) |",
+                  "|---|---:|---:|---:|---:|---:|"]
+        for ph in PHASES:
+            p = r["phases"][ph]
+            lines.append(f"| {ph} | {p['seconds']:.1f} | {fmt(p.get('allocated_gib'))} | {fmt(p.get('reserved_gib'))} | "
+                         f"{plan['phases_gib'][ph]:.2f} ({plan['runtime_term_gib']:.2f}) | "
+                         f"{fmt((r.get('measured_over_plan') or {}).get(ph), '.3f')} |")
+        lines += ["", f"Plan peak {plan['peak_gib']:.2f} GiB in the {plan['peak_phase']} phase; "
+                  f"CUDA context outside the allocator {fmt(r.get('cuda_context_gib'))} GiB; "
+                  f"plan within {PLAN_TOLERANCE:.0%} in every phase: **{r.get('plan_holds')}**.", ""]
+    s = report.get("score_b")
+    if s:
+        lines += ["## Score B on the device against the CPU in fp32", ""]
+        if "error" in s or "skipped" in s:
+            lines += [s.get("skipped") or s.get("error"), ""]
+        else:
+            lines += [f"{s['shape']}, {s['texts']} texts ({', '.join(map(str, s['scored_tokens']))} reference tokens):"]
+            for name in ("fp32", "bf16_autocast"):
+                if name in s:
+                    lines.append(f"- {name}: max |log-prob diff| {s[name]['max_abs_logprob_diff']:.3g}, "
+                                 f"max |score B diff| {s[name]['max_abs_score_b_diff']:.3g}")
+            lines.append("")
+    r = report.get("resume")
+    if r:
+        lines += ["## Resume on the device", ""]
+        if "error" in r or "skipped" in r:
+            lines += [r.get("skipped") or r.get("error"), ""]
+        else:
+            lines += [f"{r['shape']}: 3 steps, resumed from step 2: step 3's weights "
+                      f"{'bitwise equal' if r['bitwise'] else 'differ'} (max |diff| {r['max_abs_weight_diff']:.3g}, "
+                      f"{r['relative_to_step3_change']:.3g} of step 3's own change {r['step3_max_abs_change']:.3g}; "
+                      f"tolerance {r['tolerance']:g}): **{'passed' if r['passed'] else 'FAILED'}**; "
+                      f"step-3 metrics that differ: {r['step3_metrics_that_differ'] or 'none'}.", ""]
+    if report.get("decode"):
+        from gpu_decode import report_lines as decode_lines
+
+        lines += decode_lines(report["decode"])
+    if report.get("learning_cuda"):
+        from gpu_learning import report_lines as learning_lines
+
+        lines += learning_lines(report["learning_cuda"])
+    if report.get("errors"):
+        lines += ["## Errors", ""] + [f"- {e}" for e in report["errors"]] + [""]
+    (out / "gpu_check.md").write_text("\n".join(lines))
