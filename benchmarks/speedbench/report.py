@@ -1,0 +1,202 @@
+"""What the results record besides the measurements (versions, CPU, instruction-set caps), the notes
+that say how to read them, and the two files: speed.json (everything) and speed.md (the tables).
+markdown() renders any saved speed*.json, so a result's tables can be re-rendered without a run."""
+
+from __future__ import annotations
+
+import json
+import platform
+from pathlib import Path
+
+import torch
+
+
+def versions() -> dict:
+    import accelerate
+    import peft
+    import transformers
+
+    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
+           "peft": peft.__version__, "accelerate": accelerate.__version__}
+    try:
+        import trl
+
+        out["trl"] = trl.__version__
+    except ImportError:
+        out["trl"] = None
+    try:
+        import subprocess
+
+        out["rlpr_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
+                                            text=True, cwd=Path(__file__).parent).stdout.strip()
+    except OSError:
+        pass
+    return out
+
+
+ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+
+
+def cpu_name() -> str:
+    from score_b_cache import cpu_name as name
+
+    return name()
+
+
+def pct(value) -> str:
+    return "n/a" if value is None else f"{value:.0f}%"
+
+
+def markdown(res: dict) -> str:
+    s = res["settings"]
+    lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "",
+             (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
+             f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
+             f"{s['warmup']} warm-up; {res['machine'].get('cpu', 'CPU')}, {res['machine']['cpu_count']} cores, "
+             f"{res['machine']['torch_threads']} torch thread(s)"
+             + (f" (instruction set capped: {', '.join(f'{k}={v}' for k, v in res['machine']['isa_caps'].items())})"
+                if res['machine'].get('isa_caps') else "") + f", load average {res['machine'].get('load_before')} "
+             f"before / {res['machine'].get('load_after')} after (other jobs on the machine)."), ""]
+    r, t = res.get("rlpr"), res.get("trl")
+    if r:
+        lines += ["| | rlpr | TRL |", "|---|---|---|"]
+        rm, tm = r["mean"], (t or {}).get("mean", {})
+
+        def cell(d, k, fmt):
+            return fmt.format(d[k]) if k in d else "-"
+
+        lines += [f"| seconds per step | {rm['step_s']:.1f} | {cell(tm, 'step_s', '{:.1f}')} |",
+                  f"| rollout (generation) s | {rm['rollout_s']:.1f} | {cell(tm, 'generate_s', '{:.1f}')} |",
+                  f"| score B s ({r['configured_path']}) | {rm['score_b_s']:.2f} | {cell(tm, 'score_b_s', '{:.2f}')} |",
+                  f"| score B recomputed s (score_b_s before issue 42) | {rm['score_b_recomputed_s']:.2f} | |",
+                  f"| score B from the rollout's cache s | {rm['score_b_from_cache_s']:.2f} | |",
+                  f"| score A s | {rm['score_a_s']:.2f} | {cell(tm, 'score_a_s', '{:.2f}')} |",
+                  f"| generated tokens / step | {rm['generated_tokens']:.0f} | {cell(tm, 'generated_tokens', '{:.0f}')} |",
+                  f"| generated tokens/s (rollout) | {rm['rollout_tok_s']:.0f} | {cell(tm, 'rollout_tok_s', '{:.0f}')} |",
+                  (f"| peak RSS GB (sampled) | {r['memory']['peak_rss_gb']:.2f} | "
+                  f"{cell(t['memory'], 'peak_rss_gb', '{:.2f}') if t else '-'} |"), ""]
+        if res.get("ratio_rlpr_over_trl") is not None:
+            lines += [f"**rlpr / TRL time per step: {res['ratio_rlpr_over_trl']:.2f}** (target <= 0.30)", ""]
+        lines += ["rlpr breakdown (s per step): " + ", ".join(
+            f"{k.removesuffix('_s')} {rm[k]:.2f}" for k in ("rollout_s", "score_b_s", "score_a_s", "reward_other_s",
+                                                           "old_logp_s", "update_s", "other_s")),
+                  "", f"Score B both ways on the same responses (rollout copy {r['rollout_dtype']}, "
+                  f"reward.score_b_from_cache={r['score_b_from_cache']}: the step trained on {r['configured_path']}): "
+                  f"from the cache {rm['score_b_from_cache_s']:.2f} s vs recomputed {rm['score_b_recomputed_s']:.2f} s "
+                  f"per step ({pct(100 * (1 - rm['score_b_from_cache_s'] / rm['score_b_recomputed_s']))} less); "
+                  f"max |B difference| {rm['max_abs_diff_b']:.1e}.", ""]
+        lines += token_table(rm, tm)
+        if "eval" in r:
+            e = r["eval"]
+            lines += [f"rlpr setup (model load, rollout copy) {r['setup_s']:.1f} s; one held-out evaluation as the demo "
+                      f"runs it ({e['questions']:.0f} questions, greedy + {e['samples']} samples): {e['eval_s']:.1f} s = "
+                      f"greedy generation {e['greedy_generate_s']:.1f} + its scoring {e['scoring_s']:.1f} (score B from "
+                      f"the cache {e['score_b_from_cache_s']:.1f} vs recomputed {e['score_b_recomputed_s']:.1f}) + "
+                      f"sampled generation {e['samples_generate_s']:.1f}.", ""]
+    m = res.get("micro")
+    if m:
+        b, g = m["score_b"], m["rollout"]
+        lines += ["| micro-benchmark | value | target |", "|---|---|---|",
+                  (f"| score B on {b['texts']} texts ({b['tokens_in_texts']} tokens, {b['dtype']}) / bare forward "
+                  f"{b['bare_batch_shape']} | {b['ratio_score_b_over_bare']:.2f} ({b['score_b_s']:.2f} s / "
+                  f"{b['bare_forward_s']:.2f} s) | <= 1.2 |"),
+                  (f"| same, vs bare forward with full-vocabulary logits | {b['ratio_score_b_over_bare_full_logits']:.2f} "
+                  "| |"),
+                  (f"| rollout batch {g['batch']}, {g['max_new_tokens']} new tokens: generated tok/s vs matmul ceiling "
+                  f"| {g['generated_tok_s']:.0f} / {g['floor']['ceiling_tok_s']:.0f} = {g['pct_of_ceiling']:.0f}% "
+                  "| >= 80% |"),
+                  f"| decode steps only (prefill excluded, all rows) | {pct(g['pct_of_ceiling_decode_only'])} | |", ""]
+    if res.get("notes"):
+        lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
+    return "\n".join(lines) + "\n"
+
+
+PHASES = [("rollout / generation", "rollout", "generate"), ("score B", None, "score_b"),
+          ("score B recomputed", "score_b_recomputed", None), ("score B from the cache", "score_b_cache", None),
+          ("score A", "score_a", "score_a"), ("update (forwards; each has one backward)", "update", "other")]
+
+
+def token_table(rm: dict, tm: dict) -> list[str]:
+    """Tokens each phase runs through the model per step (padding included), against the step's unique tokens."""
+    ru, tu = rm.get("unique_tokens") or {}, (tm or {}).get("unique_tokens") or {}
+    if not ru:
+        return []
+    rt, tt = rm.get("tokens", {}), (tm or {}).get("tokens", {})
+
+    def cell(counts, key, unique):
+        if key is None or key not in counts:
+            return "-"
+        run = counts[key]["run"]
+        return f"{run:.0f} ({run / unique['total']:.2f}x)" if unique else f"{run:.0f}"
+
+    lines = ["| tokens per step (run through the model; x the step's unique tokens) | rlpr | TRL |", "|---|---|---|"]
+    for label, rk, tk in PHASES:
+        lines.append(f"| {label} | {cell(rt, rk, ru)} | {cell(tt, tk, tu)} |")
+    for label, key in (("unique: prompts, once per group", "prompts"), ("unique: responses (fed tokens)", "responses"),
+                       ("unique: reference tails (o' after the rollout's tokens)", "reference_tails"),
+                       ("unique tokens of the step", "total")):
+        lines.append(f"| {label} | {ru.get(key, 0):.0f} | {tu.get(key, 0):.0f} |" if tu else
+                     f"| {label} | {ru.get(key, 0):.0f} | - |")
+    return lines + [""]
+
+
+def add_notes(res: dict, args) -> None:
+    res["notes"] = notes = []
+    notes.append("rlpr runs exactly one rollout round per step (algorithm.std_filter=false, "
+                 "algorithm.max_sampling_tries=1), so both trainers sample, score and train on 32 sequences per step.")
+    notes.append("With one mini-batch per step neither side computes separate old log-probs (rlpr: n_updates=1; "
+                 "TRL: steps_per_generation == gradient_accumulation_steps), so rlpr's old_logp_s is ~0.")
+    notes.append("Score B runs in fp32 on both sides (rlpr scores outside autocast; in TRL the reward function "
+                 "calls rlpr's ProbabilityReward, which runs the decoder directly, outside accelerate's wrapped "
+                 "forward). Score A uses the adapter-off model and is cached per (prompt, reference) on both sides.")
+    notes.append("rlpr computes score B both ways at every scoring, on the same responses: recomputed (the whole o' "
+                 "by the fp32 policy, each prompt once per group: the path before issue 42) and from the rollout's "
+                 "kept KV cache (only o' after its common prefix with prompt + response runs, on the rollout copy's "
+                 "keys and values: bf16 where the copy is bf16). The step trains on the one "
+                 "reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s and score_b_s.")
+    notes.append("Tokens per step: query positions each phase runs through a decoder (forward pre-hooks on the "
+                 "policy's and the rollout copy's decoder; padding included, backward passes not counted). The "
+                 "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
+                 "and each response's reference tail (o' after its longest common prefix with those); "
+                 "benchmarks/step_tokens.py.")
+    notes.append("rlpr's 'other' = step time not in rollout/reward/update: syncing the merged LoRA weights "
+                 "into the bf16 rollout copy, advantages, metrics. reward_other = parsing and building o'.")
+    if "trl" in res:
+        tr = res["trl"]
+        gen_ac = tr["generation_autocast_bf16"]
+        notes.append(f"TRL generation autocast to bf16 observed: {gen_ac} (TRL on CPU generates with its training "
+                     f"model, {args.trl_model_dtype} weights and the LoRA adapter unmerged; rlpr generates on a merged "
+                     "bf16 copy). TRL's loss forward/backward run under accelerate's bf16 autocast "
+                     f"(bf16={args.trl_bf16}); rlpr's update under torch.autocast bf16: equivalent.")
+        notes.append("TRL's 'other' = everything but generation and the reward forwards: tokenisation, the "
+                     "4 micro-batch forward/backward passes, optimizer step. rlpr runs each prompt's 8 responses "
+                     "with the prompt once (share_prompt_prefix); TRL runs 8 padded prompt+completion rows.")
+        if not tr["prompt_ids_identical"]:
+            notes.append("WARNING: TRL tokenised some prompts differently from rlpr.")
+        notes.append("Sampling differs in mechanism (rlpr: per-row seeded sampler as a logits processor; TRL: "
+                     "HF do_sample with top_k=0, top_p=1), so the responses and their lengths differ; the "
+                     "generated-token counts per step are reported for both.")
+    if "micro" in res:
+        notes.append("Micro (a): bare forward = the same (LoRA-wrapped, fp32) model's forward "
+                     "`lm(input_ids, logits_to_keep=1)` over the score-B texts' tokens packed into a [32, width] "
+                     "batch (same token count, no padding); 'full logits' is the same with every position "
+                     "projected through the 49k-vocabulary head. rlpr's path shares each prompt across its "
+                     "group (tokens_run_with_prefix_sharing) and projects only reference positions.")
+        notes.append("Micro (b): ceiling = batch 32 / time of one pass of F.linear over all nn.Linear weights of "
+                     "the bf16 rollout model (30 x q/k/v/o/gate/up/down + lm_head) on [32, 1, in_features] "
+                     "inputs: the weight-streaming floor of a decode step, without attention over the KV cache, "
+                     "norms, sampling or Python overhead. pct_of_ceiling uses real generated tokens/s (rows that "
+                     "hit EOS early count only their tokens) including the prompt prefill; "
+                     "pct_of_ceiling_decode_only = floor step time / measured time per decode step "
+                     "((generate(N) - generate(1)) / (steps - 1)), all 32 rows counted; rlpr's decode loop drops finished rows, so later steps run fewer rows and this figure overstates the per-row efficiency.")
+    if args.quick:
+        notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
+
+
+def write(res: dict, args, out: Path) -> str:
+    add_notes(res, args)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
+    text = markdown(res)
+    out.with_suffix(".md").write_text(text)
+    return text
