@@ -156,8 +156,10 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
 def report_lines(d: dict) -> list[str]:
     """gpu_check.md's `decode` section."""
     lines = ["## Decode: the CUDA-graph loop against the eager loop", ""]
-    if "error" in d or "skipped" in d:
-        return lines + [d.get("skipped") or d.get("error"), ""]
+    from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
+
+    if unfinished(d):
+        return lines + unfinished(d)
     lines += [f"{d['shape']} shape, random weights, {d['rollout_dtype']} rollout copy, {d['prompt_tokens']}-token "
               f"prompts ({d['group']} rows share each), responses forced to {d['new_tokens']} new tokens; "
               f"device copy bandwidth {d['copy_bandwidth_gbs']:.0f} GB/s (read + written).", "",

@@ -164,8 +164,10 @@ def resummarize(report_path: Path, rows_path: Path) -> dict:
 def report_lines(d: dict) -> list[str]:
     """gpu_check.md's `learning_cuda` section."""
     lines = ["## The embedded model learns on CUDA (learning benchmark, `small` preset)", ""]
-    if "error" in d or "skipped" in d:
-        return lines + [d.get("skipped") or d.get("error"), ""]
+    from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
+
+    if unfinished(d):
+        return lines + unfinished(d)
     lines += [f"`python benchmarks/learning.py {d['command'].split('learning.py', 1)[-1].strip()}`: "
               f"{d['wall_s']:.0f} s, exit {d['returncode']}.", ""]
     if "base_before_gpu_minus_cpu_ses" in d:

@@ -12,6 +12,11 @@ from pathlib import Path
 from gpu_train import PHASES, PLAN_TOLERANCE
 
 
+def unfinished(part: dict) -> list[str] | None:
+    """A part's report lines when it did not run to its end (its skip reason or its error), else None."""
+    return [f"{part.get('skipped') or part.get('error')}", ""] if "error" in part or "skipped" in part else None
+
+
 def fmt(v, spec=".2f") -> str:
     return "-" if v is None else format(v, spec)
 
@@ -39,8 +44,8 @@ def write_report(out: Path, report: dict) -> None:
         lines += [f"- FAILED {f}" for f in t.get("failed", [])] + ([""] if t.get("failed") else [])
     for name, r in report.get("models", {}).items():
         lines += [f"## {name}: `--preset paper`, one device", ""]
-        if "error" in r or "skipped" in r:
-            lines += [f"{r.get('skipped') or r.get('error')}", ""]
+        if unfinished(r):
+            lines += unfinished(r)
             continue
         lines += [f"{r['params']:,} parameters; {r['steps']} steps of 4 prompts x 8 responses, "
                   f"{r['prompt_tokens']}-token prompts (longest), responses forced to {r['response_tokens']} tokens; "
@@ -68,8 +73,8 @@ def write_report(out: Path, report: dict) -> None:
     s = report.get("score_b")
     if s:
         lines += ["## Score B on the device against the CPU in fp32", ""]
-        if "error" in s or "skipped" in s:
-            lines += [s.get("skipped") or s.get("error"), ""]
+        if unfinished(s):
+            lines += unfinished(s)
         else:
             lines += [f"{s['shape']}, {s['texts']} texts ({', '.join(map(str, s['scored_tokens']))} reference tokens):"]
             for name in ("fp32", "bf16_autocast"):
@@ -80,8 +85,8 @@ def write_report(out: Path, report: dict) -> None:
     r = report.get("resume")
     if r:
         lines += ["## Resume on the device", ""]
-        if "error" in r or "skipped" in r:
-            lines += [r.get("skipped") or r.get("error"), ""]
+        if unfinished(r):
+            lines += unfinished(r)
         else:
             lines += [f"{r['shape']}: 3 steps, resumed from step 2: step 3's weights "
                       f"{'bitwise equal' if r['bitwise'] else 'differ'} (max |diff| {r['max_abs_weight_diff']:.3g}, "
