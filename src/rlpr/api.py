@@ -43,7 +43,7 @@ def _texts(name: str, value) -> list[str]:
 
 
 def _overrides(value):
-    override_list(value)  # the one check of an overrides argument's type (rlpr/config.py)
+    override_list(value)  # the one check of an overrides argument's type (rlpr/config/call.py)
     return value
 
 

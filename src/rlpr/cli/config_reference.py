@@ -1,6 +1,7 @@
 """docs/config.md, the key reference: every configuration key with its type, default, allowed values
-and meaning, generated from the field docstrings of rlpr/config.py, its RANGES and the registries
-(`rlpr config --reference > docs/config.md`; tests/test_config_reference.py checks it is current)."""
+and meaning, generated from the field docstrings in rlpr/config/ (sampling.py, training.py), its
+RANGES and the registries (`rlpr config --reference > docs/config.md`; tests/test_config_reference.py
+checks it is current)."""
 
 from __future__ import annotations
 
