@@ -32,13 +32,11 @@ import tarfile
 import time
 from pathlib import Path
 
+from learnbench.rows import append_row, load_rows  # the table's reader and its locked, one-write append
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 ARCHIVE = "gpu_rows.tar.gz"
-
-
-def _lines(path: Path) -> list[str]:
-    return [line for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
 
 
 def run(jobs: list[tuple[str, int]], out: Path, deadline_s: float, workdir: Path, threads: int,
@@ -46,7 +44,7 @@ def run(jobs: list[tuple[str, int]], out: Path, deadline_s: float, workdir: Path
     """Start `workers` learning.py processes per job line at once, wait for them or the deadline (then
     end them: a run in progress is lost, the finished ones are kept), archive the rows they added."""
     table = output.with_suffix(".jsonl")
-    before = len(_lines(table))
+    before = len(load_rows(table))
     out.mkdir(parents=True, exist_ok=True)
     procs = []
     for j, (args, workers) in enumerate(jobs):
@@ -63,16 +61,16 @@ def run(jobs: list[tuple[str, int]], out: Path, deadline_s: float, workdir: Path
     for p, _ in procs:
         if p.poll() is None:
             p.kill()
-    rows = _lines(table)[before:]
+    rows = load_rows(table)[before:]
     with tarfile.open(out / ARCHIVE, "w:gz") as tar:
         def add(name: str, data: bytes) -> None:
             info = tarfile.TarInfo(name)
             info.size = len(data)
             tar.addfile(info, io.BytesIO(data))
 
-        add("rows.jsonl", "".join(line + "\n" for line in rows).encode())
-        for line in rows:
-            responses = json.loads(line).get("responses")
+        add("rows.jsonl", "".join(json.dumps(row) + "\n" for row in rows).encode())
+        for row in rows:
+            responses = row.get("responses")
             if responses and (table.parent / responses).exists():
                 tar.add(table.parent / responses, arcname=responses)
         for _, log in procs:
@@ -93,7 +91,7 @@ def merge(archive: Path, output: Path) -> list[dict]:
     """Append the archive's rows to `output`.jsonl (skipping rows already there) and copy their saved
     responses beside the table's; returns the rows appended."""
     table = output.with_suffix(".jsonl")
-    have = {key(json.loads(line)) for line in _lines(table)}
+    have = {key(row) for row in load_rows(table)}
     added = []
     with tarfile.open(archive) as tar:
         names = tar.getnames()
@@ -106,8 +104,7 @@ def merge(archive: Path, output: Path) -> list[dict]:
                 target = table.parent / responses
                 target.parent.mkdir(parents=True, exist_ok=True)
                 target.write_bytes(tar.extractfile(responses).read())
-            with table.open("a") as f:
-                f.write(json.dumps(row) + "\n")
+            append_row(table, row)
             have.add(key(row))
             added.append(row)
     for row in added:
