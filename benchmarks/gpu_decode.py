@@ -158,8 +158,8 @@ def report_lines(d: dict) -> list[str]:
     lines = ["## Decode: the CUDA-graph loop against the eager loop", ""]
     from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
 
-    if unfinished(d):
-        return lines + unfinished(d)
+    if note := unfinished(d):
+        return lines + note
     lines += [f"{d['shape']} shape, random weights, {d['rollout_dtype']} rollout copy, {d['prompt_tokens']}-token "
               f"prompts ({d['group']} rows share each), responses forced to {d['new_tokens']} new tokens; "
               f"device copy bandwidth {d['copy_bandwidth_gbs']:.0f} GB/s (read + written).", "",

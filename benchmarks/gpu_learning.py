@@ -166,8 +166,8 @@ def report_lines(d: dict) -> list[str]:
     lines = ["## The embedded model learns on CUDA (learning benchmark, `small` preset)", ""]
     from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
 
-    if unfinished(d):
-        return lines + unfinished(d)
+    if note := unfinished(d):
+        return lines + note
     lines += [f"`python benchmarks/learning.py {d['command'].split('learning.py', 1)[-1].strip()}`: "
               f"{d['wall_s']:.0f} s, exit {d['returncode']}.", ""]
     if "base_before_gpu_minus_cpu_ses" in d:

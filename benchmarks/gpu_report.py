@@ -44,8 +44,8 @@ def write_report(out: Path, report: dict) -> None:
         lines += [f"- FAILED {f}" for f in t.get("failed", [])] + ([""] if t.get("failed") else [])
     for name, r in report.get("models", {}).items():
         lines += [f"## {name}: `--preset paper`, one device", ""]
-        if unfinished(r):
-            lines += unfinished(r)
+        if note := unfinished(r):
+            lines += note
             continue
         lines += [f"{r['params']:,} parameters; {r['steps']} steps of 4 prompts x 8 responses, "
                   f"{r['prompt_tokens']}-token prompts (longest), responses forced to {r['response_tokens']} tokens; "
@@ -73,8 +73,8 @@ def write_report(out: Path, report: dict) -> None:
     s = report.get("score_b")
     if s:
         lines += ["## Score B on the device against the CPU in fp32", ""]
-        if unfinished(s):
-            lines += unfinished(s)
+        if note := unfinished(s):
+            lines += note
         else:
             lines += [f"{s['shape']}, {s['texts']} texts ({', '.join(map(str, s['scored_tokens']))} reference tokens):"]
             for name in ("fp32", "bf16_autocast"):
@@ -85,8 +85,8 @@ def write_report(out: Path, report: dict) -> None:
     r = report.get("resume")
     if r:
         lines += ["## Resume on the device", ""]
-        if unfinished(r):
-            lines += unfinished(r)
+        if note := unfinished(r):
+            lines += note
         else:
             lines += [f"{r['shape']}: 3 steps, resumed from step 2: step 3's weights "
                       f"{'bitwise equal' if r['bitwise'] else 'differ'} (max |diff| {r['max_abs_weight_diff']:.3g}, "

@@ -25,9 +25,6 @@ def _greedy_batches(order: list[int], ends) -> list[list[int]]:
     return batches
 
 
-WIDTH_WASTE = 0.25  # a row shorter than (1 - this) x its batch's widest starts another batch
-
-
 def similar_widths(widths: list[int], waste: float = 0.5) -> list[list[int]]:
     """Indices into `widths`, widest first, grouped so that no row is padded by more than `waste` of
     its group's widest. One prompt's responses otherwise run as [rows, longest response]: on the
@@ -45,7 +42,7 @@ def token_budget_batches(lengths: list[int], max_tokens: int) -> list[list[int]]
     return _greedy_batches(order, lambda current, i: lengths[current[0]] * (len(current) + 1) > max_tokens)
 
 
-def width_batches(widths: list[int], totals: list[int], max_tokens: int, waste: float = WIDTH_WASTE) -> list[list[int]]:
+def width_batches(widths: list[int], totals: list[int], max_tokens: int, waste: float = 0.25) -> list[list[int]]:
     """Indices grouped for forwards that continue kept caches: widest new part first; a batch ends
     where its padded size (rows x its longest total: the pasts are padded too) would pass
     `max_tokens`, or where a row's new part is shorter than (1 - `waste`) of the batch's widest.
