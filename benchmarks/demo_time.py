@@ -27,11 +27,13 @@ import tempfile
 import time
 from pathlib import Path
 
+from rlpr.model.precision import AVX2_LAPTOP
+
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
 MODES = {
     "native": {},
-    "avx2": {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"},
+    "avx2": AVX2_LAPTOP,
 }
 PHASES = ("perf/rollout_s", "perf/reward_s", "perf/update_s", "perf/step_s")
 

@@ -64,6 +64,7 @@ def test_a_capped_instruction_set_counts_as_slow_bf16(monkeypatch):
     for env in ({"ATEN_CPU_CAPABILITY": "avx2"}, {"ATEN_CPU_CAPABILITY": "default"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"},
                 {"DNNL_MAX_CPU_ISA": "avx512_core_vnni"}, {"ONEDNN_MAX_CPU_ISA": "AVX2_VNNI_2"}):
         assert capped(env), env
+    assert capped(precision.AVX2_LAPTOP) and set(precision.AVX2_LAPTOP) <= set(precision.ISA_CAP_VARS)
     for isa in ("AVX512_CORE_BF16", "avx512_core_amx", "AVX10_1_512", "AVX512_CORE_FP16", "default"):
         assert not capped({"ONEDNN_MAX_CPU_ISA": isa}), isa
     monkeypatch.setattr(precision, "_hardware_bf16", lambda: True)

@@ -34,9 +34,6 @@ def versions() -> dict:
     return out
 
 
-ISA_CAPS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
-
-
 def cpu_name() -> str:
     from score_b_cache import cpu_name as name
 

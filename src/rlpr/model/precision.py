@@ -35,6 +35,12 @@ def _hardware_bf16() -> bool:
     return "avx512_bf16" in flags or "amx_bf16" in flags
 
 
+# The environment variables that cap the instructions torch's kernels (ATen), oneDNN (new and old name) and
+# MKL may use; a benchmark records which were set, and AVX2_LAPTOP sets them to emulate an AVX2-only laptop.
+ISA_CAP_VARS = ("ATEN_CPU_CAPABILITY", "ONEDNN_MAX_CPU_ISA", "DNNL_MAX_CPU_ISA", "MKL_ENABLE_INSTRUCTIONS")
+AVX2_LAPTOP = {"ATEN_CPU_CAPABILITY": "avx2", "ONEDNN_MAX_CPU_ISA": "AVX2", "MKL_ENABLE_INSTRUCTIONS": "AVX2"}
+
+
 def isa_capped_below_bf16(env: Mapping[str, str] = os.environ) -> bool:
     """True when the user capped the instructions torch's kernels (ATEN_CPU_CAPABILITY) or oneDNN, which
     runs the bf16 matmuls (ONEDNN_MAX_CPU_ISA, or its old name DNNL_MAX_CPU_ISA), may use below
