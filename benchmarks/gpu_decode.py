@@ -95,7 +95,8 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    import gpu_check
+    from gpu_models import SHAPES, synthetic_tokenizer
+    from gpu_train import GiB
     from rlpr.rollout import graph_decode
     from rlpr.rollout.hf import HFRollout
 
@@ -106,8 +107,8 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     # the eager loop is Python-bound (~27 ms a step whatever the rows): 1024 tokens at 32 rows, fewer at
     # more rows (its tokens/s at a shorter length is, if anything, flattered: less attention per step)
     eager_tokens = eager_tokens or ({32: 1024, 128: 256, 256: 256} if cuda else {})
-    tokenizer = gpu_check.synthetic_tokenizer(gpu_check.SHAPES[shape]["vocab_size"])
-    config = Qwen2Config(**gpu_check.SHAPES[shape], eos_token_id=tokenizer.eos_token_id,
+    tokenizer = synthetic_tokenizer(SHAPES[shape]["vocab_size"])
+    config = Qwen2Config(**SHAPES[shape], eos_token_id=tokenizer.eos_token_id,
                          pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
     torch.manual_seed(0)
     with torch.device(device):
@@ -144,7 +145,7 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
         gc.collect()
         if cuda:
             torch.cuda.empty_cache()
-            row["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / gpu_check.GiB
+            row["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / GiB
         runs.append(row)
         print(f"decode: {n} rows: graph {row['graph_tok_s']:.0f} tok/s ({row['graph_step_ms']:.2f} ms/step, "
               f"{row['graph_floor_fraction']:.0%} of the floor), eager {row['eager_tok_s']:.0f} tok/s: "

@@ -15,7 +15,7 @@ import warnings
 from pathlib import Path
 
 from rlpr.errors import ModelError, error_reason
-from rlpr.parallel.memory_plan import Architecture
+from rlpr.parallel.memory_types import Architecture
 
 # Architecture numbers only (the fields of each model's config.json that shape its memory), copied
 # from the published config.json files; no weights, tokenizer or licence terms come with them.
