@@ -46,15 +46,17 @@ import tempfile
 import time
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from scaling_report import BASE_L, BASE_N, criterion, notes, summarise, verdict_text, write  # noqa: E402
+
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-scaling-quick" / "scaling"
-LENGTHS = (256, 512, 1024, 2048, 4096)
 GROUPS = (2, 4, 8)
-BASE_N, BASE_L = 2, 512
 # cheap points first: the first ones give the time estimate of the rest
 FULL_POINTS = [(256, 2), (512, 2), (1024, 2), (512, 4), (512, 8), (2048, 2), (4096, 2)]
 QUICK_POINTS = [(16, 2), (32, 2)]
-CRITERION = 1.2  # growth(4096) <= 1.2 * 8 * growth(512)
 
 
 # -- one point, in a child process --------------------------------------------------------------
@@ -251,223 +253,6 @@ def load_rows(path: Path, key: dict) -> list[dict]:
     return [r for r in rows if r.get("settings") == key]
 
 
-def summarise(row: dict) -> dict:
-    m = row["metrics"]
-    length, n = row["response_tokens"], row["group_size"]
-    step_s = m["perf/step_s"]
-    peak = row.get("step_peak_rss_gb", m["perf/peak_rss_gb"])  # older rows: one reset before the step
-    return {"response_tokens": length, "group_size": n, "peak_rss_gb": peak,
-            "phase_peak_gb": row.get("phase_peak_gb"),
-            "step_s": step_s, "rollout_s": m.get("perf/rollout_s"), "reward_s": m.get("perf/reward_s"),
-            "update_s": m.get("perf/update_s"), "sync_s": m.get("perf/sync_s"),
-            "old_logp_s": m.get("perf/old_logp_s"), "micro_batches": m.get("perf/micro_batches"),
-            "generated_tokens": length * n, "tokens_per_s": length * n / step_s,
-            "rollout_tok_s": m.get("perf/rollout_tok_s"),
-            "response_len_mean": m.get("rollout/response_len_mean"),
-            "truncated_frac": m.get("rollout/truncated_frac"),
-            "setup_peak_rss_gb": row.get("setup_peak_rss_gb"), "rss_before_step_gb": row.get("rss_before_step_gb"),
-            "rss_after_step_gb": row.get("rss_after_step_gb"), "peak_reset": row.get("peak_reset"),
-            "process_wall_s": row.get("process_wall_s"), "finished_at": row.get("finished_at")}
-
-
-def criterion(rows: list[dict], model_gb: float | None) -> dict | None:
-    by = {(r["response_tokens"], r["group_size"]): r for r in rows}
-    small, large = by.get((BASE_L, BASE_N)), by.get((max(LENGTHS), BASE_N))
-    if model_gb is None or not small or not large:
-        return None
-    g_small, g_large = small["peak_rss_gb"] - model_gb, large["peak_rss_gb"] - model_gb
-    ratio = g_large / g_small if g_small > 0 else float("inf")
-    limit = CRITERION * max(LENGTHS) / BASE_L
-    return {"growth_512_gb": g_small, "growth_4096_gb": g_large, "ratio": ratio, "limit": limit,
-            "holds": ratio <= limit}
-
-
-def markdown(res: dict) -> str:
-    s = res["settings"]
-    lines = [f"# Training-step scaling: memory and time vs response length and group size ({res['date']})", "",
-             (f"One full RLPR step (rollout, score B, update) of the embedded SmolLM2-135M-Instruct, full fine-tuning, "
-              f"gradient checkpointing, trainer.micro_batch_tokens={s['budget']}, 1 prompt per step, every response "
-              f"exactly L tokens (rollout.min_new_tokens = max_new_tokens = L); {s['threads']} torch threads on "
-              f"{res['machine']['cpu_count']} cores shared with other jobs; a fresh process per point. "
-              f"peak RSS = the peak resident size during the step (VmHWM reset right before it)."), ""]
-    if res.get("model_gb") is not None:
-        st = res["setup"]
-        lines += [(f"**model_gb = {res['model_gb']:.2f} GiB**: RSS after the Trainer is built (fp32 weights, "
-                   f"{st['rollout_dtype']} rollout copy, score-A cache: {st['trainer_rss_gb']:.2f} GiB) plus a gradient "
-                   f"per parameter and AdamW's two moments ({st['trainable_params'] / 1e6:.0f}M trainable parameters)."),
-                  ""]
-    lines += ["| response tokens L | group size n | peak RSS GiB | growth over model_gb | peak in rollout / score B / "
-              "update / AdamW step, GiB | step s | rollout s | reward s | update s | tokens/s (L n / step) | "
-              "rollout tok/s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
-    mg = res.get("model_gb")
-
-    def f(v, fmt="{:.1f}"):
-        return "-" if v is None else fmt.format(v)
-
-    for r in res["rows"]:
-        growth = None if mg is None else r["peak_rss_gb"] - mg
-        ph = r.get("phase_peak_gb") or {}
-        phase_cell = " / ".join(f(ph.get(k), "{:.2f}") for k in ("rollout", "reward", "update", "optimizer_step"))
-        lines.append(f"| {r['response_tokens']} | {r['group_size']} | {r['peak_rss_gb']:.2f} | {f(growth, '{:.2f}')} | "
-                     f"{phase_cell} | {r['step_s']:.1f} | {f(r['rollout_s'])} | {f(r['reward_s'])} | {f(r['update_s'])} | "
-                     f"{r['tokens_per_s']:.1f} | {f(r['rollout_tok_s'], '{:.0f}')} |")
-    lines.append("")
-    c = res.get("criterion")
-    if c:
-        verdict = "holds" if c["holds"] else "does NOT hold"
-        lines += [(f"**Linearity criterion {verdict}**: growth above model_gb at L=4096 is {c['growth_4096_gb']:.3f} "
-                   f"GiB, {c['ratio']:.3f}x the {c['growth_512_gb']:.3f} GiB at L=512 (n=2), against a limit of "
-                   f"1.2 x 8 = {c['limit']:.1f}x. " + res.get("verdict_text", "")), ""]
-    v = res.get("variant")
-    if v and v.get("rows"):
-        lines += [(f"**The same points with glibc's mmap threshold fixed at {v['settings']['malloc_mmap_threshold']} "
-                   f"bytes** (`--malloc-mmap-threshold`, MALLOC_MMAP_THRESHOLD_: freed blocks of that size or more go "
-                   f"back to the OS at once; results/{v['name']}.json, model_gb {v['model_gb']:.2f} GiB):"), "",
-                  "| L | n | peak RSS GiB, default malloc | peak RSS GiB, fixed threshold | growth over model_gb, fixed | "
-                  "peak in update, fixed | step s, default | step s, fixed |", "|---|---|---|---|---|---|---|---|"]
-        main = {(r["response_tokens"], r["group_size"]): r for r in res["rows"]}
-        for r in v["rows"]:
-            m = main.get((r["response_tokens"], r["group_size"]))
-            ph = (r.get("phase_peak_gb") or {}).get("update")
-            lines.append(f"| {r['response_tokens']} | {r['group_size']} | {f(m and m['peak_rss_gb'], '{:.2f}')} | "
-                         f"{r['peak_rss_gb']:.2f} | {r['peak_rss_gb'] - v['model_gb']:.2f} | {f(ph, '{:.2f}')} | "
-                         f"{f(m and m['step_s'])} | {r['step_s']:.1f} |")
-        vc = v.get("criterion")
-        if vc:
-            lines += ["", (f"With the fixed threshold: growth at L=4096 {vc['growth_4096_gb']:.3f} GiB = {vc['ratio']:.2f}x "
-                           f"the {vc['growth_512_gb']:.3f} GiB at L=512 (limit {vc['limit']:.1f}x): criterion "
-                           f"{'holds' if vc['holds'] else 'does NOT hold'}.")]
-        lines.append("")
-    if not c:
-        lines += ["Linearity criterion: not evaluated (the L=512 and L=4096 points at n=2 and model_gb are all "
-                  "needed).", ""]
-    if res.get("notes"):
-        lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
-    return "\n".join(lines) + "\n"
-
-
-def verdict_text(rows: list[dict], model_gb: float) -> str:
-    """A plain sentence on how memory grows with L (n=2)."""
-    pts = sorted((r["response_tokens"], r["peak_rss_gb"] - model_gb) for r in rows if r["group_size"] == BASE_N)
-    if len(pts) < 2:
-        return ""
-    per_k = [(length, g / length * 1024) for length, g in pts]
-    return ("Growth per 1024 response tokens: " + ", ".join(f"{g:.2f} GiB at L={length}" for length, g in per_k)
-            + " (flat or falling: at most linear; rising: faster than linear).")
-
-
-def plot(res: dict, path: Path) -> None:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    rows = res["rows"]
-    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
-    for ax, (xkey, fixed_key, fixed, label) in zip(axes, [
-            ("response_tokens", "group_size", BASE_N, f"response length L (group size {BASE_N})"),
-            ("group_size", "response_tokens", BASE_L, f"group size n (L = {BASE_L})")]):
-        sel = sorted((r for r in rows if r[fixed_key] == fixed), key=lambda r: r[xkey])
-        if not sel:
-            ax.set_visible(False)
-            continue
-        x = [r[xkey] for r in sel]
-        ax.plot(x, [r["peak_rss_gb"] for r in sel], "o-", color="tab:blue", label="peak RSS during the step")
-        vsel = sorted((r for r in (res.get("variant") or {}).get("rows", []) if r[fixed_key] == fixed),
-                      key=lambda r: r[xkey])
-        if vsel:
-            ax.plot([r[xkey] for r in vsel], [r["peak_rss_gb"] for r in vsel], "^-", color="tab:green",
-                    label="peak RSS, fixed mmap threshold")
-        if res.get("model_gb") is not None:
-            ax.axhline(res["model_gb"], color="tab:blue", ls=":", label=f"model_gb {res['model_gb']:.2f}")
-            if xkey == "response_tokens" and len(sel) > 1:
-                # the linear reference through the smallest point: growth proportional to L
-                x0, g0 = x[0], sel[0]["peak_rss_gb"] - res["model_gb"]
-                ax.plot(x, [res["model_gb"] + g0 * v / x0 for v in x], "--", color="tab:gray", lw=1,
-                        label=f"linear from L={x0}")
-        ax.set_xlabel(label)
-        ax.set_ylabel("GiB", color="tab:blue")
-        if xkey == "response_tokens":
-            ax.set_xscale("log", base=2)
-        ax.set_xticks(x)
-        ax.set_xticklabels([str(v) for v in x])
-        tw = ax.twinx()
-        tw.plot(x, [r["step_s"] for r in sel], "s-", color="tab:red", label="step s")
-        for key, style in (("rollout_s", ":"), ("reward_s", "-."), ("update_s", "--")):
-            tw.plot(x, [r[key] or 0 for r in sel], style, color="tab:red", alpha=0.6, label=key)
-        tw.set_ylabel("seconds", color="tab:red")
-        h1, l1 = ax.get_legend_handles_labels()
-        h2, l2 = tw.get_legend_handles_labels()
-        ax.legend(h1 + h2, l1 + l2, fontsize=7, loc="upper left")
-        ax.set_title(f"vs {xkey.replace('_', ' ')}")
-    fig.suptitle("One RLPR training step: SmolLM2-135M, full fine-tuning, checkpointing, "
-                 f"{res['settings']['budget']}-token micro-batches")
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def write(res: dict, stem: Path) -> str:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    text = markdown(res)
-    stem.with_suffix(".md").write_text(text)
-    try:
-        plot(res, stem.with_suffix(".png"))
-    except ImportError:
-        print("matplotlib is not installed: no plot", file=sys.stderr)
-    return text
-
-
-def notes(res: dict, args) -> list[str]:
-    out = [
-        "Each point is one step in a fresh process: rollout (hf engine, rlpr's decode loop, shared prefill), score B "
-        "(score A is cached at set-up for full fine-tuning), one mini-batch update (no separate old log-prob pass). "
-        "step s = perf/step_s, which also holds the weight sync into the rollout copy (perf/sync_s) and advantages.",
-        "peak RSS is the largest resident size during the step: the kernel's peak counter (VmHWM) is reset right "
-        "before the step and at each phase boundary (clear_refs) and read at the next one; the phase columns are each "
-        "phase's own peak (the update's includes its AdamW step). setup_peak_rss_gb in the JSON is the process peak "
-        "before the step (model load, score-A precomputation). The end-of-run checkpoint comes after the step and is "
-        "not measured. Rows without phase peaks come from the first version of this script, which reset the counter "
-        "once, right before the step: the same quantity.",
-        "tokens/s = L x n generated tokens / step s (the whole step); rollout tok/s = perf/rollout_tok_s.",
-        f"Timings are noisy: other jobs shared the 2 cores during the run ({args.threads} torch threads here). Memory "
-        "is the main measurement.",
-        f"OMP_WAIT_POLICY={args.omp_wait_policy or '(unset)'} in the children: with other jobs on the 2 cores, "
-        "OpenMP's default spinning barriers made a decode step of the 135M model at batch 2 take 1346 ms (vs 123 ms "
-        "passive, 103 ms on one thread, measured side by side), since every small op waits for a descheduled "
-        "thread; a first attempt of this benchmark without it spent 225 s of a 239 s step at L=256 in the rollout.",
-    ]
-    if not res.get("quick") and res["settings"].get("model") == "default":
-        out.append(
-            "What the growth is (measured apart, one update micro-batch of the embedded model, forward + backward under "
-            "bf16 autocast with checkpointing, fresh process each): the tensors autograd saves are 74 KB per token "
-            "(the 30 layers' checkpointed inputs, fp32), yet the resident size grew 3.3-3.9 GiB for 8 x 560 tokens "
-            "(two runs) and 1.5 GiB for 2 x 560. With MALLOC_MMAP_THRESHOLD_=131072 the same 8 x 560 micro-batch grew "
-            "1.13 GiB (and ran about 1.5x slower). So most of the growth is glibc keeping freed blocks: after a free of a "
-            "large block it raises its mmap threshold (up to 32 MiB), later blocks of the per-layer recomputation come "
-            "from its heaps, and they stay resident until rlpr's malloc_trim after the update (rss_after_step_gb in the "
-            "JSON is back at model_gb minus the gradients). This part depends on allocation order and thread timing, "
-            "so it varies from run to run by several hundred MB.")
-    v = res.get("variant") or {}
-    names = {"sync": "the weight sync", "rollout": "the rollout", "reward": "score B", "update": "the update",
-             "optimizer_step": "the AdamW step"}
-    for r in v.get("rows", []):
-        ph = r.get("phase_peak_gb") or {}
-        if ph:
-            top = max((k for k in ph if k != "update"), key=ph.get)
-            where = names[top] if ph[top] >= ph.get("update", 0) - 0.01 else "the update's forwards/backwards"
-            out.append(f"Fixed threshold, L={r['response_tokens']} n={r['group_size']}: the step peaks in {where} "
-                       f"({', '.join(f'{names[k]} {x:.2f}' for k, x in ph.items())} GiB).")
-    out += res.get("run_notes", [])
-    if res.get("missing"):
-        out.append("Points not measured: " + ", ".join(f"L={a} n={b}" for a, b in res["missing"]) + ".")
-    if res.get("quick"):
-        out.append("QUICK run: 2 short points to check the script; the numbers are not measurements.")
-    return out
-
-
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--quick", action="store_true", help="2 points (L = 16, 32 at n = 2), output under /tmp")
@@ -534,7 +319,6 @@ def main() -> int:
             print(f"   failed: {e}", file=sys.stderr, flush=True)
             continue
         append(row)
-        m = row["metrics"]
         r = summarise(row)
         print(f"   step {r['step_s']:.1f} s (rollout {r['rollout_s']:.1f}, reward {r['reward_s']:.1f}, "
               f"update {r['update_s']:.1f}), peak {r['peak_rss_gb']:.2f} GiB "
