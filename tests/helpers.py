@@ -350,3 +350,20 @@ def score_b_both_ways(policy, tokenizer, case: str) -> dict:
     return {"fresh": fresh, "cached": cached, "with_cache": with_cache, "recomputed": reward(policy, texts, decoded, refs)}
 
 
+def direct_logprobs(model, ids: list[int], start: int, temperature: float) -> torch.Tensor:
+    """log_softmax(logits / T) of the full vocabulary [len(ids) - start, V] before each token from `start`:
+    one plain forward over the whole sequence, no prefix sharing."""
+    with torch.no_grad():
+        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
+    return torch.log_softmax(logits[start - 1:len(ids) - 1] / temperature, dim=-1)
+
+
+def step_samples(trainer, step: int = 1):
+    """One step's trained responses with their old log-probs and OPSD's signal (as `Trainer._update` has
+    them before its updates)."""
+    from rlpr.train.update import fill_step_logprobs
+
+    groups, _ = trainer.collect(step)
+    samples = [s for g in trainer.make_samples(groups) for s in g]
+    fill_step_logprobs(trainer.policy, samples, trainer.cfg, trainer.tokenizer.pad_token_id, old=True)
+    return samples, trainer.distiller.prepare(samples, step)

@@ -2,7 +2,8 @@
 Phi-3 models (SmolLM2's vocabulary, 2 layers, hidden 64), each saved as a HF model directory. Per family:
 score B equals the log-softmax of the model's own full logits (softcapping, sliding windows shorter than
 the texts, GQA, fused projections); one training step (LoRA and full fine-tuning) on the hf engine
-changes the weights; the checkpoint reloads through load_policy with the trained policy's logits."""
+changes the weights; the checkpoint reloads through load_policy with the trained policy's logits; on the
+soft-capped and sliding-window families, OPSD's teacher rows equal the model's own logits."""
 
 import copy
 
@@ -15,7 +16,7 @@ from rlpr.reward.scoring import reference_logprobs, score_texts
 from rlpr.reward.sequence import build_score_a_text, build_score_b_text
 from rlpr.train.trainer import Trainer, train
 
-from helpers import tiny_cfg
+from helpers import direct_logprobs, step_samples, tiny_cfg
 
 pytestmark = pytest.mark.integration
 
@@ -332,3 +333,30 @@ def test_one_step_trains_saves_and_reloads(family, lora, family_dir, tokenizer, 
             got = reloaded(input_ids=ids).logits
             assert torch.allclose(got, want, atol=1e-4, rtol=0), (got - want).abs().max()
             assert (initial(input_ids=ids).logits - want).abs().max() > 1e-4  # training moved the outputs
+
+
+@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral"])
+def test_opsd_teacher_rows_equal_the_models_own_logits(family, family_dir, tokenizer, tmp_path):
+    """OPSD's teacher (issue 41; Gemma is one of its learning rows) on the families whose logits are
+    soft-capped or whose attention slides: each response token's full-vocabulary teacher row equals the
+    log-softmax of HF's own logits over the teacher prompt (reference, then question; longer than the
+    window) followed by the response, and the student's log-probs the same over the plain prompt."""
+    from rlpr.train.trainer import Trainer
+
+    cfg = tiny_cfg(family_dir(family), tmp_path, "opsd", "reward.kind=opsd", "opsd.loss=jsd", "opsd.top_k=0",
+                   "model.threads=1", "data.val=", "trainer.sample_every=0", "model.rollout_dtype=float32",
+                   "trainer.mixed_precision=none", "rollout.temperature=0.7", "trainer.prompts_per_step=2",
+                   "rollout.responses_per_prompt=2", "rollout.max_new_tokens=6")
+    trainer = Trainer(cfg, tmp_path / "opsd")
+    samples, metrics = step_samples(trainer)
+    assert samples and metrics["opsd/skipped_frac"] == 0.0
+    for s in samples:
+        teacher_ids = trainer.distiller.teacher_prompt_ids(s.prompt_index)
+        response = s.input_ids[s.prompt_len:]
+        assert len(teacher_ids) > WINDOW and response
+        with trainer.policy.disable_adapter():  # opsd.teacher=initial: LoRA's adapter-off base
+            teacher = direct_logprobs(trainer.policy, teacher_ids + response, len(teacher_ids), 0.7)
+        student = direct_logprobs(trainer.policy, s.input_ids, s.prompt_len, 0.7)
+        assert torch.allclose(s.distill.logp, teacher, atol=1e-4), (s.distill.logp - teacher).abs().max()
+        picked = student.gather(-1, torch.tensor(response)[:, None]).squeeze(-1)
+        assert torch.allclose(s.old_logp, picked, atol=1e-4)

@@ -9,7 +9,7 @@ import math
 import pytest
 import torch
 
-from helpers import adapter_tensors
+from helpers import adapter_tensors, direct_logprobs, step_samples
 from rlpr.algorithms.opsd import generalized_jsd
 from rlpr.cli.main import main
 from rlpr.config import AlgorithmConfig, load_config
@@ -27,25 +27,6 @@ SMALL = ["rollout.max_new_tokens=6", "rollout.responses_per_prompt=2", "trainer.
 def small_cfg(tiny_dir, out, name, *extra):
     return load_config("demo", [f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
                                 *SMALL, *extra])
-
-
-def direct_logprobs(model, ids: list[int], start: int, temperature: float) -> torch.Tensor:
-    """log_softmax(logits / T) of the full vocabulary [len(ids) - start, V] before each token from `start`:
-    one plain forward over the whole sequence, no prefix sharing."""
-    with torch.no_grad():
-        logits = model(input_ids=torch.tensor([ids])).logits[0].float()
-    return torch.log_softmax(logits[start - 1:len(ids) - 1] / temperature, dim=-1)
-
-
-def step_samples(trainer, step: int = 1):
-    """One step's trained responses with their old log-probs and OPSD's signal (as `Trainer._update` has
-    them before its updates)."""
-    from rlpr.train.update import fill_step_logprobs
-
-    groups, _ = trainer.collect(step)
-    samples = [s for g in trainer.make_samples(groups) for s in g]
-    fill_step_logprobs(trainer.policy, samples, trainer.cfg, trainer.tokenizer.pad_token_id, old=True)
-    return samples, trainer.distiller.prepare(samples, step)
 
 
 @pytest.mark.parametrize("loss,top_k", [("sampled_token", 0), ("jsd", 0), ("jsd", 7)])
