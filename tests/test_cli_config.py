@@ -131,3 +131,30 @@ def test_eval_builds_flat_prompts_with_the_presets_template(monkeypatch, tmp_pat
         assert (prompt[0]["role"] == "system") is system  # plain: the question alone; r1: the paper's system prompt
     assert main(["eval", "--data", str(data), "--output", str(tmp_path / "o"), "data.template=nope"]) != 0
     assert "data.template: 'nope' is not one of" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("text,reason", [
+    ("trainer:\n  max_steps: " + "[" * 5000 + "]" * 5000 + "\n", "nested too deep"),
+    ("trainer:\n  max_steps: " + "1" * 5000 + "\n", "Exceeds the limit (4300 digits)"),
+    ("trainer:\n  name: caf\xe9\n", "'utf-8' codec can't decode byte 0xe9"),
+])
+def test_a_config_file_yaml_cannot_read_names_the_file(tmp_path, capsys, text, reason):
+    """Nesting a thousand deep was a RecursionError traceback; an integer of over 4300 digits and a
+    file that is not UTF-8 were lines naming no file (yaml.safe_load raises no YAMLError on them)."""
+    path = tmp_path / "mine.yaml"
+    path.write_bytes(text.encode("latin-1"))
+    assert main(["config", "--config", str(path)]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlpr: error: {path}: not valid YAML ({reason}") and "\n" not in err, err
+
+
+def test_an_override_yaml_cannot_read_is_its_text(capsys):
+    """`key=[[[...` a thousand deep was a RecursionError traceback and `key=111...` (5000 digits) a
+    line naming no key: the value is the text as typed, as for any text YAML cannot read."""
+    for value in ("[" * 5000, "1" * 5000):
+        assert main(["config", f"trainer.max_steps={value}"]) == 2
+        err = capsys.readouterr().err.strip()
+        assert err.startswith(f"rlpr: error: trainer.max_steps: expected an integer, got '{value[:20]}") and \
+            "\n" not in err, err[:300]
+    assert main(["config", "trainer.name=" + "[" * 5000]) == 0  # a string key takes the text
+    assert "name: '" + "[" * 5000 in capsys.readouterr().out

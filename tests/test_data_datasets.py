@@ -253,6 +253,15 @@ def test_compressed_files(tmp_path, suffix, opener):
         load_examples(packed)
 
 
+def test_dataset_dict_json_nested_too_deep_is_one_line(tmp_path):
+    """A dataset_dict.json nested a thousand deep was a RecursionError traceback."""
+    folder = tmp_path / "saved"
+    folder.mkdir()
+    (folder / "dataset_dict.json").write_text('{"splits": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(DataError, match=rf"^{folder}/dataset_dict.json: cannot read the split names \(RecursionError\)"):
+        load_examples(folder)
+
+
 def test_tsv_and_csv_keep_cells_as_text(tmp_path):
     """`datasets` (pandas) would read this answer column as numbers: 007 -> 7.0, and the empty
     cell as a missing value. The CSV reader keeps the text."""

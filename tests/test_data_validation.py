@@ -77,10 +77,47 @@ def test_non_utf8_names_file_and_row(tmp_path):
     assert main(["score", "--input", str(path), "--output", str(tmp_path / "o.jsonl")]) == 2
 
 
+DEEP = "[" * 5000 + "]" * 5000  # json.loads raises RecursionError on it
+LONG_INT = "1" * 5000  # over Python's 4300 digits: json.loads raises a plain ValueError
+
+
+@pytest.mark.parametrize("name,text,message", [
+    ("deep.jsonl", f'{{"question": "q", "answer": {DEEP}}}\n', r"row 1: not valid JSON \(nested too deep\)"),
+    ("long.jsonl", f'{{"question": "q", "answer": {LONG_INT}}}\n',
+     r"row 1: not valid JSON \(Exceeds the limit \(4300 digits\)"),
+    ("deep.json", f'[{{"question": "q", "answer": {DEEP}}}]', r"cannot read \(nested too deep\)"),
+    ("deep.csv", f'question,answer,choices\nq,A,"{DEEP}"\n',
+     r"row 1: field 'choices' is not a JSON list \(nested too deep\)"),
+    ("long.csv", f"question,answer,choices\nq,A,{LONG_INT}\n",
+     r"row 1: field 'choices' is not a JSON list \(Exceeds the limit \(4300 digits\)"),
+])
+def test_json_nested_too_deep_or_an_over_long_integer_names_file_and_row(tmp_path, capsys, name, text, message):
+    """Nesting a thousand deep was a RecursionError traceback, an integer of over 4300 digits a
+    line naming no file (json.loads raises neither as a JSONDecodeError)."""
+    from rlpr.cli.main import main
+
+    path = tmp_path / name
+    path.write_text(text)
+    with pytest.raises(DataError, match=rf"^{path}: {message}"):
+        load_examples(str(path))
+    # the same through a command, and for a --responses file: one line, no traceback
+    assert main(["grade", "--data", str(path), "--responses", str(path), "--output", str(tmp_path / "o")]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith(f"rlpr: error: {path}: ") and "\n" not in err and "Traceback" not in err, err
+    ok = tmp_path / "ok.csv"
+    ok.write_text("question,answer\nq,A\n")
+    responses = tmp_path / "responses.jsonl"
+    responses.write_text(f'{{"index": 0, "response": {DEEP}}}\n')
+    assert main(["grade", "--data", str(ok), "--responses", str(responses), "--output", str(tmp_path / "o")]) == 2
+    assert capsys.readouterr().err.strip() == f"rlpr: error: {responses}: row 1: not valid JSON (nested too deep)"
+
+
 # --------------------------------------------------------------------------- model directories (item 9)
 
 @pytest.mark.parametrize("case,message", [
     ("bad_json", "cannot load the config.json"),
+    ("deep_config", r"cannot load the config.json \(RecursionError: nested too deep\)"),
+    ("deep_tokenizer_config", r"cannot load the tokenizer \(RecursionError: nested too deep\)"),
     ("no_weights", "cannot load the model weights"),
     ("not_causal", "not a causal language model"),
 ])
@@ -94,6 +131,8 @@ def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, messag
     shutil.copytree(tiny_dir, model_dir)
     if case == "bad_json":
         (model_dir / "config.json").write_text("{not json")
+    elif case.startswith("deep_"):  # nested a thousand deep: a RecursionError traceback before
+        (model_dir / f"{case[5:]}.json").write_text(f'{{"x": {DEEP}}}')
     elif case == "no_weights":
         for f in model_dir.glob("*.safetensors"):
             f.unlink()
@@ -101,7 +140,7 @@ def test_broken_model_directories_give_one_line(tiny_dir, tmp_path, case, messag
         cfg = json.loads((model_dir / "config.json").read_text())
         cfg.update(model_type="vit", architectures=["ViTModel"])
         (model_dir / "config.json").write_text(json.dumps(cfg))
-    with pytest.raises(ModelError, match=message) as err:
+    with pytest.raises(ModelError, match=rf"^{model_dir}: {message}") as err:
         load_model(str(model_dir))
     assert "\n" not in str(err.value) and len(str(err.value)) < 400
 

@@ -201,6 +201,10 @@ def test_overwrite_replaces_only_an_earlier_export(runs, tiny_dir, tmp_path, cap
     capsys.readouterr()
     assert (tmp_path / "hf" / "rlpr-export.json").is_file()
     assert not written_by_export(data) and not written_by_export(Path(tiny_dir)) and not written_by_export(foreign_gguf)
+    deep = tmp_path / "deep"  # a marker nested a thousand deep was a RecursionError traceback: not an export
+    deep.mkdir()
+    (deep / "rlpr-export.json").write_text('{"rlpr_export": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert not written_by_export(deep)
 
 
 @pytest.mark.parametrize("fmt", ["hf", "gguf"])

@@ -315,6 +315,9 @@ def test_a_model_path_without_config_json_is_one_line(capsys, tmp_path):
     assert main(["plan", f"model.path={tmp_path}"]) == 2
     err = capsys.readouterr().err
     assert "cannot read config.json" in err and err.count("\n") == 1
+    (tmp_path / "config.json").write_text('{"model_type": "llama", "x": ' + "[" * 5000 + "]" * 5000 + "}")
+    assert main(["plan", f"model.path={tmp_path}"]) == 2  # nested a thousand deep: a RecursionError traceback before
+    assert capsys.readouterr().err == f"rlpr: error: {tmp_path / 'config.json'}: cannot read config.json (nested too deep)\n"
 
 
 @pytest.mark.parametrize("change, message", [

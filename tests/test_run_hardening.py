@@ -197,7 +197,11 @@ def test_eval_and_export_skip_a_corrupt_newest_checkpoint(tiny_dir, tmp_path, ca
     with pytest.raises(ConfigError, match="adapter_model.safetensors: unreadable weights") as e:
         load_policy(tiny_dir, second)  # the step named: no silent substitute
     one_line(e.value)
-    (first / "adapter" / "adapter_config.json").write_text("{not json")
+    config = first / "adapter" / "adapter_config.json"
+    config.write_text('{"x": ' + "[" * 5000 + "]" * 5000 + "}")
+    with pytest.raises(ConfigError, match=rf"^{config}: not JSON \(nested too deep\)$"):
+        load_policy(tiny_dir, first)
+    config.write_text("{not json")
     with pytest.raises(ModelError, match="no readable checkpoint: .*unreadable weights.*1 older one") as e:
         load_policy(tiny_dir, run)
     one_line(e.value)

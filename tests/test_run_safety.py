@@ -4,6 +4,7 @@ cleaned, run names never nest in another run, pasted commands are shell-quoted, 
 state of the wrong shape falls back. Tiny model, few steps."""
 
 import json
+import logging
 import math
 
 import pytest
@@ -146,6 +147,20 @@ def test_resume_eval_and_export_refuse_a_base_whose_weights_changed(tiny_model, 
     assert not (tmp_path / "eval").exists() and not (tmp_path / "export").exists()
     assert main(["export", str(run), "-o", str(tmp_path / "export"), "--accept-base-change"]) == 0
     assert (tmp_path / "export" / "model.safetensors").is_file()
+
+
+def test_a_run_s_records_yaml_cannot_read_are_not_checked(tmp_path, caplog):
+    """data.yaml and base_model.yaml nested a thousand deep (a damaged run folder) were a
+    RecursionError traceback; like any unreadable one they are not checked, with a warning."""
+    from rlpr.model.fingerprint import FINGERPRINT_FILE, check_base
+    from rlpr.train.run_dir import check_data
+
+    for name in ("data.yaml", FINGERPRINT_FILE):
+        (tmp_path / name).write_text("train: " + "[" * 5000 + "]" * 5000 + "\n")
+    with caplog.at_level(logging.WARNING, logger="rlpr"):
+        check_data(tmp_path, {})
+    assert f"{tmp_path / 'data.yaml'}: unreadable (nested too deep)" in caplog.text
+    check_base(tmp_path, "default", "--resume")  # no traceback, no refusal
 
 
 def test_the_fingerprint_of_a_large_file_samples_it(tmp_path):

@@ -53,6 +53,18 @@ def error_reason(e: BaseException) -> str:
     return text.splitlines()[0][:200] if text else type(e).__name__
 
 
+# What a parser of a user's text (json.loads, yaml.safe_load) raises besides its own error type:
+# ValueError (an integer of over 4300 digits, bytes that are not UTF-8) and RecursionError (lists
+# or mappings nested about a thousand deep). Catch them with the parser's own and say
+# `parse_error_reason(e)`: a traceback otherwise, or a line that names no file.
+PARSE_ERRORS = (ValueError, RecursionError)
+
+
+def parse_error_reason(e: BaseException) -> str:
+    """A parser's failure (`PARSE_ERRORS`) in one short line: "nested too deep" for a RecursionError."""
+    return "nested too deep" if isinstance(e, RecursionError) else error_reason(e)
+
+
 # What a failed write says in the libraries' own error types (safetensors' SafetensorError, torch.save's
 # RuntimeError): "I/O error: No space left on device (os error 28)", "file write failed"
 _WRITE_FAILURE = re.compile(r"no space|storagefull|i/o error|ioerror|disk|quota|read-only|readonly|write failed|"

@@ -16,7 +16,7 @@ import yaml
 
 from rlpr.config.tree import Config
 from rlpr.config.validation import validate
-from rlpr.errors import ConfigError
+from rlpr.errors import PARSE_ERRORS, ConfigError, parse_error_reason
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
 
@@ -107,6 +107,8 @@ def read_yaml(path: Path) -> dict:
         data = yaml.safe_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    except PARSE_ERRORS as e:  # not UTF-8, an integer of over 4300 digits, nesting a thousand deep
+        raise ConfigError(f"{path}: not valid YAML ({parse_error_reason(e)})") from None
     if not isinstance(data, dict):
         raise ConfigError(f"{path}: expected a mapping at the top level")
     return data
@@ -121,7 +123,7 @@ def parse_override(text: str) -> tuple[str, object]:
         raise ConfigError(f"override {text!r}: expected key=value, e.g. trainer.max_steps=3")
     try:
         value = yaml.safe_load(raw) if raw.strip() else ""
-    except yaml.YAMLError:
+    except (yaml.YAMLError, *PARSE_ERRORS):  # an integer of over 4300 digits, nesting a thousand deep: the text
         value = raw
     if isinstance(value, str) and raw.strip()[:1] not in ("'", '"'):
         value = raw  # YAML strips a plain scalar's leading and trailing spaces

@@ -17,7 +17,7 @@ from rlpr.data.records import Example
 # iter_jsonl and read_rows are re-exported: callers read them from here
 from rlpr.data.sources import Table, iter_jsonl, parse_source, read_rows, read_tables  # noqa: F401
 from rlpr.data.templates import build_messages
-from rlpr.errors import DataError
+from rlpr.errors import PARSE_ERRORS, DataError, parse_error_reason
 
 
 @dataclass
@@ -144,8 +144,8 @@ def _from_flat(row: dict, where: str, index: int, mapping: ColumnMapping, templa
     if isinstance(choices, str):
         try:
             choices = json.loads(choices)
-        except json.JSONDecodeError:
-            raise DataError(f"{where}: field '{mapping.choices}' is not a JSON list") from None
+        except PARSE_ERRORS as e:  # not JSON, an integer of over 4300 digits, nesting a thousand deep
+            raise DataError(f"{where}: field '{mapping.choices}' is not a JSON list ({parse_error_reason(e)})") from None
     if not isinstance(choices, list):
         raise DataError(f"{where}: field '{mapping.choices}' must be a list")
     from rlpr.data.templates import format_choices

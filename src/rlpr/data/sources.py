@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from rlpr.data import hf_datasets
-from rlpr.errors import DataError
+from rlpr.errors import PARSE_ERRORS, DataError, parse_error_reason
 
 
 @dataclass(frozen=True)
@@ -102,6 +102,8 @@ def iter_jsonl(path: str | Path):
                 row = json.loads(line)
             except json.JSONDecodeError as e:
                 raise DataError(f"{where}: not valid JSON ({e.msg} at column {e.colno})") from None
+            except PARSE_ERRORS as e:  # an integer of over 4300 digits, nesting a thousand deep
+                raise DataError(f"{where}: not valid JSON ({parse_error_reason(e)})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{where}: expected a JSON object")
             yield where, row
@@ -168,6 +170,8 @@ def read_file(path: str | Path) -> list:
         return FILE_READERS[suffix](path)
     except DataError:
         raise
+    except RecursionError:  # a .json nested a thousand deep
+        raise DataError(f"{path}: cannot read (nested too deep)") from None
     except (OSError, ValueError, UnicodeDecodeError, csv.Error) as e:
         raise DataError(f"{path}: cannot read ({type(e).__name__}: {e})") from None
 
@@ -216,7 +220,7 @@ def _saved_dataset_dict(src: Source, default_split: str | None) -> list[Table]:
     try:
         splits = json.loads((src.path / "dataset_dict.json").read_text(encoding="utf-8"))["splits"]
         splits = [str(s) for s in splits]
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise DataError(f"{src.path}/dataset_dict.json: cannot read the split names ({type(e).__name__})") from None
     split = pick_split(src.spec, splits, src.selector[0] if src.selector else None, default_split)
     where = src.spec if src.selector else f"{src.spec}:{split}"

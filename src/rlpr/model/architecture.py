@@ -106,6 +106,8 @@ def _from_dict(data: dict, where: str = "config.json"):
 def _read_config_json(path: Path):
     try:
         data = json.loads(path.read_text())
+    except RecursionError:
+        raise ModelError(f"{path}: cannot read config.json (nested too deep)") from None
     except (OSError, ValueError) as e:
         raise ModelError(f"{path}: cannot read config.json ({type(e).__name__}: {error_reason(e)})") from None
     if not isinstance(data, dict):

@@ -67,7 +67,7 @@ def written_by_export(path: Path) -> bool:
     if path.is_dir():
         try:
             return json.loads((path / EXPORT_MARKER).read_text(encoding="utf-8")).get("rlpr_export") == 1
-        except (OSError, ValueError, AttributeError):
+        except (OSError, ValueError, AttributeError, RecursionError):
             return False
     if path.suffix != ".gguf" or not path.is_file():
         return False

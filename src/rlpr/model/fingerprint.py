@@ -22,7 +22,7 @@ import os
 import struct
 from pathlib import Path
 
-from rlpr.errors import ConfigError, ModelError
+from rlpr.errors import PARSE_ERRORS, ConfigError, ModelError
 
 log = logging.getLogger(__name__)
 
@@ -120,7 +120,7 @@ def check_base(run_dir: str | os.PathLike, model_path: str | os.PathLike, what: 
         return
     try:
         saved = yaml.safe_load(path.read_text())
-    except (OSError, yaml.YAMLError, UnicodeDecodeError):
+    except (OSError, yaml.YAMLError, *PARSE_ERRORS):  # not UTF-8, an over-long integer, nested a thousand deep
         saved = None
     if not isinstance(saved, dict) or str(saved.get("model")) != str(model_path):
         return

@@ -21,8 +21,8 @@ from pathlib import Path
 
 import torch
 
-from rlpr.errors import (ModelError, error_reason, normal_modes, owned_temporary_prefix, remove_leftovers, write_failure,
-                         write_failure_reason)
+from rlpr.errors import (PARSE_ERRORS, ModelError, error_reason, normal_modes, owned_temporary_prefix,
+                         parse_error_reason, remove_leftovers, write_failure, write_failure_reason)
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
 
@@ -167,7 +167,7 @@ def _one_line(path, what: str, e: Exception) -> ModelError:
     if "custom code" in str(e) or "trust_remote_code" in str(e):  # transformers refused the folder's .py files
         return ModelError(f"{path}: the model folder asks to run its own Python code (auto_map in its "
                           f"config); rlpr never runs code from a model folder")
-    return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {error_reason(e)})")
+    return ModelError(f"{path}: cannot load the {what} ({type(e).__name__}: {parse_error_reason(e)})")
 
 
 # The chat template of a tokenizer that has none (a base model's GGUF, Gemma 3 270M's among them): plain
@@ -189,7 +189,7 @@ def load_tokenizer(path: str | os.PathLike = DEFAULT_MODEL):
     try:
         tokenizer = AutoTokenizer.from_pretrained(model_dir, local_files_only=True,
                                                   trust_remote_code=False)  # never asks, never runs a .py
-    except (OSError, ValueError, KeyError, TypeError) as e:
+    except (OSError, ValueError, KeyError, TypeError, RecursionError) as e:  # RecursionError: its JSON nested too deep
         raise _one_line(path, "tokenizer", e) from None
     if not tokenizer.is_fast:
         raise ModelError(f"{path}: rlpr needs a fast tokenizer (character offsets)")
@@ -209,7 +209,7 @@ def load_model(path: str | os.PathLike = DEFAULT_MODEL, dtype: torch.dtype = tor
     model_dir = resolve_model_dir(path)
     try:
         json.loads((model_dir / "config.json").read_text())
-    except (OSError, ValueError) as e:
+    except (OSError, ValueError, RecursionError) as e:
         raise _one_line(path, "config.json", e) from None
     try:
         model = AutoModelForCausalLM.from_pretrained(model_dir, dtype=dtype, local_files_only=True,
@@ -285,8 +285,8 @@ def check_weights(ckpt: Path) -> None:
     if config.is_file():
         try:
             json.loads(config.read_text(encoding="utf-8"))
-        except (ValueError, UnicodeDecodeError) as e:
-            raise CorruptCheckpoint(f"{config}: not JSON ({error_reason(e)})") from None
+        except PARSE_ERRORS as e:  # not JSON, not UTF-8, nested a thousand deep
+            raise CorruptCheckpoint(f"{config}: not JSON ({parse_error_reason(e)})") from None
 
 
 def usable_checkpoint(path: str | os.PathLike) -> Path:
