@@ -253,6 +253,19 @@ def test_compressed_files(tmp_path, suffix, opener):
         load_examples(packed)
 
 
+def test_corrupt_compressed_data_is_one_line(tmp_path):
+    """A .gz whose deflate stream is damaged past its header (a flipped byte on a disk or in a
+    download) raised zlib.error, which is no OSError: a traceback."""
+    packed = tmp_path / "qa.jsonl.gz"
+    data = bytearray(gzip.compress("".join(json.dumps({"question": f"q{i}?", "answer": str(i * 7919)}) + "\n"
+                                           for i in range(200)).encode()))
+    data[100:140] = bytes(b ^ 0xFF for b in data[100:140])
+    packed.write_bytes(bytes(data))
+    with pytest.raises(DataError, match=rf"^{packed}: cannot decompress \(error: Error -3 while decompressing") as err:
+        load_examples(packed)
+    one_line(err)
+
+
 def test_dataset_dict_json_nested_too_deep_is_one_line(tmp_path):
     """A dataset_dict.json nested a thousand deep was a RecursionError traceback."""
     folder = tmp_path / "saved"

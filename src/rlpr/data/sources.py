@@ -25,6 +25,7 @@ import json
 import lzma
 import shutil
 import tempfile
+import zlib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -185,7 +186,7 @@ def _read_compressed(path: Path, opener) -> list:
         try:
             with opener(path, "rb") as src, open(inner, "wb") as dst:
                 shutil.copyfileobj(src, dst)
-        except (OSError, EOFError, lzma.LZMAError) as e:
+        except (OSError, EOFError, lzma.LZMAError, zlib.error) as e:  # zlib.error: a .gz's corrupt data
             raise DataError(f"{path}: cannot decompress ({type(e).__name__}: {e})") from None
         try:
             return read_file(inner)
