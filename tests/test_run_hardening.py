@@ -180,7 +180,7 @@ def test_eval_and_export_skip_a_corrupt_newest_checkpoint(tiny_dir, tmp_path, ca
     with none readable, is one line."""
     from rlpr.errors import ModelError
     from rlpr.model.export import choose_checkpoint
-    from rlpr.model.loading import load_policy, usable_checkpoint
+    from rlpr.model.loading import load_policy, load_tokenizer, tiny_llama, usable_checkpoint
 
     run = tmp_path / "ev"
     train(tiny_cfg(tiny_dir, tmp_path, "ev", "trainer.max_steps=2", "trainer.save_every=1", "data.val="))
@@ -198,6 +198,18 @@ def test_eval_and_export_skip_a_corrupt_newest_checkpoint(tiny_dir, tmp_path, ca
         load_policy(tiny_dir, second)  # the step named: no silent substitute
     one_line(e.value)
     config = first / "adapter" / "adapter_config.json"
+    good = config.read_text()
+    # an adapter config peft cannot read, or a base of another shape (serve, export: tracebacks before)
+    config.write_text("{}")
+    with pytest.raises(ModelError, match=rf"^{config}: not a LoRA adapter config that fits the model {tiny_dir} "
+                                         r"\(KeyError: 'peft_type'\)$") as e:
+        load_policy(tiny_dir, first)
+    config.write_text(good)
+    other = tmp_path / "other"
+    tiny_llama(load_tokenizer(tiny_dir), layers=2, hidden=32, seed=0).save_pretrained(other)
+    load_tokenizer(tiny_dir).save_pretrained(other)
+    with pytest.raises(ModelError, match=rf"^{first}: its weights do not fit the model {other} \(size mismatch\)"):
+        load_policy(str(other), first)
     config.write_text('{"x": ' + "[" * 5000 + "]" * 5000 + "}")
     with pytest.raises(ConfigError, match=rf"^{config}: not JSON \(nested too deep\)$"):
         load_policy(tiny_dir, first)

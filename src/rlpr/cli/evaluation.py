@@ -115,13 +115,7 @@ def _load(cfg, checkpoint):
     from rlpr.parallel.threads import use_threads
 
     use_threads(cfg.model.threads, device=cfg.model.device)
-    try:
-        return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
-    except RuntimeError as e:  # a LoRA adapter on a base of another shape
-        if checkpoint is None or "size mismatch" not in str(e):
-            raise
-        raise ModelError(f"{checkpoint}: its weights do not fit the model {cfg.model.path} (size mismatch); give "
-                         f"the base model the run trained with (--model)") from None
+    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
 
 
 def _engine(cfg, checkpoint):

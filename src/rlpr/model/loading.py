@@ -314,7 +314,8 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.Pa
                 dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
     """(model, tokenizer) for inference on `device`: the base model with a trained checkpoint
     applied (a LoRA adapter is merged in; a full fine-tuned model replaces the base). A run
-    directory's newest checkpoint that cannot be read back is skipped (`usable_checkpoint`)."""
+    directory's newest checkpoint that cannot be read back is skipped (`usable_checkpoint`); an
+    adapter that does not fit the base, or whose config peft cannot read, is one line naming it."""
     if checkpoint is None:
         return load_model(path, dtype, device)
     ckpt = usable_checkpoint(checkpoint)
@@ -323,6 +324,15 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.Pa
     from peft import PeftModel
 
     model, tokenizer = load_model(path, dtype, device)
-    with peft_quiet():
-        model = PeftModel.from_pretrained(model, ckpt / ADAPTER_DIR).merge_and_unload()
+    try:
+        with peft_quiet():
+            model = PeftModel.from_pretrained(model, ckpt / ADAPTER_DIR).merge_and_unload()
+    except RuntimeError as e:  # a LoRA adapter on a base of another shape (--model OTHER)
+        if "size mismatch" not in str(e):
+            raise
+        raise ModelError(f"{checkpoint}: its weights do not fit the model {path} (size mismatch); give the base "
+                         f"model the run trained with (--model)") from None
+    except (KeyError, TypeError, ValueError, AttributeError) as e:  # {} (no peft_type), "r": "x", unknown modules
+        raise ModelError(f"{ckpt / ADAPTER_DIR / ADAPTER_CONFIG}: not a LoRA adapter config that fits the model "
+                         f"{path} ({type(e).__name__}: {error_reason(e)})") from None
     return model.to(device).eval(), tokenizer
