@@ -80,3 +80,40 @@ def test_a_disk_that_fills_up_keeps_the_results_and_leaves_no_partial_file(tmp_p
     assert err == f"rlpr: error: cannot write {out / 'samples.jsonl'}: No space left on device"
     assert json.loads((out / "results.json").read_text())["theoremqa"]["n_questions"] == 1
     assert sorted(p.name for p in out.iterdir()) == ["results.json", "results.md"]
+
+
+def test_an_output_that_would_replace_an_input_is_refused(tmp_path, converted, capsys):
+    """`rlpr grade --responses out/samples.jsonl --output out` replaced the user's responses with
+    its graded samples, and `rlpr data convert --input x.parquet --output x.parquet` the user's table
+    with the converted rows (other columns and rows past --limit gone). Now one line naming both,
+    before any work, and the input is untouched; by any path (./x, a link) and for every command
+    that writes files it read."""
+    out = tmp_path / "graded"
+    out.mkdir()
+    responses = out / "samples.jsonl"
+    responses.write_text(json.dumps({"index": 0, "response": "<answer>3.14</answer>", "mine": "keep"}) + "\n")
+    before = responses.read_bytes()
+    flat = tmp_path / "flat.jsonl"
+    flat.write_text(json.dumps({"question": "pi?", "answer": "3.14", "note": "mine"}) + "\n")
+    link = tmp_path / "link.jsonl"
+    link.symlink_to(flat)
+    for argv, output, given, flag in [
+        (["grade", "--data", str(converted), "--responses", str(responses), "--output", str(out)],
+         responses, responses, "--responses"),
+        (["data", "convert", "--format", "jsonl", "--input", str(flat), "--output", str(tmp_path / "." / "flat.jsonl")],
+         flat, flat, "--input"),
+        (["data", "convert", "--format", "jsonl", "--input", str(flat), "--output", str(link)], link, flat, "--input"),
+        (["eval", "--data", str(responses), "--output", str(out)], responses, responses, "--data"),
+        (["reward-quality", "--build-from", str(flat), "--samples", "1", "--output", str(flat)], flat, flat,
+         "--build-from"),
+        (["reward-quality", "--input", str(out / "scores.jsonl"), "--output", str(out)], out / "scores.jsonl",
+         out / "scores.jsonl", "--input"),
+    ]:
+        (out / "scores.jsonl").write_text("{}\n")
+        assert main(argv) == 2, argv
+        assert capsys.readouterr().err == (f"rlpr: error: {output}: the output would replace the input {given} "
+                                           f"({flag}); write the output elsewhere\n"), argv
+    assert responses.read_bytes() == before and json.loads(flat.read_text())["note"] == "mine"
+    # another output, or an output folder beside the input: written as before
+    assert main(["grade", "--data", str(converted), "--responses", str(responses), "--output", str(tmp_path / "o")]) == 0
+    assert main(["data", "convert", "--format", "jsonl", "--input", str(flat), "--output", str(tmp_path / "f.parquet")]) == 0

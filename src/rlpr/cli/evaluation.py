@@ -13,8 +13,16 @@ import sys
 from pathlib import Path
 
 from rlpr.cli.options import SETTINGS, FilesAndOverrides, add_config_options, command_config, shorthand
-from rlpr.cli.outputs import check_output_dir, check_output_file
+from rlpr.cli.outputs import check_not_an_input, check_output_dir, check_output_file
 from rlpr.errors import ConfigError, ModelError
+
+# What `rlpr eval`/`grade` and `rlpr reward-quality --input` write into their --output folder
+RESULT_FILES = ("results.json", "results.md", "samples.jsonl")
+REWARD_QUALITY_FILES = ("reward_quality.json", "reward_quality.md", "scores.jsonl")
+
+
+def _in(folder, names) -> list[Path]:
+    return [Path(folder) / name for name in names]
 
 
 def _sampling_config(args, held_out: bool = False):
@@ -138,6 +146,7 @@ def cmd_eval(args) -> int:
     check_rollout(cfg.rollout)  # the flags' own messages first
     validate(cfg, SAMPLING_SECTIONS)
     check_output_dir(args.output)  # not after the model has loaded and sampled
+    check_not_an_input(_in(args.output, RESULT_FILES), {"--data": args.data})
     judge = None
     if args.judge_url:
         from rlpr.evaluation.judge import JudgeClient, JudgeConfig
@@ -171,6 +180,7 @@ def cmd_grade(args) -> int:
     from rlpr.evaluation.benchmark import grade_responses
 
     check_output_dir(args.output)
+    check_not_an_input(_in(args.output, RESULT_FILES), {"--data": args.data, "--responses": args.responses})
     results = grade_responses(args.data, args.responses, args.output)
     for name, r in results.items():
         if name not in ("general", "all"):
@@ -201,6 +211,7 @@ def cmd_reward_quality(args) -> int:
         if args.samples is None:
             raise ValueError("--build-from needs --samples N (responses per question)")
         check_output_file(args.output)
+        check_not_an_input([args.output], {"--build-from": args.build_from})
         # bad rows and duplicate ids fail before the model loads
         examples = build_examples(args.build_from, limit=args.limit or 0)
         engine, tokenizer = _engine(cfg, args.checkpoint)
@@ -213,6 +224,7 @@ def cmd_reward_quality(args) -> int:
     if not 0 <= args.bootstrap <= 100_000:
         raise ValueError(f"--bootstrap must be in 0..100000 (resamples), got {args.bootstrap}")
     check_output_dir(args.output)
+    check_not_an_input(_in(args.output, REWARD_QUALITY_FILES), {"--input": args.input})
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
     model, tokenizer = _load(cfg, args.checkpoint)
     report = reward_quality(model, tokenizer, rows, args.output, reward_cfg=cfg.reward,

@@ -85,11 +85,12 @@ def cmd_config(args) -> int:
 
 
 def cmd_data_convert(args) -> int:
-    from rlpr.cli.outputs import check_output_file
+    from rlpr.cli.outputs import check_not_an_input, check_output_file
     from rlpr.data.convert import convert_file
     from rlpr.data.loading import ColumnMapping
 
     check_output_file(args.output)
+    check_not_an_input([args.output], {"--input": args.input})
     mapping = ColumnMapping(args.question_column, args.answer_column, args.choices_column)
     skipped: dict[str, int] = {}
     n = convert_file(args.format, args.input, args.output, template=args.template, mapping=mapping,

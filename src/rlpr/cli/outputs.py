@@ -51,3 +51,31 @@ def check_output_file(path: str | os.PathLike) -> None:
     if not folder.is_dir():
         raise ConfigError(f"{path}: cannot write the output ({folder} is a file, not a folder)")
     _probe(path, folder)
+
+
+def _holds(source: Path, out: Path) -> bool:
+    """Whether writing `out` (an existing file) replaces `source`, an input: the same file by any
+    path (./x, a link), or a file inside an input folder."""
+    try:
+        if source.is_dir():
+            return out.resolve().is_relative_to(source.resolve())
+        return source.exists() and os.path.samefile(out, source)
+    except OSError:
+        return False
+
+
+def check_not_an_input(outputs, inputs: dict[str, object]) -> None:
+    """Refuse, in one line naming both, an output file that would replace one of the command's
+    inputs (`inputs`: {flag: a path or source, or a list of them}): `rlpr data convert --input
+    x.parquet --output x.parquet`, `rlpr grade --responses out/samples.jsonl --output out` wrote
+    over the user's file, which the command had read whole first."""
+    from rlpr.data.sources import parse_source
+
+    for out in map(Path, outputs):
+        if not out.is_file():
+            continue
+        for flag, given in inputs.items():
+            for spec in given if isinstance(given, (list, tuple)) else [given]:
+                if spec and _holds(parse_source(spec).path, out):
+                    raise ConfigError(f"{out}: the output would replace the input {spec} ({flag}); write the "
+                                      f"output elsewhere")
