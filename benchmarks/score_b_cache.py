@@ -12,6 +12,12 @@ the seconds of each path.
     python benchmarks/score_b_cache.py                  # 10 steps per dtype: ~15 minutes on 2 busy cores
     python benchmarks/score_b_cache.py --steps 2 --output /tmp/sbc
 
+`--engine vllm` (in vLLM's environment, docs/vllm.md): the rollouts come from vLLM and B "from the
+cache" is the engine's prompt log-probs with its prefix cache read (fp32 only here); `--new-tokens N`
+makes every response exactly N tokens (rollout.min_new_tokens = max_new_tokens), so that o' spans
+several of the engine's blocks (128 tokens on CPU; only whole blocks are cached). The row then
+also counts the tokens of o' the engine read from its cache and the o' it declined (recomputed).
+
 Writes benchmarks/results/score_b_cache.json and .md.
 """
 
@@ -82,16 +88,44 @@ def group_std(values: list[float], groups: list) -> float:
     return statistics.mean(stds) if stds else 0.0
 
 
-def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
+class EngineReads:
+    """Counts, over the score-B requests a vLLM engine serves, the tokens of o' and those it read from
+    its prefix cache, and the o' it declined (`VLLMRollout.reference_logprobs` returned None)."""
+
+    def __init__(self, engine):
+        self.tokens = self.cached = self.requests = self.declined = 0
+        generate, logprobs = engine.llm.generate, engine.reference_logprobs
+
+        def counted_generate(requests, params, **kwargs):
+            outputs = generate(requests, params, **kwargs)
+            if getattr(params, "prompt_logprobs", None) is not None:
+                self.tokens += sum(len(r["prompt_token_ids"]) for r in requests)
+                self.cached += sum(o.num_cached_tokens or 0 for o in outputs)
+            return outputs
+
+        def counted_logprobs(*args, **kwargs):
+            pieces = logprobs(*args, **kwargs)
+            self.requests += len(pieces)
+            self.declined += sum(p is None for p in pieces)
+            return pieces
+
+        engine.llm.generate, engine.reference_logprobs = counted_generate, counted_logprobs
+
+
+def run(dtype: str, steps: int, workdir: Path, threads: int = 1, engine: str = "hf",
+        new_tokens: int | None = None) -> dict:
     from rlpr.config import load_config
     from rlpr.train.trainer import Trainer
 
     overrides = [f"model.rollout_dtype={dtype}", "reward.score_b_from_cache=always", "trainer.tensorboard=false",
                  "trainer.progress=false", "trainer.sample_every=0", f"trainer.output_dir={workdir}",
-                 f"trainer.max_steps={steps}", f"model.threads={threads}"]
+                 f"trainer.max_steps={steps}", f"model.threads={threads}", f"rollout.engine={engine}"]
+    if new_tokens:
+        overrides += [f"rollout.max_new_tokens={new_tokens}", f"rollout.min_new_tokens={new_tokens}"]
     cfg = load_config("demo", overrides)
-    trainer = Trainer(cfg, workdir / f"run-{dtype}")
+    trainer = Trainer(cfg, workdir / f"run-{engine}-{dtype}")
     both = BothPaths(trainer.reward, floor=True)
+    reads = EngineReads(trainer.engine) if engine == "vllm" else None
     for step in range(1, steps + 1):
         trainer.train_step(step)
         trainer.step = step
@@ -109,7 +143,10 @@ def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
             spreads.append(group_std(c["b_recomputed"], c["groups"]))
     spread = statistics.mean(spreads) if spreads else 0.0
     del trainer
-    return {"dtype": dtype, "steps": steps, "responses": responses, "scored": len(diffs), "from_cache": cached,
+    engine_reads = {} if reads is None else {"engine_tokens": reads.tokens, "engine_cached_tokens": reads.cached,
+                                             "engine_requests": reads.requests, "engine_declined": reads.declined}
+    return {"engine": engine, "new_tokens": cfg.rollout.max_new_tokens, **engine_reads,
+            "dtype": dtype, "steps": steps, "responses": responses, "scored": len(diffs), "from_cache": cached,
             "max_abs_diff_b": max(diffs), "mean_abs_diff_b": statistics.mean(diffs),
             "max_abs_diff_b_rebatched": max(floor), "mean_abs_diff_b_rebatched": statistics.mean(floor),
             "mean_b": statistics.mean(b for c in both.calls for b in c["b_recomputed"]),
@@ -122,18 +159,18 @@ def run(dtype: str, steps: int, workdir: Path, threads: int = 1) -> dict:
 
 def markdown(res: dict) -> str:
     lines = [f"# Score B from the rollout's cache vs recomputed ({res['date']})", "",
-             f"Demo preset (embedded SmolLM2-135M-Instruct + LoRA, 4 prompts x 8 responses x 32 new tokens, "
-             f"fallback cue path), {res['rows'][0]['steps']} training steps per rollout dtype, training on the "
+             f"Demo preset (embedded SmolLM2-135M-Instruct + LoRA, 4 prompts x 8 responses, fallback cue path), {res['rows'][0]['steps']} training steps per rollout dtype, training on the "
              f"cached B; {res['machine']['cpu']}, {res['machine']['cpu_count']} cores, "
              f"{res['machine']['torch_threads']} torch thread(s), load average "
              f"{res['machine']['load_before']} before / {res['machine']['load_after']} after.", "",
-             "| rollout copy | responses scored | from cache | max abs dB | mean abs dB | max / mean abs dB, "
-             "recomputed rebatched | mean B | mean within-group std of B | mean abs dB / that std | "
+             "| engine, new tokens | rollout copy | responses scored | from cache | max abs dB | mean abs dB | "
+             "max / mean abs dB, recomputed rebatched | mean B | mean within-group std of B | mean abs dB / that std | "
              "B from cache s/step | B recomputed s/step |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in res["rows"]:
         ratio = r["mean_abs_diff_over_group_std"]
-        lines.append(f"| {r['dtype']} | {r['scored']} | {r['from_cache']} | {r['max_abs_diff_b']:.2e} | "
+        lines.append(f"| {r.get('engine', 'hf')}, {r.get('new_tokens', 32)} | {r['dtype']} | {r['scored']} | "
+                     f"{r['from_cache']} | {r['max_abs_diff_b']:.2e} | "
                      f"{r['mean_abs_diff_b']:.2e} | {r['max_abs_diff_b_rebatched']:.2e} / "
                      f"{r['mean_abs_diff_b_rebatched']:.2e} | {r['mean_b']:.4f} | {r['mean_within_group_std_b']:.4f} | "
                      f"{'n/a' if ratio is None else f'{ratio:.3f}'} | {r['cache_s_per_step']:.2f} | "
@@ -144,6 +181,13 @@ def markdown(res: dict) -> str:
               "'recomputed rebatched' is the recomputed path again with every text in padded batches "
               "(no prompt shared), against the recomputed B: how far float rounding alone moves B. "
               "Each step's two paths ran on the same responses, in alternating order."]
+    for r in res["rows"]:
+        if r.get("engine") == "vllm":
+            lines += ["", f"vllm, {r['new_tokens']} new tokens: the engine was asked for {r['engine_requests']} o' "
+                      f"({r['engine_tokens']} tokens) and read {r['engine_cached_tokens']} of those tokens "
+                      f"({100 * r['engine_cached_tokens'] / max(r['engine_tokens'], 1):.0f}%) from its prefix cache; "
+                      f"it declined {r['engine_declined']} (a cached block held reference tokens), which the "
+                      f"policy recomputed."]
     return "\n".join(lines) + "\n"
 
 
@@ -164,16 +208,21 @@ def main() -> int:
     parser.add_argument("--dtypes", nargs="+", default=["float32", "bfloat16"])
     parser.add_argument("--threads", type=int, default=1,
                         help="torch threads (1: steady on a machine shared with other jobs)")
-    parser.add_argument("--output", default=None, help="path stem (default benchmarks/results/score_b_cache)")
+    parser.add_argument("--engine", choices=["hf", "vllm"], default="hf", help="the rollout engine (vllm: its own "
+                        "environment, docs/vllm.md)")
+    parser.add_argument("--new-tokens", type=int, default=None,
+                        help="every response exactly this many tokens (default: the demo's up to 32)")
+    parser.add_argument("--output", default=None, help="path stem (default benchmarks/results/score_b_cache, "
+                        "score_b_cache_vllm with --engine vllm)")
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    out = Path(args.output) if args.output else RESULTS / "score_b_cache"
+    out = Path(args.output) if args.output else RESULTS / ("score_b_cache" + ("_vllm" if args.engine == "vllm" else ""))
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
                        "load_before": round(os.getloadavg()[0], 1)}, "rows": []}
     with tempfile.TemporaryDirectory(prefix="rlpr-sbc-") as tmp:
         for dtype in args.dtypes:
-            res["rows"].append(run(dtype, args.steps, Path(tmp), args.threads))
+            res["rows"].append(run(dtype, args.steps, Path(tmp), args.threads, args.engine, args.new_tokens))
     res["machine"]["load_after"] = round(os.getloadavg()[0], 1)
     out.parent.mkdir(parents=True, exist_ok=True)
     out.with_suffix(".json").write_text(json.dumps(res, indent=1))

@@ -200,6 +200,58 @@ def test_lora_policy_syncs_merged_weights(engines, policy, prompts, tokenizer):
     assert [r.token_ids for r in vllm.generate(prompts, 1, max_new_tokens=12, temperature=0.0)] != got
 
 
+# before the tests that build engines of their own: tearing one down resets vLLM's process groups
+# under the shared `engines`
+def test_score_b_from_the_engines_prefix_cache_equals_the_policys(engines, policy, prompts, tokenizer):
+    """reward.score_b_from_cache on vllm: o' scored by the engine with its prefix cache read (the rollout's
+    blocks of prompt + response not computed again) equals the policy's recompute. Scored a second
+    time, blocks of o' holding reference tokens come from the cache, where vLLM has no log-probs: the
+    engine declines those and the policy recomputes them, equal too."""
+    from rlpr.reward.scoring import reference_logprobs
+    from rlpr.reward.sequence import build_score_b_text
+    from rlpr.rollout.engines import keeping_caches
+
+    _, vllm = engines
+    vllm.sync(policy)
+    long_prompts = [p * 6 for p in prompts]  # at least one of the engine's blocks (128 tokens on CPU) each
+    with keeping_caches(vllm, True):
+        rollouts = vllm.generate(long_prompts, 2, max_new_tokens=20, temperature=1.0, seeds=[1, 2, 3])
+    rollouts += vllm.generate(long_prompts[:1], 1, max_new_tokens=20, temperature=1.0, seeds=[4])  # no cache
+    assert all(r.cache is not None for r in rollouts[:-1]) and rollouts[-1].cache is None
+    reference = "Paris, on the Seine, " * 40  # 240 tokens: it crosses a block boundary of the engine's
+    items = [build_score_b_text(tokenizer.decode(long_prompts[r.prompt_index]), r.text, reference,
+                                tokenizer.eos_token, fallback="free") for r in rollouts]
+    caches = [r.cache for r in rollouts]
+    recomputed = reference_logprobs(policy, tokenizer, items)
+
+    cached, declined = [], []
+    generate, engine_logprobs = vllm.llm.generate, vllm.reference_logprobs
+
+    def recording(*args, **kwargs):
+        outputs = generate(*args, **kwargs)
+        cached.append([o.num_cached_tokens or 0 for o in outputs])
+        return outputs
+
+    def counting(*args, **kwargs):
+        pieces = engine_logprobs(*args, **kwargs)
+        declined.append(sum(p is None for p in pieces))
+        return pieces
+
+    vllm.llm.generate, vllm.reference_logprobs = recording, counting
+    try:
+        first = reference_logprobs(policy, tokenizer, items, caches=caches)
+        again = reference_logprobs(policy, tokenizer, items, caches=caches)
+    finally:
+        vllm.llm.generate, vllm.reference_logprobs = generate, engine_logprobs
+    block = vllm.llm.llm_engine.vllm_config.cache_config.block_size
+    assert [len(c) for c in cached] == [len(items) - 1] * 2  # every o' with a cache went to the engine
+    # the first time each read its prompt's whole blocks from the rollout's, and the engine scored it
+    assert all(c >= block * (len(long_prompts[r.prompt_index]) // block) for c, r in zip(cached[0], rollouts))
+    assert declined == [0, len(items) - 1]  # the second time, every one read reference blocks: recomputed
+    for a, b, c in zip(first, again, recomputed):
+        assert torch.allclose(a, c, atol=1e-4) and torch.allclose(b, c, atol=1e-4), (a - c).abs().max()
+
+
 def test_torchrun_two_ranks_with_an_engine_each(tokenizer, tmp_path):
     """Under torchrun every rank builds its own engine (tensor parallel 1) on torchrun's process group
     (vLLM's external launcher), bound to its own share of the cores; two data-parallel steps train,

@@ -191,10 +191,11 @@ class RewardConfig:
     score_b_from_cache: str = "auto"
     """Score B continues each response's KV cache kept by the rollout (rollout.engine=hf, decode_loop
     rlpr or graph) and runs only the tokens of o' after their common prefix, instead of the whole
-    prompt + response again: auto (where that is exact: reward.scorer=current and the rollout copy in
-    the policy's dtype, model.rollout_dtype=float32), always (also from a bf16 rollout copy: B then
+    prompt + response again (rollout.engine=vllm: the engine scores o' with its prefix cache read,
+    docs/vllm.md): auto (where that is exact: reward.scorer=current and the rollout copy in the
+    policy's dtype, model.rollout_dtype=float32), always (also from a bf16 rollout copy: B then
     carries its rounding, docs/training.md), never. Rows whose caches would not fit in memory, and
-    the other engines and decode loops, recompute."""
+    decode_loop=generate, recompute."""
     splice: str = "text"
     """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
     answer block, from `<answer>` (or `\\boxed{`, or the fallback's cue) to EOS, tokenized separately and

@@ -164,6 +164,19 @@ def _cached_logprobs(model, enc, starts: dict[int, int], caches: list, temperatu
         yield from zip(rows, torch.split(logp.float().cpu(), [sum(enc.ref_mask[k]) for k in rows]))
 
 
+def _engine_logprobs(enc, rows: list[int], caches: list, temperature: float):
+    """(index into enc, its reference log-probs or None) for texts whose cache lives in a rollout
+    engine (vllm's EngineCache): the engine scores them with its prefix cache read; None where it
+    could not (the caller recomputes those)."""
+    by_engine: dict[int, list[int]] = {}
+    for k in rows:
+        by_engine.setdefault(id(caches[k].engine), []).append(k)
+    for ks in by_engine.values():
+        positions = [[t for t, m in enumerate(enc.ref_mask[k]) if m] for k in ks]
+        pieces = caches[ks[0]].engine.reference_logprobs([enc.input_ids[k] for k in ks], positions, temperature)
+        yield from zip(ks, pieces)
+
+
 def _forward_batches(enc, groups, rest, max_batch_tokens: int):
     """The forwards of a scoring pass, as (prefix ids or None, indices into enc): each shared-prefix
     group's rows (a row counts its full length: the prompt's keys/values are repeated for it), then
@@ -189,7 +202,9 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
     `splice`: how the texts become ids (`sequence.tokenize_scored`). `caches`: per item, the KV cache
     its rollout kept (`rollout.kept_cache.RowCache`, computed with `model`'s weights) or None; a text
-    then runs only its tokens after the longest common prefix with the cached ids.
+    then runs only its tokens after the longest common prefix with the cached ids. A cache in a rollout
+    engine (vllm's `EngineCache`, with the weights of `model`) is scored by the engine from its prefix
+    cache instead.
     """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
@@ -203,6 +218,13 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
     enc = through_last_scored(enc)
     starts, keep = _cache_starts(enc, keep, [caches[i] for i in todo]) if caches is not None else ({}, keep)
+    in_engine = [k for k in starts if getattr(caches[todo[k]], "engine", None) is not None]
+    for k, piece in _engine_logprobs(enc, in_engine, [caches[i] for i in todo] if in_engine else [], temperature):
+        del starts[k]
+        if piece is None:
+            keep.append(k)  # the engine could not: recomputed below
+        else:
+            out[todo[k]] = piece
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     with eval_mode(model):
         if starts:

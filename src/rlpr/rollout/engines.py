@@ -64,9 +64,9 @@ class StopAt:
 
 
 def keeping_caches(engine, on: bool = True):
-    """A block in which `engine.generate` keeps each response's KV cache for score B (`HFRollout.keeping`);
-    a no-op for an engine that keeps none (vllm: its cache lives in the engine's paged blocks) or when
-    not `on`."""
+    """A block in which `engine.generate` keeps each response's KV cache for score B (`HFRollout.keeping`;
+    vllm: each response's place in the engine's prefix cache, `VLLMRollout.keeping`); a no-op when not
+    `on` or for an engine without `keeping`."""
     keeping = getattr(engine, "keeping", None)
     return keeping(on) if on and keeping is not None else nullcontext()
 

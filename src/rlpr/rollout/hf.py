@@ -33,8 +33,9 @@ class Rollout:
     text: str
     finished: bool  # stopped at EOS (False: cut at max_new_tokens)
     logprobs: list[float] | None = None  # the engine's log-prob of each token, when it reports them (vllm)
-    # the response's KV cache (rollout/kept_cache.py) when the engine keeps them for score B; the
-    # trainer drops it once the rewards are computed
+    # the response's KV cache (rollout/kept_cache.py; vllm: its place in the engine's prefix cache,
+    # rollout/vllm.py EngineCache) when the engine keeps them for score B; the trainer drops it once the
+    # rewards are computed
     cache: RowCache | None = None
 
 

@@ -13,17 +13,24 @@ and verl's hybrid engine); rollout.engine=vllm, docs/vllm.md.
   text, with vLLM's log-prob of each sampled token (`Rollout.logprobs`: the trainer logs its gap
   to its own, `rollout/logprob_gap`; old log-probs are always the trainer's).
 
+- score B from the engine's prefix cache (reward.score_b_from_cache, inside `keeping`): each rollout
+  carries an `EngineCache` (the engine and its prompt + response ids), and `reference_logprobs` asks
+  the engine for o''s prompt log-probs with the prefix cache read, so the cached blocks of prompt +
+  response are not computed again; only positions the engine computed are read (docs/vllm.md).
+
 Reproducibility is weaker than `hf`'s: vLLM's draws depend on which requests share a batch, so a
 seed gives the same tokens only for the same batch (docs/vllm.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
 import tempfile
 from contextlib import nullcontext
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -86,6 +93,16 @@ def write_checkpoint(lm, weights: dict[str, torch.Tensor], path: Path, dtype: to
     save_file(tensors, str(path / "model.safetensors"), metadata={"format": "pt"})
 
 
+@dataclass
+class EngineCache:
+    """A response's place in the engine's prefix cache: score B asks `engine` for o''s log-probs
+    (`VLLMRollout.reference_logprobs`), and `scoring` reads `ids` (the prompt and the response, as the
+    engine computed them) to find where o' departs from them."""
+
+    engine: "VLLMRollout"
+    ids: list[int]
+
+
 class VLLMRollout:
     """Sampling with a colocated `vllm.LLM` that holds a copy of the policy: its merged weights, or
     (rollout.vllm_lora) the base weights plus the LoRA adapter, served through vLLM's LoRA support."""
@@ -124,6 +141,7 @@ class VLLMRollout:
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
         self._sampling = vllm.SamplingParams
+        self._keep = False  # `keeping`: rollouts carry an EngineCache for score B
         self.min_new_tokens = rollout.min_new_tokens  # generate's default (training rollouts)
         self.sync_s = 0.0
         if self.lora_rank:
@@ -147,6 +165,43 @@ class VLLMRollout:
             self.llm.collective_rpc("reload_weights", kwargs={"weights_iterator": weights})
         self.llm.reset_prefix_cache()
         self.sync_s = time.perf_counter() - tick
+
+    @contextlib.contextmanager
+    def keeping(self, on: bool = True):
+        """A block in which every rollout carries an `EngineCache` (score B then reads the engine's prefix
+        cache instead of recomputing prompt + response with the policy)."""
+        self._keep = on
+        try:
+            yield
+        finally:
+            self._keep = False
+
+    def reference_logprobs(self, sequences: list[list[int]], positions: list[list[int]],
+                           temperature: float = 1.0) -> list[torch.Tensor | None]:
+        """Per sequence, the fp32 log-probs of its tokens at `positions` (each >= 1) given all tokens
+        before them: the engine's prompt log-probs of the sequence, read with the prefix cache on.
+
+        vLLM skips the prefix cache for a request that asks for prompt log-probs unless told not to
+        (`skip_reading_prefix_cache`), and the positions it serves from the cache come back without
+        valid log-probs; so this reads the cache and returns None for a sequence whose cached prefix
+        reaches a position it must read (`num_cached_tokens` > its first position - 1: an identical
+        o' scored before it, say), or when the scorer's temperature is not 1 (prompt log-probs are the
+        raw logits'). The caller recomputes those."""
+        if not sequences or temperature != 1.0:
+            return [None] * len(sequences)
+        self._wake()
+        params = self._sampling(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False,
+                                skip_reading_prefix_cache=False)
+        outputs = self.llm.generate([{"prompt_token_ids": list(seq)} for seq in sequences], params, use_tqdm=False,
+                                    lora_request=self._lora)
+        out = []
+        for seq, pos, request in zip(sequences, positions, outputs):
+            cached = request.num_cached_tokens or 0
+            if not pos or request.prompt_logprobs is None or cached > min(pos) - 1:
+                out.append(None)
+                continue
+            out.append(torch.tensor([request.prompt_logprobs[t][seq[t]].logprob for t in pos], dtype=torch.float32))
+        return out
 
     def sleep(self) -> None:
         """rollout.vllm_sleep on a GPU: free the KV cache and move the weights to CPU memory (vLLM's
@@ -197,5 +252,6 @@ class VLLMRollout:
             if completion.logprobs is not None:
                 logprobs = [step[t].logprob for step, t in zip(completion.logprobs, tokens)]
             text = self.tokenizer.decode(tokens, skip_special_tokens=True)
-            out.append(Rollout(i, tokens, text, finished, logprobs))
+            cache = EngineCache(self, list(prompts[i]) + tokens) if self._keep else None
+            out.append(Rollout(i, tokens, text, finished, logprobs, cache))
         return out
