@@ -250,6 +250,8 @@ def test_score_b_from_the_engines_prefix_cache_equals_the_policys(engines, polic
     assert declined == [0, len(items) - 1]  # the second time, every one read reference blocks: recomputed
     for a, b, c in zip(first, again, recomputed):
         assert torch.allclose(a, c, atol=1e-4) and torch.allclose(b, c, atol=1e-4), (a - c).abs().max()
+    limit = vllm.llm.llm_engine.model_config.max_model_len  # an o' the engine cannot take: declined, not raised
+    assert vllm.reference_logprobs([rollouts[0].cache.ids * (limit // len(rollouts[0].cache.ids) + 1)], [[5]]) == [None]
 
 
 def test_torchrun_two_ranks_with_an_engine_each(tokenizer, tmp_path):

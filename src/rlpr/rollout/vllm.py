@@ -185,22 +185,24 @@ class VLLMRollout:
         (`skip_reading_prefix_cache`), and the positions it serves from the cache come back without
         valid log-probs; so this reads the cache and returns None for a sequence whose cached prefix
         reaches a position it must read (`num_cached_tokens` > its first position - 1: an identical
-        o' scored before it, say), or when the scorer's temperature is not 1 (prompt log-probs are the
-        raw logits'). The caller recomputes those."""
-        if not sequences or temperature != 1.0:
-            return [None] * len(sequences)
+        o' scored before it, say), for one the engine cannot take (not shorter than its max_model_len:
+        rollout.vllm_max_model_len may fit the rollouts but not the answer turn and the reference
+        after them), or when the scorer's temperature is not 1 (prompt log-probs are the raw logits').
+        The caller recomputes those."""
+        out: list[torch.Tensor | None] = [None] * len(sequences)
+        limit = self.llm.llm_engine.model_config.max_model_len
+        todo = [k for k, (seq, pos) in enumerate(zip(sequences, positions)) if pos and len(seq) < limit]
+        if not todo or temperature != 1.0:
+            return out
         self._wake()
         params = self._sampling(max_tokens=1, temperature=1.0, prompt_logprobs=0, detokenize=False,
                                 skip_reading_prefix_cache=False)
-        outputs = self.llm.generate([{"prompt_token_ids": list(seq)} for seq in sequences], params, use_tqdm=False,
+        outputs = self.llm.generate([{"prompt_token_ids": list(sequences[k])} for k in todo], params, use_tqdm=False,
                                     lora_request=self._lora)
-        out = []
-        for seq, pos, request in zip(sequences, positions, outputs):
-            cached = request.num_cached_tokens or 0
-            if not pos or request.prompt_logprobs is None or cached > min(pos) - 1:
-                out.append(None)
-                continue
-            out.append(torch.tensor([request.prompt_logprobs[t][seq[t]].logprob for t in pos], dtype=torch.float32))
+        for k, request in zip(todo, outputs):
+            seq, pos = sequences[k], positions[k]
+            if request.prompt_logprobs is not None and (request.num_cached_tokens or 0) <= min(pos) - 1:
+                out[k] = torch.tensor([request.prompt_logprobs[t][seq[t]].logprob for t in pos], dtype=torch.float32)
         return out
 
     def sleep(self) -> None:
