@@ -107,6 +107,8 @@ class VLLMRollout:
     """Sampling with a colocated `vllm.LLM` that holds a copy of the policy: its merged weights, or
     (rollout.vllm_lora) the base weights plus the LoRA adapter, served through vLLM's LoRA support."""
 
+    _keep = False  # inside `keeping`: rollouts carry an EngineCache for score B
+
     def __init__(self, policy, tokenizer, dtype: torch.dtype, rollout):
         vllm = import_vllm()
         self.tokenizer = tokenizer
@@ -141,7 +143,6 @@ class VLLMRollout:
         finally:
             shutil.rmtree(self._dir, ignore_errors=True)  # loaded: the engine keeps no reference to the files
         self._sampling = vllm.SamplingParams
-        self._keep = False  # `keeping`: rollouts carry an EngineCache for score B
         self.min_new_tokens = rollout.min_new_tokens  # generate's default (training rollouts)
         self.sync_s = 0.0
         if self.lora_rank:
