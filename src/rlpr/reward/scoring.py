@@ -217,9 +217,10 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     if too_long is not None and max_length is not None:
         too_long.extend(todo[k] for k in range(len(todo)) if len(enc.input_ids[k]) > max_length)
     enc = through_last_scored(enc)
-    starts, keep = _cache_starts(enc, keep, [caches[i] for i in todo]) if caches is not None else ({}, keep)
-    in_engine = [k for k in starts if getattr(caches[todo[k]], "engine", None) is not None]
-    for k, piece in _engine_logprobs(enc, in_engine, [caches[i] for i in todo] if in_engine else [], temperature):
+    kept = [caches[i] for i in todo] if caches is not None else None  # per text of enc
+    starts, keep = _cache_starts(enc, keep, kept) if kept is not None else ({}, keep)
+    in_engine = [k for k in starts if getattr(kept[k], "engine", None) is not None]
+    for k, piece in _engine_logprobs(enc, in_engine, kept, temperature):
         del starts[k]
         if piece is None:
             keep.append(k)  # the engine could not: recomputed below
@@ -228,8 +229,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     with eval_mode(model):
         if starts:
-            for k, piece in _cached_logprobs(model, enc, starts, [caches[i] for i in todo], temperature,
-                                             max_batch_tokens):
+            for k, piece in _cached_logprobs(model, enc, starts, kept, temperature, max_batch_tokens):
                 out[todo[k]] = piece
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
