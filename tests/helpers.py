@@ -98,15 +98,56 @@ def at_a_terminal():  # a subprocess preexec_fn
     signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
-def launch(args, launcher="torchrun", **env):
-    """`args` on 2 processes of `launcher`, one thread each; the finished process (exit status 0)."""
+class Zygote:
+    """This test worker's forked_ranks.py server: started at its first launch, ended with the worker."""
+    process = None
+
+    @classmethod
+    def run(cls, args, env):
+        import atexit
+        import tempfile
+
+        if cls.process is None or cls.process.poll() is not None:
+            cls.log = tempfile.TemporaryFile("w+")
+            cls.process = subprocess.Popen([sys.executable, str(Path(__file__).with_name("forked_ranks.py"))],
+                                           stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=cls.log, text=True,
+                                           env={**os.environ, "OMP_NUM_THREADS": "1"})
+            atexit.register(cls.process.kill)
+            cls.reply()
+        with tempfile.TemporaryDirectory() as logs:
+            request = {"argv": args, "env": {**os.environ, **env}, "cwd": os.getcwd(), "logs": logs, "timeout": TIMEOUT}
+            cls.process.stdin.write(json.dumps(request) + "\n")
+            cls.process.stdin.flush()
+            reply = cls.reply()
+        assert not reply["timed_out"], f"ranks still running after {TIMEOUT} s: {reply['stderr'][-3000:]}"
+        return reply
+
+    @classmethod
+    def reply(cls):
+        line = cls.process.stdout.readline()
+        if not line:  # the server ended: its own error
+            cls.log.seek(0)
+            raise AssertionError(f"the forked-ranks server ended: {cls.log.read()[-3000:]}")
+        return json.loads(line)
+
+
+def launch(args, launcher=None, **env):
+    """`args` on 2 processes of `launcher`, one thread each; the finished process (exit status 0).
+    "forked": two ranks forked from a server that imported torch and rlpr once (forked_ranks.py);
+    the real launchers (torchrun, accelerate) where the launch itself is under test.
+    RLPR_TEST_LAUNCHER=torchrun runs every launch that names none under torchrun instead."""
+    launcher = launcher or os.environ.get("RLPR_TEST_LAUNCHER", "forked")
+    if launcher == "forked":
+        reply = Zygote.run(args, {"OMP_NUM_THREADS": "1", **env})
+        assert reply["codes"] == [0, 0], (reply["codes"], reply["stderr"][-3000:])
+        return reply
     result = subprocess.run([*LAUNCHERS[launcher], *args], env={**os.environ, "OMP_NUM_THREADS": "1", **env},
                             capture_output=True, text=True, timeout=TIMEOUT)
     assert result.returncode == 0, result.stderr[-3000:]
     return result
 
 
-def torchrun(args, resume=None, launcher="torchrun"):
+def torchrun(args, resume=None, launcher=None):
     return launch(["-m", "rlpr", "train", *(["--resume", resume] if resume else []), *args], launcher)
 
 

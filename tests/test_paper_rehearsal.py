@@ -63,7 +63,7 @@ def test_paper_preset_rehearsal_runs_checkpoints_and_resumes_exactly(tiny_qwen_d
     args = ["--preset", "paper", *scaled_down(tiny_qwen_dir, tmp_path, "paper"), *extra]
     cfg = load_config("paper", args[2:])
     assert cfg.trainer.strategy == "fsdp" and cfg.model.gradient_checkpointing and not cfg.model.lora
-    torchrun(args)
+    torchrun(args, launcher="torchrun")  # the command a user types, its launcher included
     run = tmp_path / "paper"
     metrics = [m for m in read_metrics(run) if "policy/updates" in m]
     assert len(metrics) == 2 and sum(m["policy/updates"] for m in metrics) > 0
@@ -78,6 +78,6 @@ def test_paper_preset_rehearsal_runs_checkpoints_and_resumes_exactly(tiny_qwen_d
     at_1, at_2 = list_checkpoints(run)
     shutil.copytree(run, tmp_path / "resumed")
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / at_2.name)
-    torchrun(["trainer.max_steps=2"], resume=str(tmp_path / "resumed"))
+    torchrun(["trainer.max_steps=2"], resume=str(tmp_path / "resumed"), launcher="torchrun")
     assert_close(load_file(str(latest_checkpoint(tmp_path / "resumed") / "model" / "model.safetensors")), final,
                  atol=0)

@@ -272,7 +272,7 @@ def test_torchrun_two_ranks_with_an_engine_each(tokenizer, tmp_path):
     try:
         torchrun(common(model_dir, tmp_path, "vllm2", 2) + [
             "rollout.engine=vllm", "rollout.vllm_kv_cache_gb=1", "rollout.batch_sequences=16",
-            "algorithm.rollout_is=token_truncate", "algorithm.std_filter=false"])
+            "algorithm.rollout_is=token_truncate", "algorithm.std_filter=false"], launcher="torchrun")
     finally:
         if env_bind is not None:
             os.environ["VLLM_CPU_OMP_THREADS_BIND"] = env_bind
