@@ -78,6 +78,6 @@ def test_paper_preset_rehearsal_runs_checkpoints_and_resumes_exactly(tiny_qwen_d
     at_1, at_2 = list_checkpoints(run)
     shutil.copytree(run, tmp_path / "resumed")
     shutil.rmtree(tmp_path / "resumed" / "checkpoints" / at_2.name)
-    torchrun(["trainer.max_steps=2"], resume=str(tmp_path / "resumed"), launcher="torchrun")
+    torchrun(["trainer.max_steps=2"], resume=str(tmp_path / "resumed"))  # forked ranks (helpers.launch)
     assert_close(load_file(str(latest_checkpoint(tmp_path / "resumed") / "model" / "model.safetensors")), final,
                  atol=0)
