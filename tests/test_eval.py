@@ -3,15 +3,17 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 
 import pytest
 
 from helpers import ScriptedEngine, write_eval_data as _write_data
 from rlpr.config import RolloutConfig
+from rlpr.evaluation.metrics import avg_at_k, binomial_se
 from rlpr.evaluation.benchmark import (
     Sample,
     apply_judge,
-    avg_at_k,
     benchmark_result,
     evaluate_files,
     results_table,
@@ -36,6 +38,14 @@ def test_avg_at_k():
     # unequal k: each question weighs the same
     assert avg_at_k([[True, True], [False, False, False, True]]) == pytest.approx((1 + 0.25) / 2)
     assert avg_at_k([]) == 0.0
+
+
+def test_binomial_se_and_its_import_stays_light():
+    assert binomial_se(0.25, 12) == pytest.approx(0.125) and binomial_se(0.0, 5) == 0.0
+    assert binomial_se(0.5, 0) != binomial_se(0.5, 0)  # nan: no questions
+    # the learning benchmark's tables import it: without the trainer, torch or transformers
+    probe = "import sys, rlpr.evaluation.metrics; print(sorted({'torch', 'transformers'} & set(sys.modules)))"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "[]"
 
 
 def test_summary_means_match_names_by_substring():

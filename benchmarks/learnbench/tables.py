@@ -6,13 +6,13 @@ from __future__ import annotations
 import math
 import statistics
 
+from rlpr.evaluation.metrics import binomial_se
+
 from .variants import CONTROLS, GRADED, OPSD_CONTROLS, OPSD_METHODS, REGISTRY, SET_TITLES, TRANSFER, VARIANTS
 
 
 def se(p: float, n: int) -> float:
-    from rlpr.train.held_out import binomial_se  # the same standard error the trainer reports
-
-    return binomial_se(p, n)
+    return binomial_se(p, n)  # the same standard error the trainer reports
 
 
 def in_ses(change: float, p: float, n: int) -> float:

@@ -18,6 +18,7 @@ from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
 from rlpr.errors import json_line, json_safe, write_atomic
+from rlpr.evaluation.metrics import avg_at_k
 from rlpr.grading import grade_example, grader_for, question_text
 from rlpr.reward.parsing import format_reward
 from rlpr.train.progress import progress_bar
@@ -37,13 +38,6 @@ def samples_from_name(path: str | Path) -> int | None:
     """k from an `_AvgK` file-name suffix (`aime24_Avg16.parquet` -> 16), else None."""
     m = _AVG_SUFFIX.search(Path(path).stem)
     return int(m.group(1)) if m and int(m.group(1)) > 0 else None
-
-
-def avg_at_k(correct: list[list[bool]]) -> float:
-    """Avg@k: the mean over questions of each question's fraction of correct samples (equal to
-    the mean over all samples when every question has k of them)."""
-    per_question = [sum(c) / len(c) for c in correct if c]
-    return sum(per_question) / len(per_question) if per_question else 0.0
 
 
 def _key(name: str) -> str:

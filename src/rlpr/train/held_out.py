@@ -4,10 +4,10 @@ standard errors, and the before -> after report printed when a run ends."""
 from __future__ import annotations
 
 import logging
-import math
 
 import torch
 
+from rlpr.evaluation.metrics import binomial_se
 from rlpr.model.memory import release_memory
 from rlpr.parallel import distributed as dist
 from rlpr.rollout.engines import keeping_caches
@@ -16,11 +16,6 @@ log = logging.getLogger("rlpr.train")
 
 # Held-out samples are seeded apart from training rollouts, and the same before and after training.
 EVAL_SEED = 7_000_003
-
-
-def binomial_se(p: float, n: float) -> float:
-    """Standard error of a proportion over n questions."""
-    return math.sqrt(max(p * (1.0 - p), 0.0) / n) if n else float("nan")
 
 
 @torch.no_grad()
