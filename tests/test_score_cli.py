@@ -70,6 +70,10 @@ def test_overlong_field_and_bad_model(tmp_path, capsys, tiny_dir):
 def test_console_script_help():
     result = subprocess.run([sys.executable, "-m", "rlpr", "score", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--input" in result.stdout
+    # the parser of every command loads no torch: `rlpr --help` in 0.3 s, not 1.4 (export's choices are in
+    # a module that imported torch at its top)
+    probe = "import sys; from rlpr.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
+    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
 
 
 def test_over_long_row_is_flagged_not_scored(tiny_dir, tmp_path, capsys):

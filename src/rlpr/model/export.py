@@ -19,14 +19,16 @@ import tempfile
 from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-
-import torch
+from typing import TYPE_CHECKING
 
 from rlpr.errors import (ConfigError, OutputError, abandoned, normal_modes, owned_temporary_prefix, remove_leftovers,
                          write_failure, write_failure_reason)
 from rlpr.model.card import model_card, run_info
 from rlpr.model.checkpoint_files import ADAPTER_DIR, is_complete, step_dir
 from rlpr.model.gguf_fields import Field, read_fields
+
+if TYPE_CHECKING:
+    import torch
 
 log = logging.getLogger(__name__)
 
@@ -130,7 +132,7 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     marker = export_marker(run, ckpt, fmt)
     with target.staged() as tmp:
         if fmt == "hf":
-            save_hf(model, tokenizer, tmp, getattr(torch, dtype))
+            save_hf(model, tokenizer, tmp, dtype)
             (tmp / "README.md").write_text(card, encoding="utf-8")
         else:
             write_gguf(model, tokenizer, target.gguf_in(tmp), gguf_type, base_gguf(info.base), name=run.name,
@@ -275,10 +277,12 @@ class ExportTarget:
             shutil.rmtree(old, ignore_errors=True)
 
 
-def save_hf(model, tokenizer, output: Path, dtype: torch.dtype = torch.float32) -> None:
+def save_hf(model, tokenizer, output: Path, dtype: str = "float32") -> None:
     """The merged model as safetensors with its tokenizer and generation config (EOS = the tokenizer's)."""
+    import torch  # here, not at the top: `rlpr --help` reads this module's FORMATS and GGUF_TYPES
+
     output.mkdir(parents=True, exist_ok=True)
-    model = model.to(dtype)
+    model = model.to(getattr(torch, dtype))
     model.generation_config.eos_token_id = tokenizer.eos_token_id
     model.generation_config.pad_token_id = tokenizer.pad_token_id
     model.save_pretrained(output, safe_serialization=True)
