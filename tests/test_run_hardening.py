@@ -340,7 +340,9 @@ def test_a_trainer_state_of_the_wrong_shape_falls_back_and_an_absurd_step_is_ref
     bad_states = [dict(step=10 ** 9), dict(step=-1), dict(filter={**good["filter"], "ema": "abc"}),
                   dict(filter={"ema": None}),
                   dict(ranks=[{**good["ranks"][0], "stream": {"epoch": 0, "position": "x", "cache": []}}]),
-                  dict(ranks=[{**good["ranks"][0], "score_a_cache": [["only", "three", 1]]}])]
+                  dict(ranks=[{**good["ranks"][0], "score_a_cache": [["only", "three", 1]]}]),
+                  dict(ranks=[{**good["ranks"][0], "threads": 10 ** 9}]),  # a resume sets them: bounded
+                  dict(ranks=[{**good["ranks"][0], "threads": "2"}]), dict(ranks=[{**good["ranks"][0], "threads": 0}])]
     for change in bad_states:
         planted(**change)
         with pytest.raises(ConfigError, match="trainer_state.pt: not an rlpr trainer state") as e:

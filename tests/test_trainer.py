@@ -1,6 +1,7 @@
 """The training loop on tiny in-process models: micro-batch invariance, exact resume, dynamic
 sampling, interruption, and the run directory a user gets."""
 
+import logging
 import os
 import signal
 import subprocess
@@ -10,6 +11,7 @@ import time
 import pytest
 import torch
 import yaml
+from safetensors.torch import load_file
 
 from rlpr.algorithms.losses import Normaliser
 from rlpr.train.checkpoint import latest_checkpoint, load_state
@@ -127,9 +129,10 @@ def comparable(metrics):
 
 
 def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
-    straight = tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=4", "data.val=")
+    # both runs on 2 threads, whatever the load when each starts (the test below: the resume keeps them)
+    straight = tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=4", "data.val=", "model.threads=2")
     train(straight)
-    first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=")
+    first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=", "model.threads=2")
     train(first)
     from rlpr.train.checkpoint import resume_config
 
@@ -153,6 +156,38 @@ def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
     # the length monitor's baseline (the first 3 steps) crosses the resume point and is restored
     assert sa["length"] == sb["length"] and len(sa["length"]["first"]) == 3
     assert ma[0]["rollout/response_len_ratio"] == 1.0 and all("rollout/response_len_ratio" in m for m in ma)
+
+
+def test_a_resume_keeps_the_threads_the_run_was_saved_with(tiny_dir, tmp_path, monkeypatch, caplog):
+    """model.threads=0 chooses threads from how busy the machine is at the start; a CPU matmul's sums
+    depend on the thread count (full fine-tuning of the tiny model, 2 threads then 1: 7e-9 apart after
+    one step). A resume on a busier machine takes the saved count and stays bit for bit."""
+    import rlpr.parallel.threads as threads
+    from rlpr.train.checkpoint import resume_config
+
+    full = ["model.lora=false", "trainer.lr=1e-4", "data.val=", "trainer.save_every=2"]
+    monkeypatch.setattr(threads, "choose_threads", lambda *a: (2, None))  # an idle machine: 2 threads
+    train(tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=3", *full))
+    train(tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", *full))
+    assert load_state(latest_checkpoint(tmp_path / "resumed"))["ranks"][0]["threads"] == 2
+    monkeypatch.setattr(threads, "choose_threads", lambda *a: (1, None))  # a busy one at the resume
+    with caplog.at_level(logging.INFO, logger="rlpr"):
+        train(resume_config(tmp_path / "resumed", ["trainer.max_steps=3"]), resume=str(tmp_path / "resumed"))
+    assert "resuming on 2 torch threads per process, as the run was saved" in caplog.text
+    model = "model/model.safetensors"
+    a = load_file(str(latest_checkpoint(tmp_path / "straight") / model))
+    b = load_file(str(latest_checkpoint(tmp_path / "resumed") / model))
+    assert all(torch.equal(a[k], b[k]) for k in a)
+    # an explicit model.threads is taken as given
+    caplog.clear()
+    before = torch.get_num_threads()
+    try:
+        with caplog.at_level(logging.INFO, logger="rlpr"):
+            train(resume_config(tmp_path / "resumed", ["trainer.max_steps=4", "model.threads=1"]),
+                  resume=str(tmp_path / "resumed"))
+        assert "resuming on" not in caplog.text and torch.get_num_threads() == 1
+    finally:
+        torch.set_num_threads(before)
 
 
 def test_lora_weights_change_and_checkpoint_loads(tiny_dir, tmp_path):

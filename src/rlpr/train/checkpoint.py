@@ -284,6 +284,9 @@ def _count(v) -> bool:
     return isinstance(v, int) and not isinstance(v, bool) and v >= 0
 
 
+MAX_THREADS = 4096  # a saved thread count a resume takes (train/state.py, keep_threads)
+
+
 def state_shape_problem(state: dict, ckpt: Path) -> str | None:
     """What is wrong with a trainer state's contents, or None (issue 35, N8): a state of the wrong
     shape used to load ("resumed") and fail steps later with a traceback and no fallback, and an
@@ -310,6 +313,9 @@ def state_shape_problem(state: dict, ckpt: Path) -> str | None:
             return "malformed RNG states"
         if not (isinstance(cache, list) and all(isinstance(e, (list, tuple)) and len(e) == 4 for e in cache)):
             return "malformed score-A cache"
+        threads = r.get("threads")  # absent before threads were saved
+        if threads is not None and not (_count(threads) and 1 <= threads <= MAX_THREADS):
+            return f"torch threads {threads!r}"
     lagged, length = state.get("lagged"), state.get("length")
     if lagged is not None and not (isinstance(lagged, dict) and _count(lagged.get("steps"))
                                    and isinstance(lagged.get("weights"), dict)):

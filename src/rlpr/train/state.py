@@ -8,6 +8,8 @@ from __future__ import annotations
 import logging
 from pathlib import Path
 
+import torch
+
 from rlpr.errors import ConfigError
 from rlpr.parallel import distributed as dist
 from rlpr.train.checkpoint import load_state, load_weights, rng_state, save_checkpoint, set_rng_state
@@ -23,7 +25,7 @@ def trainer_state(trainer) -> dict:
             "stream": trainer.stream.state_dict(), "score_a_cache": trainer.score_a.state_dict(),
             "rng": rng_state(), "world_size": dist.world_size(), "strategy": trainer.cfg.trainer.strategy,
             "lagged": trainer.lagged.state_dict(), "length": trainer.length_monitor.state_dict(),
-            "opsd": trainer.distiller.state_dict()}
+            "opsd": trainer.distiller.state_dict(), "threads": torch.get_num_threads()}
 
 
 
@@ -31,7 +33,7 @@ def save(trainer) -> Path | None:
     """A checkpoint of the trainer at its step (every rank calls it; rank 0 writes); its path on rank 0."""
     state = trainer_state(trainer)  # on every rank: with fsdp, gathering the optimizer state is a collective
     weights = trainer.strategy.model_state(trainer.policy)
-    states = dist.gather_objects({k: v for k, v in state.items() if k in ("stream", "rng", "score_a_cache")})
+    states = dist.gather_objects({k: v for k, v in state.items() if k in ("stream", "rng", "score_a_cache", "threads")})
     if not dist.is_main():
         dist.barrier()
         return None
@@ -64,5 +66,19 @@ def restore(trainer, ckpt: Path) -> None:
     trainer.stream.load_state_dict(mine["stream"])
     trainer.score_a.load_state_dict(mine["score_a_cache"])
     set_rng_state(mine["rng"])
+    keep_threads(trainer, mine.get("threads"))
     trainer.step = state["step"]
     log.info("resumed from %s at step %d", ckpt, trainer.step)
+
+
+def keep_threads(trainer, saved: int | None) -> None:
+    """Resume on the torch threads the run was saved with: a CPU matmul's sums depend on how many
+    threads split them (2 threads then 1 moved a tiny model's weights by 7e-9 after one step), and the
+    automatic choice (model.threads=0) follows how busy the machine is at the start. An explicit
+    model.threads is taken as given."""
+    if not saved or trainer.cfg.model.threads or trainer.device.type != "cpu" or saved == torch.get_num_threads():
+        return
+    torch.set_num_threads(saved)
+    if dist.is_main():
+        log.info("resuming on %d torch thread%s per process, as the run was saved: the steps continue bit for "
+                 "bit (model.threads=N chooses another number)", saved, "s" if saved > 1 else "")
