@@ -59,6 +59,8 @@ def test_a_capped_instruction_set_counts_as_slow_bf16(monkeypatch):
     """ATEN_CPU_CAPABILITY / ONEDNN_MAX_CPU_ISA below AVX512-BF16 make bf16 the slow path on any CPU."""
     from rlpr.model import precision
 
+    for name in precision.ISA_CAP_VARS:  # the suite itself may run capped (an emulated AVX2 laptop)
+        monkeypatch.delenv(name, raising=False)
     capped = precision.isa_capped_below_bf16
     assert not capped({}) and not capped({"ATEN_CPU_CAPABILITY": "avx512", "ONEDNN_MAX_CPU_ISA": "ALL"})
     for env in ({"ATEN_CPU_CAPABILITY": "avx2"}, {"ATEN_CPU_CAPABILITY": "default"}, {"ONEDNN_MAX_CPU_ISA": "AVX2"},
