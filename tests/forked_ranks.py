@@ -10,7 +10,7 @@ children start with no OpenMP threads to lose across the fork. Launches that che
 themselves keep the real ones (helpers.LAUNCHERS: torchrun, accelerate).
 
 Protocol: one JSON request per line on stdin ({"argv", "env", "cwd", "logs", "timeout"}), one
-JSON reply per line on stdout ({"codes", "stderr"}).
+JSON reply per line on stdout ({"codes", "stderr", "timed_out"}); helpers.Zygote is the client.
 """
 
 from __future__ import annotations
