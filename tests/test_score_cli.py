@@ -71,9 +71,13 @@ def test_console_script_help():
     result = subprocess.run([sys.executable, "-m", "rlpr", "score", "--help"], capture_output=True, text=True)
     assert result.returncode == 0 and "--input" in result.stdout
     # the parser of every command loads no torch: `rlpr --help` in 0.3 s, not 1.4 (export's choices are in
-    # a module that imported torch at its top)
-    probe = "import sys; from rlpr.cli.main import build_parser; build_parser(); print('torch' in sys.modules)"
-    assert subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True).stdout.strip() == "False"
+    # a module that imported torch at its top); validating a config loads no transformers: `rlpr config` in
+    # 2.3 s, not 6.7 (the decode-loop registry's module imported transformers' cache classes at its top)
+    probe = ("import sys; from rlpr.cli.main import build_parser; build_parser(); print('torch' in sys.modules); "
+             "from rlpr.config import load_config, validate; validate(load_config('demo', [])); "
+             "print('transformers' in sys.modules)")
+    result = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert result.stdout.split() == ["False", "False"], result.stderr[-2000:]
 
 
 def test_over_long_row_is_flagged_not_scored(tiny_dir, tmp_path, capsys):

@@ -10,14 +10,17 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 from dataclasses import replace
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 import torch
 
-from rlpr.rollout.hf import HFRollout, Rollout
+if TYPE_CHECKING:
+    from rlpr.rollout.hf import Rollout
 
 
 def build_hf(policy, tokenizer, rollout, dtype: torch.dtype):
+    from rlpr.rollout.hf import HFRollout
+
     return HFRollout(policy, tokenizer, dtype, rollout.batch_sequences, rollout.share_prefill, rollout.decode_loop,
                      rollout.min_new_tokens, rollout.stop)
 

@@ -12,16 +12,19 @@ from __future__ import annotations
 import contextlib
 import copy
 from dataclasses import dataclass
-from typing import Callable, Protocol
+from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
 from rlpr.model.forward import cache_kwargs, causal_lm, output_cache, position_ids_from_mask
 from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
-from rlpr.rollout.decode import preallocated_cache, sample
-from rlpr.rollout.graph_decode import static_sample, supports_static_decode
-from rlpr.rollout.kept_cache import KeptCaches, RowCache, full_attention_cache
 from rlpr.rollout.sampling import PerRowSampler, inverse_cdf, row_seed  # noqa: F401 (re-exported)
+
+# decode.py, graph_decode.py and kept_cache.py import transformers' cache classes (3 s on a laptop core):
+# imported where they run, so that the registry below (the config's choices: `rlpr config`, `rlpr plan`)
+# loads without them
+if TYPE_CHECKING:
+    from rlpr.rollout.kept_cache import RowCache
 
 
 @dataclass
@@ -92,6 +95,8 @@ def stop_tokens(tokenizer, stop) -> tuple[int, ...]:
 def rlpr_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
               ends: tuple[int, ...] = (), keep=None):
     """rlpr's decode loop (rollout/decode.py): a preallocated KV cache, finished rows leave the batch."""
+    from rlpr.rollout.decode import sample
+
     draw = sampler.draw if sampler is not None else lambda logits, rows: logits.argmax(-1)
     return sample(model, ids, attn, draw, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
                   min_new_tokens=min_new_tokens, ends=ends, keep=keep)
@@ -127,6 +132,8 @@ def generate_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, p
 def graph_loop(model, ids, attn, sampler, *, max_new_tokens: int, eos: int, pad: int, cache, min_new_tokens: int = 0,
                ends: tuple[int, ...] = (), keep=None):
     """The static-shape loop (rollout/graph_decode.py): CUDA graphs on a GPU, the same code eagerly elsewhere."""
+    from rlpr.rollout.graph_decode import static_sample
+
     return static_sample(model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad, cache=cache,
                          min_new_tokens=min_new_tokens, ends=ends, keep=keep)
 
@@ -156,6 +163,8 @@ AUTO = "auto"  # rollout.decode_loop's default: graph on a GPU where the model a
 def resolve_loop(name: str, model) -> str:
     """The decode loop `name` means for the rollout copy `model`: `auto` is `graph` on CUDA and `rlpr`
     elsewhere; `graph` on a model with sliding-window (or other special) cache layers is `rlpr`."""
+    from rlpr.rollout.graph_decode import supports_static_decode
+
     device = next(model.parameters()).device
     if name == AUTO:
         name = "graph" if device.type == "cuda" else "rlpr"
@@ -214,6 +223,8 @@ class HFRollout:
         # keep each response's KV cache on its Rollout (score B from the cache): set by the trainer
         # when reward.score_b_from_cache resolves on; `can_keep`: this loop and model support it
         self.keep_caches = False
+        from rlpr.rollout.kept_cache import full_attention_cache
+
         self.can_keep = self._decode.keeps and full_attention_cache(self.model)
         self.sync(policy)
 
@@ -270,6 +281,8 @@ class HFRollout:
 
     def _generate_chunk(self, chunk, seeds, max_new_tokens, temperature, top_p, min_new, eos, pad) -> list[Rollout]:
         """One batch of rows (prompt index, response index, prompt ids) of `generate`."""
+        from rlpr.rollout.kept_cache import KeptCaches
+
         out: list[Rollout] = []
         width = max(len(p) for _, _, p in chunk)
         ids = torch.full((len(chunk), width), pad, dtype=torch.long)
@@ -317,6 +330,8 @@ class HFRollout:
         unique = torch.tensor(list(firsts.values()), device=ids.device)
         rows = torch.tensor([slot[i] for i in prompt_of_row], device=ids.device)
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
+        from rlpr.rollout.decode import preallocated_cache
+
         cache = preallocated_cache(self.model.config, capacity) if capacity else None
         out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
                          **cache_kwargs(self.model, cache), use_cache=True, logits_to_keep=1)
