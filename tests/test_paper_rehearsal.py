@@ -45,7 +45,7 @@ def scaled_down(model_dir, out, name):
     return [f"model.path={model_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
             "trainer.prompts_per_step=4", "trainer.mini_batch_prompts=2", "rollout.responses_per_prompt=4",
             "rollout.max_new_tokens=24", "rollout.batch_sequences=16", "data.max_prompt_tokens=256",
-            "trainer.micro_batch_tokens=192", "data.demo_train_size=40", "data.demo_val_size=4",
+            "trainer.micro_batch_tokens=192", "data.demo_train_size=16", "data.demo_val_size=4",
             "trainer.max_steps=2", "trainer.save_every=1", "trainer.eval_every=0", "trainer.lr=1e-4",
             "reward.invalid_fallback=free", "model.rollout_dtype=float32", "algorithm.filter_warmup_steps=1",
             "algorithm.filter_init_steps=1", "trainer.tensorboard=false", "trainer.sample_every=0"]
