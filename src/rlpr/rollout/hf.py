@@ -207,6 +207,8 @@ class HFRollout:
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
                  share_prefill: bool = True, loop: str = AUTO, min_new_tokens: int = 0, stop: list[str] = ()):
+        from rlpr.rollout.kept_cache import full_attention_cache
+
         self.tokenizer = tokenizer
         self.ends = stop_tokens(tokenizer, stop)  # rollout.stop: tokens that end a row early
         self.min_new_tokens = min_new_tokens  # rollout.min_new_tokens: generate's default (training rollouts)
@@ -223,8 +225,6 @@ class HFRollout:
         # keep each response's KV cache on its Rollout (score B from the cache): set by the trainer
         # when reward.score_b_from_cache resolves on; `can_keep`: this loop and model support it
         self.keep_caches = False
-        from rlpr.rollout.kept_cache import full_attention_cache
-
         self.can_keep = self._decode.keeps and full_attention_cache(self.model)
         self.sync(policy)
 
@@ -321,6 +321,8 @@ class HFRollout:
         padding and positions, so the result equals the plain path up to float rounding of
         different matmul shapes (tests/test_rollout.py). With `capacity`, the cache is preallocated
         for that many positions (`decode.preallocated_cache`)."""
+        from rlpr.rollout.decode import preallocated_cache
+
         firsts: dict[int, int] = {}
         for r, i in enumerate(prompt_of_row):
             firsts.setdefault(i, r)
@@ -330,8 +332,6 @@ class HFRollout:
         unique = torch.tensor(list(firsts.values()), device=ids.device)
         rows = torch.tensor([slot[i] for i in prompt_of_row], device=ids.device)
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
-        from rlpr.rollout.decode import preallocated_cache
-
         cache = preallocated_cache(self.model.config, capacity) if capacity else None
         out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
                          **cache_kwargs(self.model, cache), use_cache=True, logits_to_keep=1)
