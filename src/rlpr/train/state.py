@@ -25,7 +25,7 @@ def trainer_state(trainer) -> dict:
             "stream": trainer.stream.state_dict(), "score_a_cache": trainer.score_a.state_dict(),
             "rng": rng_state(), "world_size": dist.world_size(), "strategy": trainer.cfg.trainer.strategy,
             "lagged": trainer.lagged.state_dict(), "length": trainer.length_monitor.state_dict(),
-            "opsd": trainer.distiller.state_dict(), "threads": torch.get_num_threads()}
+            "opsd": trainer.distiller.state_dict()}
 
 
 
@@ -33,7 +33,9 @@ def save(trainer) -> Path | None:
     """A checkpoint of the trainer at its step (every rank calls it; rank 0 writes); its path on rank 0."""
     state = trainer_state(trainer)  # on every rank: with fsdp, gathering the optimizer state is a collective
     weights = trainer.strategy.model_state(trainer.policy)
-    states = dist.gather_objects({k: v for k, v in state.items() if k in ("stream", "rng", "score_a_cache", "threads")})
+    # each process's own: its prompt stream, RNG, score-A cache and torch threads (keep_threads)
+    states = dist.gather_objects({**{k: state[k] for k in ("stream", "rng", "score_a_cache")},
+                                  "threads": torch.get_num_threads()})
     if not dist.is_main():
         dist.barrier()
         return None
