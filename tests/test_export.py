@@ -57,14 +57,17 @@ def test_hf_folder_loads_with_transformers_and_equals_the_trained_policy(runs, t
 def test_gguf_reloads_with_the_same_tokenizer_and_logits(runs, tiny_dir, tmp_path, gguf_type, atol):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
+    from rlpr.model.gguf_fields import fast_gguf_loading
+
     target = tmp_path / "model.gguf"
     assert main(["export", str(runs / "lora"), "--format", "gguf", "--gguf-type", gguf_type, "-o", str(target)]) == 0
     trained, tokenizer = load_policy(tiny_dir, runs / "lora")
     # the GGUF's config and tokenizer fields do not depend on the tensor type: read them in the f32 case only
     # (transformers' GGUF reader takes about 5 s a read for SmolLM2's vocabulary)
     config = {} if gguf_type == "f32" else {"config": trained.config}
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=target.name, dtype=torch.float32,
-                                                    **config).eval()
+    with fast_gguf_loading():  # transformers' loader through the reader test_gguf_fields.py checks
+        exported = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file=target.name, dtype=torch.float32,
+                                                        **config).eval()
     with torch.no_grad():
         for a, b in zip(logits(trained, tokenizer), logits(exported, tokenizer)):
             scale = max(a.abs().max().item(), 1.0)
@@ -72,7 +75,8 @@ def test_gguf_reloads_with_the_same_tokenizer_and_logits(runs, tiny_dir, tmp_pat
             if gguf_type == "f32":  # exact weights: the same greedy token everywhere
                 assert torch.equal(a.argmax(-1), b.argmax(-1))
     if gguf_type == "f32":
-        reread = AutoTokenizer.from_pretrained(tmp_path, gguf_file=target.name)
+        with fast_gguf_loading():
+            reread = AutoTokenizer.from_pretrained(tmp_path, gguf_file=target.name)
         for p in PROMPTS:
             assert reread(p)["input_ids"] == tokenizer(p)["input_ids"]
         assert reread.eos_token_id == tokenizer.eos_token_id

@@ -24,14 +24,17 @@ def gemma():
 def test_logits_match_transformers_gguf_loader(gemma):
     from transformers import AutoModelForCausalLM
 
+    from rlpr.model.gguf_fields import fast_gguf_loading
     from rlpr.model.loading import gemma_gguf_path
 
     model, tokenizer = gemma
     gguf = gemma_gguf_path()
     # our config: transformers would parse the GGUF's 262k-token vocabulary a second time to build its
-    # own (40 s of the test's 80); the tensors are still read and de-quantized from the GGUF by it
-    reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, config=model.config,
-                                                     dtype=torch.float32).eval()
+    # own (40 s of the test's 80); the tensors are still read and de-quantized from the GGUF by it, through
+    # the reader that test_gguf_fields.py checks against gguf's own
+    with fast_gguf_loading():
+        reference = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, config=model.config,
+                                                         dtype=torch.float32).eval()
     ids = tokenizer("<bos>Question: What is the capital of France?\nAnswer: Paris", add_special_tokens=False,
                     return_tensors="pt").input_ids
     with torch.no_grad():

@@ -91,14 +91,16 @@ def test_gguf_export_of_the_embedded_model_answers_the_same(real_model, tmp_path
     from transformers import AutoModelForCausalLM
 
     from rlpr.model.export import write_gguf
+    from rlpr.model.gguf_fields import fast_gguf_loading
     from rlpr.model.loading import embedded_gguf_path
 
     model, tokenizer = real_model
     write_gguf(model, tokenizer, tmp_path / "m.gguf", gguf_type, embedded_gguf_path())
     # the model's own config: transformers would parse the GGUF's 49k-token vocabulary once more for it (about 5 s);
     # reading the config from a GGUF is test_export.py's f32 case
-    exported = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32,
-                                                    config=model.config).eval()
+    with fast_gguf_loading():  # transformers' loader through the reader test_gguf_fields.py checks
+        exported = AutoModelForCausalLM.from_pretrained(tmp_path, gguf_file="m.gguf", dtype=torch.float32,
+                                                        config=model.config).eval()
     for question in ("What is the capital of France?", "What color is the sky?", "What is 2 + 3?"):
         text = tokenizer.apply_chat_template([{"role": "user", "content": question}], tokenize=False,
                                              add_generation_prompt=True)

@@ -7,12 +7,21 @@ fields sequentially from the header: about 0.1 s. Values come as GGUFReader's `f
 gives them (str, int, float, bool, lists of them), with the value type and, for arrays, the item type,
 so that `GGUFWriter.add_key_value` writes them back unchanged. Little-endian GGUF v2/v3 only (what
 llama.cpp writes); anything else raises ValueError, and callers fall back to gguf.GGUFReader.
+
+Where a whole GGUFReader is needed (transformers' GGUF loader reads the tensors through one),
+`plain_reader` builds it over a plain ndarray view of the file instead of a np.memmap (whose
+Python-level slicing is most of the reader's time: 4.3 -> 1.0 s for the embedded model, the same
+fields and tensors), and `fast_gguf_loading` hands transformers one such reader per file for a
+whole conversion (it built three: tokenizer, config, weights) and one tensor-name table.
 """
 
 from __future__ import annotations
 
 import mmap
+import os
 import struct
+from contextlib import contextmanager
+from functools import lru_cache
 from pathlib import Path
 from typing import Any, NamedTuple
 
@@ -96,3 +105,61 @@ class _Reader:
             values = [self.array(self.unpack("<I"), self.unpack("<Q"), decode) for _ in range(n)]
             return values if decode else None
         raise ValueError(f"unknown GGUF array item type {item}")
+
+
+@lru_cache(maxsize=1)
+def _plain_reader_class():
+    import numpy as np
+    from gguf.gguf_reader import GGUFReader  # its own module's name: one_reader_per_file replaces gguf's
+
+    class PlainReader(GGUFReader):
+        """gguf.GGUFReader whose `data` (the np.memmap its __init__ assigns) is kept as a plain
+        ndarray view of the same mapping: slicing it skips np.memmap's Python __getitem__ and
+        __array_finalize__, which the reader calls a few times per vocabulary entry."""
+
+        @property
+        def data(self):
+            return self._plain
+
+        @data.setter
+        def data(self, value):
+            self._plain = value.view(np.ndarray) if isinstance(value, np.memmap) else value
+
+    return PlainReader
+
+
+def plain_reader(path: str | os.PathLike, mode: str = "r"):
+    """A gguf.GGUFReader of `path` (same fields and tensors), built about 4x faster."""
+    return _plain_reader_class()(path, mode)
+
+
+@contextmanager
+def fast_gguf_loading():
+    """Within the block, transformers' GGUF loader reads each file once, faster, and maps tensor
+    names once: `gguf.GGUFReader(path)` (called for the tokenizer, the config and the weights)
+    returns one `plain_reader` per file (read-only ones shared), and `gguf.get_tensor_name_map`
+    (which it calls once per module of the model, rebuilding the same read-only table, ~20 ms each:
+    8 s for SmolLM2) one table per (architecture, blocks)."""
+    import gguf
+
+    reader_of, name_map_of = gguf.GGUFReader, gguf.get_tensor_name_map
+    readers, maps = {}, {}
+
+    def reader(path, mode="r"):
+        if mode != "r":  # a writable mapping is never shared
+            return plain_reader(path, mode)
+        key = os.path.realpath(path)
+        if key not in readers:
+            readers[key] = plain_reader(path)
+        return readers[key]
+
+    def name_map(arch, n_blocks):
+        if (arch, n_blocks) not in maps:
+            maps[arch, n_blocks] = name_map_of(arch, n_blocks)
+        return maps[arch, n_blocks]
+
+    gguf.GGUFReader, gguf.get_tensor_name_map = reader, name_map
+    try:
+        yield
+    finally:
+        gguf.GGUFReader, gguf.get_tensor_name_map = reader_of, name_map_of
