@@ -267,6 +267,35 @@ def test_lora_adapts_every_linear_layer_and_syncs_the_merged_weights(family, fam
         assert torch.allclose(ours[k], merged[k], atol=1e-6, rtol=0), k
 
 
+@pytest.mark.parametrize("family", FAMILIES)
+def test_the_rollout_copy_built_without_random_init_equals_a_from_config_build(family, family_dir):
+    """plain_copy skips from_config's random draws (the sync overwrites them): after the same sync, its
+    parameters and buffers (rotary frequencies, embedding scales) equal a normally built copy's, tied
+    weights are tied alike, and the logits agree."""
+    from transformers import AutoModelForCausalLM
+
+    from rlpr.rollout.hf import plain_copy
+
+    model, _ = load_model(family_dir(family))
+    ours = plain_copy(model, torch.bfloat16)
+    theirs = AutoModelForCausalLM.from_config(copy.deepcopy(model.config), dtype=torch.bfloat16).eval()
+    for built in (ours, theirs):
+        target = built.state_dict()
+        with torch.no_grad():
+            for name, value in model.state_dict().items():
+                target[name].copy_(value.to(target[name].dtype))
+    assert ours.state_dict().keys() == theirs.state_dict().keys()
+    for (name, a), (_, b) in zip([*ours.named_parameters(), *ours.named_buffers()],
+                                 [*theirs.named_parameters(), *theirs.named_buffers()]):
+        assert a.dtype == b.dtype and torch.equal(a, b), name
+    tied = [m.get_input_embeddings().weight.data_ptr() == m.get_output_embeddings().weight.data_ptr()
+            for m in (ours, theirs)]
+    assert tied[0] == tied[1] == bool(model.config.tie_word_embeddings)
+    ids = torch.tensor([[1, 2, 3, 4, 5, 6, 7, 8]])
+    with torch.no_grad():
+        assert torch.equal(ours(input_ids=ids).logits, theirs(input_ids=ids).logits)
+
+
 def test_rlpr_plan_counts_the_adapter_training_builds(family_dir):
     """`rlpr plan` resolves the LoRA targets as training does: Phi-3's fused layers are counted."""
     from rlpr.config import ModelConfig, load_config

@@ -58,12 +58,17 @@ class RolloutEngine(Protocol):
 
 def plain_copy(lm, dtype: torch.dtype, device: torch.device | str = "cpu"):
     """A frozen, adapter-free model of the same architecture on `device` (weights are filled by
-    `sync`)."""
+    `sync`). Its weights are not drawn at random first (`no_init_weights`: 2.3 s of a CPU demo's
+    start for SmolLM2, all overwritten by `sync`); the buffers its modules compute when built
+    (rotary frequencies, embedding scales) are kept, and tied weights are tied as `from_config`
+    ties them (tests/test_model_families.py compares both builds on every family)."""
     from transformers import AutoModelForCausalLM
+    from transformers.initialization import no_init_weights
 
     config = copy.deepcopy(lm.config)
-    with torch.device(device):  # built in place: no CPU copy of a GPU model's weights
+    with torch.device(device), no_init_weights():  # built in place: no CPU copy of a GPU model's weights
         model = AutoModelForCausalLM.from_config(config, dtype=dtype)
+    model.tie_weights()  # init_weights, skipped above, also ties
     model.get_output_embeddings().register_forward_pre_hook(_contiguous_reduced_precision_input)
     return model.eval().requires_grad_(False)
 
