@@ -110,7 +110,7 @@ class _Reader:
 @lru_cache(maxsize=1)
 def _plain_reader_class():
     import numpy as np
-    from gguf.gguf_reader import GGUFReader  # its own module's name: one_reader_per_file replaces gguf's
+    from gguf.gguf_reader import GGUFReader  # its own module's name: fast_gguf_loading replaces gguf's
 
     class PlainReader(GGUFReader):
         """gguf.GGUFReader whose `data` (the np.memmap its __init__ assigns) is kept as a plain

@@ -23,9 +23,9 @@ import torch
 
 from rlpr.errors import (PARSE_ERRORS, ModelError, error_reason, normal_modes, owned_temporary_prefix,
                          parse_error_reason, remove_leftovers, write_failure, write_failure_reason)
-from rlpr.model.gguf_fields import fast_gguf_loading
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
+from rlpr.model.gguf_fields import fast_gguf_loading
 
 log = logging.getLogger(__name__)
 
