@@ -461,3 +461,23 @@ def test_a_full_or_read_only_disk_under_any_command_is_one_line(monkeypatch, cap
     monkeypatch.setattr(cli, "cmd_config", bug)
     with pytest.raises(OSError):
         cli.main(["config"])
+
+
+@pytest.mark.parametrize("damage", ["cut", "garbage"])
+def test_a_cut_or_corrupt_gguf_is_one_line_for_train_and_plan(tiny_model, tokenizer, tmp_path, capsys, monkeypatch,
+                                                                  damage):
+    """A `.gguf` model.path that is cut short or is not a GGUF inside: transformers' readers raised
+    struct.error (and the like) through the conversion as a traceback; now one line naming the file."""
+    from rlpr.model.export import write_gguf
+
+    monkeypatch.setenv("RLPR_CACHE_DIR", str(tmp_path / "cache"))
+    whole = tmp_path / "whole.gguf"
+    write_gguf(tiny_model, tokenizer, whole, "f32")
+    bad = tmp_path / f"{damage}.gguf"
+    bad.write_bytes(whole.read_bytes()[:300_000] if damage == "cut" else b"GGUF\x03\x00\x00\x00" + b"\xff" * 64)
+    assert main(["train", f"model.path={bad}", f"trainer.output_dir={tmp_path / 'runs'}", "trainer.max_steps=1"]) == 2
+    err = one_error_line(capsys)
+    assert f"{bad}: cannot read it as a GGUF model" in err
+    assert not any((tmp_path / "cache" / "models").glob("*/config.json"))  # no half-converted copy
+    assert main(["plan", f"model.path={bad}"]) == 2
+    assert f"{bad}: cannot read the GGUF metadata" in one_error_line(capsys)

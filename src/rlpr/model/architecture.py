@@ -63,13 +63,13 @@ def _gguf_config(gguf: Path, cache: Path):
         return _read_config_json(cached)
     from transformers import AutoConfig
 
-    from rlpr.model.gguf_fields import fast_gguf_loading
+    from rlpr.model.gguf_fields import GGUF_READ_ERRORS, fast_gguf_loading, gguf_read_reason
 
     try:
         with fast_gguf_loading():  # its faster reader (4.3 -> 1.0 s for the embedded model)
             return AutoConfig.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    except (OSError, ValueError, KeyError, TypeError) as e:
-        raise ModelError(f"{gguf}: cannot read the GGUF metadata ({type(e).__name__}: {error_reason(e)})") from None
+    except GGUF_READ_ERRORS as e:
+        raise ModelError(f"{gguf}: cannot read the GGUF metadata ({gguf_read_reason(e)})") from None
 
 
 # The fields that shape the memory: positive whole numbers (a hostile config.json with "abc" or 0

@@ -25,7 +25,7 @@ from rlpr.errors import (PARSE_ERRORS, ModelError, error_reason, normal_modes, o
                          parse_error_reason, remove_leftovers, write_failure, write_failure_reason)
 from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
                                          list_checkpoints, saved_weights)
-from rlpr.model.gguf_fields import fast_gguf_loading
+from rlpr.model.gguf_fields import GGUF_READ_ERRORS, fast_gguf_loading, gguf_read_reason
 
 log = logging.getLogger(__name__)
 
@@ -125,8 +125,11 @@ def _convert_gguf(gguf: Path, target: Path) -> None:
     log.info("converting %s to fp32 safetensors in %s (once)", gguf.name, target)
     quiet_deepspeed_accelerator()
     with _quiet_gguf_reader(), fast_gguf_loading():  # one GGUF read instead of three slow ones
-        tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        try:
+            tokenizer = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
+            model = AutoModelForCausalLM.from_pretrained(gguf.parent, gguf_file=gguf.name, dtype=torch.float32)
+        except GGUF_READ_ERRORS as e:  # a cut or corrupt file: the readers' own errors, not a traceback
+            raise ModelError(f"{gguf}: cannot read it as a GGUF model ({gguf_read_reason(e)})") from None
     clear_quantized_marker(model)
     target.parent.mkdir(parents=True, exist_ok=True)
     remove_leftovers(target.parent, f".{target.name}.tmp-*", "conversion", log)  # a killed conversion's copy
