@@ -1,5 +1,7 @@
-"""The judge client against real `rlpr serve` processes (slow, flaky, error fault modes), the
-server's OpenAI-compatible API in-process, and `rlpr eval --judge-url` end to end.
+"""The judge client against real servers in the slow, flaky and error fault modes (flaky a real
+`rlpr serve` process, the other two the same server in this process: each process start costs
+about 8 s of imports), the server's OpenAI-compatible API in-process, and `rlpr eval --judge-url`
+end to end.
 
 The served judge is a "yes-man": a tiny Llama whose weights are edited so that greedy decoding
 always says " Yes", so verdicts are deterministic without a real model.
@@ -89,24 +91,33 @@ def model_dirs(tmp_path_factory, tokenizer, tiny_model):
 
 
 @pytest.fixture(scope="module")
-def servers(model_dirs, tmp_path_factory):
-    """Real `rlpr serve` processes, one per fault mode, started in parallel."""
+def servers(model_dirs, tmp_path_factory, tokenizer):
+    """One server per fault mode: flaky a real `rlpr serve` process (the command a user runs), slow
+    and error `make_server` in threads of this process, on the same yes-man."""
+    from rlpr.evaluation.serve import ChatGenerator, make_server
+    from rlpr.evaluation.serve_http import Faults
+
     logs = tmp_path_factory.mktemp("server_logs")
-    modes = {"slow": ["--fault-mode", "slow", "--fault-delay", "1.0"],
-             "flaky": ["--fault-mode", "flaky"], "error": ["--fault-mode", "error"]}
-    procs = {m: _start_server(model_dirs["judge"], logs / f"{m}.log", *a) for m, a in modes.items()}
+    proc = _start_server(model_dirs["judge"], logs / "flaky.log", "--fault-mode", "flaky")
+    in_process = {}
     try:
-        urls = {m: _wait_ready(p, logs / f"{m}.log") for m, p in procs.items()}
+        for mode, delay in (("slow", 1.0), ("error", 2.0)):
+            gen = ChatGenerator(yes_man(tokenizer), tokenizer, max_new_tokens=4)
+            server = in_process[mode] = make_server(gen, "judge", port=0, faults=Faults(mode, delay))
+            threading.Thread(target=server.serve_forever, daemon=True).start()
+        urls = {m: f"http://127.0.0.1:{s.server_address[1]}" for m, s in in_process.items()}
+        urls["flaky"] = _wait_ready(proc, logs / "flaky.log")
         yield {"urls": urls, "logs": logs}
     finally:
-        for p in procs.values():
-            p.terminate()
-        for p in procs.values():
-            try:
-                p.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                p.kill()
-            p.stdout.close()
+        for server in in_process.values():
+            server.shutdown()
+            server.server_close()
+        proc.terminate()
+        try:
+            proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+        proc.stdout.close()
 
 
 def _client(url, suffix="/v1", **kw) -> JudgeClient:

@@ -48,7 +48,8 @@ def scaled_down(model_dir, out, name):
             "trainer.micro_batch_tokens=192", "data.demo_train_size=16", "data.demo_val_size=4",
             "trainer.max_steps=2", "trainer.save_every=1", "trainer.eval_every=0", "trainer.lr=1e-4",
             "reward.invalid_fallback=free", "model.rollout_dtype=float32", "algorithm.filter_warmup_steps=1",
-            "algorithm.filter_init_steps=1", "trainer.tensorboard=false", "trainer.sample_every=0"]
+            "algorithm.filter_init_steps=1", "trainer.tensorboard=false", "trainer.sample_every=0",
+            "trainer.report=false"]  # the report's own tests draw it (test_report*.py): ~6 s of matplotlib
 
 
 @pytest.mark.parametrize("engine", ["hf", "vllm"])

@@ -288,7 +288,7 @@ def test_sigint_checkpoints_and_resume_finishes(tiny_dir, tmp_path):
     cmd = [sys.executable, "-m", "rlpr", "train", f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}",
            "trainer.name=sig", "trainer.max_steps=200", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=2",
            "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.val=", "model.threads=1",
-           "trainer.tensorboard=false"]
+           "trainer.tensorboard=false", "trainer.report=false"]
     proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):
