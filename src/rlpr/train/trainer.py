@@ -72,10 +72,11 @@ class Trainer:
 
     # -- set-up -----------------------------------------------------------------------------
     def _setup(self) -> None:
-        from rlpr.model.loading import load_model
+        from rlpr.model.loading import load_model, quiet_deepspeed_accelerator
 
         cfg = self.cfg
         cap_kernel_caches()
+        quiet_deepspeed_accelerator()  # a checkpoint's save_pretrained imports DeepSpeed (accelerate's unwrap)
         use_threads(cfg.model.threads, device=cfg.model.device)
         seed_everything(cfg.trainer.seed)  # the same on every rank: identical initial weights
         if dist.is_main():
