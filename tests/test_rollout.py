@@ -65,6 +65,46 @@ def test_shared_prefill_equals_plain_prefill(tiny_model, tokenizer):
     assert shared._shared_prefill(ids[[0, 2]], attn[[0, 2]], [0, 1]) is None  # nothing repeats: plain path
 
 
+def prompt_tokens_run(model):
+    """A forward pre-hook counting the query tokens of every forward with more than one (a prefill)."""
+    seen = []
+
+    def hook(module, args, kwargs):
+        ids = kwargs.get("input_ids")
+        if ids is not None and ids.shape[1] > 1:
+            seen.append(ids.numel())
+
+    return seen, model.register_forward_pre_hook(hook, with_kwargs=True)
+
+
+@pytest.mark.parametrize("budget", [None, 0])
+def test_a_prompt_prefilled_once_serves_the_later_passes(tiny_model, tokenizer, budget):
+    """reusing_prompts (the held-out evaluation: greedy, then k samples): the sampled pass starts from
+    the greedy pass's prompt prefills, no prompt forward of its own, and draws what it draws
+    without them (fp32), across chunks of other widths (batch 5: greedy 4 rows, then 3 chunks);
+    with a budget of 0 bytes nothing is kept and both passes prefill."""
+    ps = prompts(tokenizer, ["Capital of France?", "A much longer question about rivers and mountains?",
+                             "Why is the sky blue?", "2 + 2?"])
+    engine = HFRollout(tiny_model, tokenizer, torch.float32, batch_sequences=5)
+    greedy = engine.generate(ps, 1, max_new_tokens=8, temperature=0.0)
+    sampled = engine.generate(ps, 3, max_new_tokens=8, seeds=[1, 2, 3, 4])
+    seen, hook = prompt_tokens_run(engine.model)
+    try:
+        with engine.reusing_prompts(budget):
+            assert [r.token_ids for r in engine.generate(ps, 1, max_new_tokens=8, temperature=0.0)] == \
+                [r.token_ids for r in greedy]
+            first = len(seen)
+            assert [r.token_ids for r in engine.generate(ps, 3, max_new_tokens=8, seeds=[1, 2, 3, 4])] == \
+                [r.token_ids for r in sampled]
+        assert first == 1 and sum(seen) == 4 * (max(map(len, ps)) - 1) if budget is None else len(seen) > first
+        assert engine._prompts is None  # freed with the block
+        seen.clear()
+        engine.generate(ps, 3, max_new_tokens=2, seeds=[1, 2, 3, 4])
+        assert seen  # outside the block every call prefills
+    finally:
+        hook.remove()
+
+
 def test_greedy_matches_hf_greedy(engine, tiny_model, tokenizer):
     ps = prompts(tokenizer, ["Hello?"])
     ours = engine.generate(ps, 1, max_new_tokens=8, temperature=0.0)[0]

@@ -38,7 +38,8 @@ from rlpr.parallel.memory_activations import (  # noqa: F401 (re-exported: rlpr.
     LOGIT_CHUNK, SOFTMAX_ROWS, MicroBatch, _full_layer_bytes, _layer_saved_per_kv, _layer_saved_per_token,
     _mask_bytes, _no_grad_bytes, activations, fsdp_update_gathers, micro_batch, scoring, weight_casts)
 from rlpr.parallel.memory_rollout import (  # noqa: F401 (re-exported)
-    decode_working_set, kept_caches, kv_cache, rollout_copy, rollout_kv_rows, sync_transient, vllm_engine)
+    decode_working_set, kept_caches, kv_cache, prompt_prefills, rollout_copy, rollout_kv_rows, sync_transient,
+    vllm_engine)
 from rlpr.parallel.memory_setup import keeps_caches, setup_from_config  # noqa: F401 (re-exported)
 from rlpr.parallel.memory_states import (  # noqa: F401 (re-exported)
     CPU_RUNTIME_BYTES, CUDA_RUNTIME_BYTES, DEEPSPEED_BUCKET_ELEMENTS, gradients, lagged_copy, optimizer_states,
@@ -52,7 +53,7 @@ def plan(arch: Architecture, s: Setup) -> Plan:
     terms: list[Term | None] = [runtime(s), weights(arch, s), *optimizer_states(arch, s), reference_copy(arch, s),
                                 lagged_copy(arch, s), rollout_copy(arch, s), *vllm_engine(arch, s),
                                 sync_transient(arch, s), kv_cache(arch, s), *kept_caches(arch, s),
-                                decode_working_set(arch, s),
+                                prompt_prefills(arch, s), decode_working_set(arch, s),
                                 *scoring(arch, s), *gradients(arch, s), optimizer_step(arch, s),
                                 *fsdp_update_gathers(arch, s), weight_casts(arch, s), *activations(arch, s)]
     return Plan(arch, s, [t for t in terms if t is not None])

@@ -71,6 +71,21 @@ def kept_caches(arch: Architecture, s: Setup) -> list[Term]:
                  f"{s.scoring_tokens} tok x {past / 1024:.0f} KiB/tok")]
 
 
+def prompt_prefills(arch: Architecture, s: Setup) -> Term | None:
+    """A held-out evaluation with samples keeps each prompt's prefill from its greedy pass for the
+    sampled one (rlpr/rollout/prompt_prefill.py): questions x prompt tokens x 2 x layers x kv_heads x
+    head_dim x the rollout dtype's bytes, at most its budget, while the evaluation runs."""
+    from rlpr.rollout.prompt_prefill import BUDGET_BYTES
+
+    if s.engine != "hf" or not (s.eval_questions and s.eval_samples):
+        return None
+    per = arch.kv_bytes_per_token(s.rollout_bytes)
+    b = min(BUDGET_BYTES, s.eval_questions * s.prompt_tokens * per)
+    return Term("kept prompt prefills (held-out evaluation)", b, ("rollout", "scoring"),
+                f"min({s.eval_questions} prompts x {s.prompt_tokens} tok x {per / 1024:.0f} KiB/tok, "
+                f"{BUDGET_BYTES / 2**20:.0f} MiB)")
+
+
 def decode_working_set(arch: Architecture, s: Setup) -> Term | None:
     """Decoding's temporaries: the prefill of the distinct prompts (a no-grad forward, see
     `no_grad_working_set`) or, per new token, its logits and the sampler's fp32 copies (softmax,

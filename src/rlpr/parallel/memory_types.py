@@ -94,6 +94,7 @@ class Setup:
     round_rows: int = 64  # sequences one process rolls out and scores per rollout round
     eval_rows: int = 0  # sequences decoded together per process (held-out evaluation; 0: none)
     eval_questions: int = 0  # held-out questions per process (their greedy responses are scored)
+    eval_samples: int = 0  # trainer.eval_samples (their pass starts from the greedy pass's prompt prefills)
     keep_caches: bool = False  # reward.score_b_from_cache resolved on: the rollout's caches kept for score B
     eval_response_tokens: int = 256
     micro_rows: int = 8  # trainer.micro_batch_sequences

@@ -74,6 +74,14 @@ def keeping_caches(engine, on: bool = True):
     return keeping(on) if on and keeping is not None else nullcontext()
 
 
+def reusing_prompts(engine):
+    """A block in which `engine.generate` computes each prompt's prefill once across calls
+    (`HFRollout.reusing_prompts`: the held-out evaluation's greedy, then sampled, pass); a no-op for
+    an engine without it (vllm's prefix cache does this by itself)."""
+    reusing = getattr(engine, "reusing_prompts", None)
+    return reusing() if reusing is not None else nullcontext()
+
+
 def build_engine(policy, tokenizer, rollout, dtype: torch.dtype):
     """The rollout engine named by `rollout.engine` (a `RolloutConfig`), synced to `policy`.
 

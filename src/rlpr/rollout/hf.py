@@ -230,7 +230,9 @@ class HFRollout:
         # keep each response's KV cache on its Rollout (score B from the cache): set by the trainer
         # when reward.score_b_from_cache resolves on; `can_keep`: this loop and model support it
         self.keep_caches = False
-        self.can_keep = self._decode.keeps and full_attention_cache(self.model)
+        self.full_attention = full_attention_cache(self.model)  # every cache layer holds every position
+        self.can_keep = self._decode.keeps and self.full_attention
+        self._prompts = None  # `reusing_prompts`: the prompt prefills kept across generate calls
         self.sync(policy)
 
     def sleep(self) -> None:
@@ -247,11 +249,30 @@ class HFRollout:
         finally:
             self.keep_caches = before
 
+    @contextlib.contextmanager
+    def reusing_prompts(self, budget_bytes: int | None = None):
+        """Within the block, each prompt's prefill is computed once and reused by later `generate`
+        calls on the same prompt (rollout/prompt_prefill.py: the held-out evaluation's greedy pass,
+        then its sampled one), up to `budget_bytes` of keys and values (default BUDGET_BYTES).
+        Nothing changes where the prefill is not shared (rollout.share_prefill=false) or the model's
+        cache is not plain full attention. Leaving the block frees them; `sync` does too."""
+        from rlpr.rollout.prompt_prefill import BUDGET_BYTES, PromptPrefills
+
+        before = self._prompts
+        on = self.share_prefill and self.full_attention
+        self._prompts = PromptPrefills(BUDGET_BYTES if budget_bytes is None else budget_bytes) if on else None
+        try:
+            yield
+        finally:
+            self._prompts = before
+
     @torch.no_grad()
     def sync(self, policy, weights=None) -> None:
         """Copy the current policy weights (LoRA merged) into the sampling model. `weights`: the
         (name, tensor) pairs to copy instead, consumed one at a time (a sharded policy's, gathered
         layer by layer: `sharding.FullySharded.full_weights`)."""
+        if self._prompts is not None:  # computed by the weights being replaced
+            self._prompts = type(self._prompts)(self._prompts.budget)
         target = self.model.state_dict()
         seen = set()
         for name, tensor in (merged_weights(policy).items() if weights is None else weights):
@@ -299,7 +320,8 @@ class HFRollout:
             if temperature > 0 else None
         ids, attn = ids.to(self.model.device), attn.to(self.model.device)
         capacity = width + max_new_tokens if self._decode.preallocated else 0
-        cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity) if self.share_prefill else None
+        cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity, [p for _, _, p in chunk]) \
+            if self.share_prefill else None
         keep = KeptCaches.for_batch([len(p) for _, _, p in chunk], width, (eos, *self.ends), self.model.device) \
             if self.keep_caches and self.can_keep else None
         more = {"keep": keep} if keep is not None else {}
@@ -316,7 +338,8 @@ class HFRollout:
             out.append(Rollout(i, tokens, text, finished, cache=keep.row(r, p, tokens) if keep is not None else None))
         return out
 
-    def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0):
+    def _shared_prefill(self, ids: torch.Tensor, attn: torch.Tensor, prompt_of_row: list[int], capacity: int = 0,
+                        prompts: list[list[int]] | None = None):
         """The KV cache of every prompt but its last token, computed once per distinct prompt and
         repeated for its rows (None when no prompt repeats). The decode loop (or `generate`) then
         runs only the last prompt token, for all rows, and samples as usual.
@@ -325,21 +348,31 @@ class HFRollout:
         times (32 x 93 tokens: 1.5 s of a 7-10 s demo rollout; 4 x 93: 0.25 s). The rows keep their
         padding and positions, so the result equals the plain path up to float rounding of
         different matmul shapes (tests/test_rollout.py). With `capacity`, the cache is preallocated
-        for that many positions (`decode.preallocated_cache`)."""
+        for that many positions (`decode.preallocated_cache`). Within `reusing_prompts` (`prompts`:
+        each row's token ids) the prefill is split also where no prompt repeats, its prompts are
+        kept, and a batch of prompts all kept starts from them without a forward."""
         from rlpr.rollout.decode import preallocated_cache
 
         firsts: dict[int, int] = {}
         for r, i in enumerate(prompt_of_row):
             firsts.setdefault(i, r)
-        if len(firsts) == len(prompt_of_row) or ids.shape[1] < 2:
+        kept = self._prompts if prompts is not None else None
+        if (len(firsts) == len(prompt_of_row) and kept is None) or ids.shape[1] < 2:
             return None
         slot = {i: k for k, i in enumerate(firsts)}  # prompt -> its row in the prefill batch
         unique = torch.tensor(list(firsts.values()), device=ids.device)
         rows = torch.tensor([slot[i] for i in prompt_of_row], device=ids.device)
         head_ids, head_mask = ids[unique, :-1], attn[unique, :-1]
-        cache = preallocated_cache(self.model.config, capacity) if capacity else None
-        out = self.model(input_ids=head_ids, attention_mask=head_mask, position_ids=position_ids_from_mask(head_mask),
-                         **cache_kwargs(self.model, cache), use_cache=True, logits_to_keep=1)
-        cache = output_cache(out)
+        heads = [prompts[r] for r in firsts.values()] if kept is not None else []
+        if kept is not None and kept.has(heads):
+            cache = kept.cache(self.model.config, heads, head_ids.shape[1], capacity)
+        else:
+            cache = preallocated_cache(self.model.config, capacity) if capacity else None
+            out = self.model(input_ids=head_ids, attention_mask=head_mask,
+                             position_ids=position_ids_from_mask(head_mask), **cache_kwargs(self.model, cache),
+                             use_cache=True, logits_to_keep=1)
+            cache = output_cache(out)
+            if kept is not None:
+                kept.keep(cache, heads)
         cache.reorder_cache(rows)  # an index_select per layer: row r gets its prompt's keys/values
         return cache

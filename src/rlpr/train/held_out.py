@@ -4,13 +4,14 @@ standard errors, and the before -> after report printed when a run ends."""
 from __future__ import annotations
 
 import logging
+from contextlib import nullcontext
 
 import torch
 
 from rlpr.evaluation.metrics import binomial_se
 from rlpr.model.memory import release_memory
 from rlpr.parallel import distributed as dist
-from rlpr.rollout.engines import keeping_caches
+from rlpr.rollout.engines import keeping_caches, reusing_prompts
 
 log = logging.getLogger("rlpr.train")
 
@@ -47,34 +48,36 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     engine.sync(trainer.policy, trainer.strategy.full_weights(trainer.policy))  # under fsdp layer by layer
     prompts = trainer.val_prompts
     max_new = cfg.trainer.eval_max_new_tokens or cfg.rollout.max_new_tokens
-    with keeping_caches(engine, trainer.keep_caches):  # score B continues the greedy responses' caches
-        rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
-    release_memory()
-    if score:
-        rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
+    # with samples, their pass starts from the greedy pass's prompt prefills (engines.reusing_prompts)
+    with reusing_prompts(engine) if k else nullcontext():
+        with keeping_caches(engine, trainer.keep_caches):  # score B continues the greedy responses' caches
+            rollouts = engine.generate([p.token_ids for p in prompts], 1, max_new_tokens=max_new, temperature=0.0)
         release_memory()
-        correct = [bool(o.correct) for o in rewards]
-    else:  # the verdicts trainer.score would attach
-        rewards = []
-        owners = [prompts[r.prompt_index] for r in rollouts]
-        correct = [grade_example(p.example, p.response_text(r.text)).correct for p, r in zip(owners, rollouts)]
-    kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
-    for r, c in zip(rollouts, correct):
-        p = prompts[r.prompt_index]
-        kept[r.prompt_index] = {"prompt": p, "greedy": p.response_text(r.text), "greedy_correct": c,
-                                "samples": [], "samples_correct": []}
-    sampled_right = sampled_any = 0.0
-    if k:
-        samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
-                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                  seeds=[EVAL_SEED + p.index for p in prompts])
-        release_memory()
-        for i, p in enumerate(prompts):
-            texts = [p.response_text(r.text) for r in samples[i * k:(i + 1) * k]]
-            right = [grade_example(p.example, text).correct for text in texts]
-            sampled_right += sum(right) / k
-            sampled_any += any(right)
-            kept[i]["samples"], kept[i]["samples_correct"] = texts, right
+        if score:
+            rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
+            release_memory()
+            correct = [bool(o.correct) for o in rewards]
+        else:  # the verdicts trainer.score would attach
+            rewards = []
+            owners = [prompts[r.prompt_index] for r in rollouts]
+            correct = [grade_example(p.example, p.response_text(r.text)).correct for p, r in zip(owners, rollouts)]
+        kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
+        for r, c in zip(rollouts, correct):
+            p = prompts[r.prompt_index]
+            kept[r.prompt_index] = {"prompt": p, "greedy": p.response_text(r.text), "greedy_correct": c,
+                                    "samples": [], "samples_correct": []}
+        sampled_right = sampled_any = 0.0
+        if k:
+            samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
+                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                      seeds=[EVAL_SEED + p.index for p in prompts])
+            release_memory()
+            for i, p in enumerate(prompts):
+                texts = [p.response_text(r.text) for r in samples[i * k:(i + 1) * k]]
+                right = [grade_example(p.example, text).correct for text in texts]
+                sampled_right += sum(right) / k
+                sampled_any += any(right)
+                kept[i]["samples"], kept[i]["samples_correct"] = texts, right
     if responses is not None:
         responses.extend(kept)
     local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
