@@ -55,12 +55,16 @@ NO_REPORT = "trainer.report=false"
 
 
 def tiny_cfg(tiny_dir, out, name, *extra):
+    """A tiny in-process run's config. Its threads are pinned: `model.threads=0` picks them from the
+    machine's load at each start (rlpr/parallel/threads.py), and runs compared bit for bit (straight
+    against resumed) then summed in another order whenever the load changed between them."""
     return load_config("demo", [
         f"model.path={tiny_dir}", f"trainer.output_dir={out}", f"trainer.name={name}",
         "rollout.max_new_tokens=8", "rollout.responses_per_prompt=4", "trainer.prompts_per_step=4",
         "trainer.mini_batch_prompts=2", "trainer.micro_batch_sequences=3", "data.demo_train_size=40",
         "data.demo_val_size=4", "trainer.progress=false", "trainer.tensorboard=false", NO_REPORT,
-        "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", *extra])
+        "algorithm.filter_warmup_steps=2", "algorithm.filter_init_steps=1", "trainer.lr=1e-3", "model.threads=2",
+        *extra])
 
 
 def adapter_tensors(run_dir):

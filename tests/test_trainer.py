@@ -165,7 +165,7 @@ def test_a_resume_keeps_the_threads_the_run_was_saved_with(tiny_dir, tmp_path, m
     import rlpr.parallel.threads as threads
     from rlpr.train.checkpoint import resume_config
 
-    full = ["model.lora=false", "trainer.lr=1e-4", "data.val=", "trainer.save_every=2"]
+    full = ["model.lora=false", "trainer.lr=1e-4", "data.val=", "trainer.save_every=2", "model.threads=0"]
     monkeypatch.setattr(threads, "choose_threads", lambda *a: (2, None))  # an idle machine: 2 threads
     train(tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=3", *full))
     train(tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", *full))
