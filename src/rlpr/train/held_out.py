@@ -56,28 +56,29 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
         if score:
             rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
             release_memory()
-            correct = [bool(o.correct) for o in rewards]
-        else:  # the verdicts trainer.score would attach
-            rewards = []
-            owners = [prompts[r.prompt_index] for r in rollouts]
-            correct = [grade_example(p.example, p.response_text(r.text)).correct for p, r in zip(owners, rollouts)]
-        kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
-        for r, c in zip(rollouts, correct):
-            p = prompts[r.prompt_index]
-            kept[r.prompt_index] = {"prompt": p, "greedy": p.response_text(r.text), "greedy_correct": c,
-                                    "samples": [], "samples_correct": []}
-        sampled_right = sampled_any = 0.0
-        if k:
-            samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
-                                      temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
-                                      seeds=[EVAL_SEED + p.index for p in prompts])
-            release_memory()
-            for i, p in enumerate(prompts):
-                texts = [p.response_text(r.text) for r in samples[i * k:(i + 1) * k]]
-                right = [grade_example(p.example, text).correct for text in texts]
-                sampled_right += sum(right) / k
-                sampled_any += any(right)
-                kept[i]["samples"], kept[i]["samples_correct"] = texts, right
+        samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
+                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                  seeds=[EVAL_SEED + p.index for p in prompts]) if k else []
+    if score:
+        correct = [bool(o.correct) for o in rewards]
+    else:  # the verdicts trainer.score would attach
+        rewards = []
+        owners = [prompts[r.prompt_index] for r in rollouts]
+        correct = [grade_example(p.example, p.response_text(r.text)).correct for p, r in zip(owners, rollouts)]
+    kept: list[dict] = [{} for _ in prompts]  # per question (rollouts[j].prompt_index is its position)
+    for r, c in zip(rollouts, correct):
+        p = prompts[r.prompt_index]
+        kept[r.prompt_index] = {"prompt": p, "greedy": p.response_text(r.text), "greedy_correct": c,
+                                "samples": [], "samples_correct": []}
+    sampled_right = sampled_any = 0.0
+    if k:
+        release_memory()
+        for i, p in enumerate(prompts):
+            texts = [p.response_text(r.text) for r in samples[i * k:(i + 1) * k]]
+            right = [grade_example(p.example, text).correct for text in texts]
+            sampled_right += sum(right) / k
+            sampled_any += any(right)
+            kept[i]["samples"], kept[i]["samples_correct"] = texts, right
     if responses is not None:
         responses.extend(kept)
     local = [sum(o.reward for o in rewards), sum(o.score_b for o in rewards), sum(correct),
