@@ -129,10 +129,10 @@ def comparable(metrics):
 
 
 def test_straight_run_equals_interrupted_and_resumed_run(tiny_dir, tmp_path):
-    # both runs on 2 threads, whatever the load when each starts (the test below: the resume keeps them)
-    straight = tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=4", "data.val=", "model.threads=2")
+    # both runs on tiny_cfg's 2 threads, whatever the load when each starts (the test below: the resume keeps them)
+    straight = tiny_cfg(tiny_dir, tmp_path, "straight", "trainer.max_steps=4", "data.val=")
     train(straight)
-    first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=", "model.threads=2")
+    first = tiny_cfg(tiny_dir, tmp_path, "resumed", "trainer.max_steps=2", "data.val=")
     train(first)
     from rlpr.train.checkpoint import resume_config
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 STRING, ARRAY = 8, 9
+SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 # What gguf's and transformers' GGUF readers (and read_fields) raise on a cut, corrupt or hostile file:
 # struct and numpy errors, sizes past the end, unknown value types or architectures, absurd counts
 GGUF_READ_ERRORS = (ValueError, struct.error, KeyError, IndexError, TypeError, OverflowError, EOFError,
@@ -39,7 +40,6 @@ def gguf_read_reason(e: BaseException) -> str:
     if isinstance(e, struct.error):  # the header's sizes point past the end of the file
         return "cut short, or not a GGUF file"
     return f"{type(e).__name__}: {parse_error_reason(e)}"
-SCALARS = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
 
 
 class Field(NamedTuple):
