@@ -6,7 +6,7 @@ import torch
 
 from rlpr.config import load_config
 from rlpr.model.loading import load_model
-from rlpr.model.precision import frozen_linear_weights_in
+from rlpr.model.precision import frozen_linear_weights_in, update_autocast, update_precision
 from rlpr.train.setup import build_policy
 from rlpr.train.trainer import train
 
@@ -38,6 +38,41 @@ def test_training_with_bf16_frozen_weights_equals_per_forward_casts(tiny_dir, tm
     assert any("lora_B" in k and v.abs().sum() > 0 for k, v in runs["true"].items())
     for k in runs["true"]:
         torch.testing.assert_close(runs["true"][k], runs["false"][k], rtol=0, atol=0)
+
+
+@pytest.mark.parametrize("dropout", [0.0, 0.5])
+def test_lora_inputs_left_in_bf16_under_autocast_change_no_gradient(tiny_dir, dropout):
+    """update_precision skips peft's cast of each adapter's input to fp32 (autocast casts it back):
+    the loss and every adapter gradient bit-identical to update_autocast's (with dropout too, same seed),
+    the cast disabled only inside the block and only under autocast."""
+    from peft.tuners.tuners_utils import BaseTunerLayer
+
+    cfg = load_config("demo", [f"model.path={tiny_dir}", f"model.lora_dropout={dropout}"])
+    policy = build_policy(cfg, load_model(tiny_dir)[0]).train()
+    ids = torch.randint(0, 100, (3, 12))
+    cpu = torch.device("cpu")
+
+    def grads(context):
+        policy.zero_grad(set_to_none=True)
+        torch.manual_seed(0)
+        with context:
+            loss = policy(input_ids=ids).logits.float().logsumexp(-1).mean()
+            loss.backward()
+        return loss.detach(), {n: p.grad.clone() for n, p in policy.named_parameters() if p.grad is not None}
+
+    def casting():
+        return {m.cast_input_dtype_enabled for m in policy.modules() if isinstance(m, BaseTunerLayer)}
+
+    loss_cast, cast = grads(update_autocast("bf16", cpu))
+    with update_precision(policy, "bf16", cpu):
+        assert casting() == {False}
+    with update_precision(policy, "none", cpu):
+        assert casting() == {True}  # fp32 weights and inputs: nothing to skip
+    loss_kept, kept = grads(update_precision(policy, "bf16", cpu))
+    assert casting() == {True}
+    assert torch.equal(loss_cast, loss_kept) and cast.keys() == kept.keys() and any("lora_A" in n for n in cast)
+    for n in cast:
+        assert torch.equal(cast[n], kept[n]), n
 
 
 def test_auto_precision_follows_the_hardware(monkeypatch):

@@ -29,7 +29,7 @@ from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
 from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, resolve_mixed_precision,
-                                  resolve_rollout_dtype, update_autocast)
+                                  resolve_rollout_dtype, update_precision)
 from rlpr.parallel import distributed as dist
 from rlpr.parallel.sharding import make_strategy
 from rlpr.parallel.threads import use_threads
@@ -267,7 +267,7 @@ class Trainer:
 
     def _precision(self):
         """Autocast the update's forwards/backwards to bf16 when asked (master weights stay fp32)."""
-        return update_autocast(self.mixed_precision, self.device, self.strategy.autocast_cache)
+        return update_precision(self.policy, self.mixed_precision, self.device, self.strategy.autocast_cache)
 
     def _frozen_weights(self):
         """The frozen weights in bf16 for the whole update (see rlpr/model/precision.py); not under the
