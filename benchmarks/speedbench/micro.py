@@ -55,6 +55,7 @@ def run_micro(args) -> dict:
     from rlpr.reward.probability_reward import ProbabilityReward
     from rlpr.reward.scoring import _shared_prefix_groups
     from rlpr.reward.sequence import tokenize_scored
+    from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.hf import HFRollout
     from rlpr.train.setup import build_policy, load_examples_for
 
@@ -64,7 +65,9 @@ def run_micro(args) -> dict:
     n, batch = cfg.rollout.responses_per_prompt, 32
     prompts, _ = prepare_prompts(load_examples_for(cfg, "train")[:batch // n], tokenizer,
                                  cfg.data.max_prompt_tokens, cfg.data.prefill)
-    engine = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=batch)
+    # the copy's dtype as the trainer's `auto` picks it (bf16 capped to AVX2 would time the slow kernels)
+    dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, torch.device("cpu"))
+    engine = HFRollout(policy, tokenizer, dtype, batch_sequences=batch)
     reps, new = args.micro_reps, args.micro_new_tokens
 
     # (b) rollout throughput vs the decode floor
@@ -81,7 +84,7 @@ def run_micro(args) -> dict:
     floor = decode_matmul_floor(engine.model, batch, max(5, 4 * reps))
     per_step = (gen_s - prefill_s) / max(decode_steps - 1, 1)
     rollout = {
-        "batch": batch, "max_new_tokens": new, "dtype": "bfloat16", "generated_tokens": tokens,
+        "batch": batch, "max_new_tokens": new, "dtype": str(dtype).replace("torch.", ""), "generated_tokens": tokens,
         "decode_steps": decode_steps, "truncated_frac": sum(not r.finished for r in rollouts) / len(rollouts),
         "prompt_tokens_mean": mean(len(p.token_ids) for p in prompts),
         "generate_s": gen_s, "generate_s_all": gen_times, "prefill_plus_one_token_s": prefill_s,

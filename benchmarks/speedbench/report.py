@@ -156,15 +156,18 @@ def add_notes(res: dict, args) -> None:
                  "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
                  "and each response's reference tail (o' after its longest common prefix with those); "
                  "benchmarks/step_tokens.py.")
+    copy = res.get("rlpr", {}).get("rollout_dtype", "bfloat16")
+    update = res.get("rlpr", {}).get("mixed_precision", "bf16")
+    update_text = "under torch.autocast bf16" if update == "bf16" else "in fp32 (no autocast)"
     notes.append("rlpr's 'other' = step time not in rollout/reward/update: syncing the merged LoRA weights "
-                 "into the bf16 rollout copy, advantages, metrics. reward_other = parsing and building o'.")
+                 f"into the {copy} rollout copy, advantages, metrics. reward_other = parsing and building o'.")
     if "trl" in res:
         tr = res["trl"]
         gen_ac = tr["generation_autocast_bf16"]
         notes.append(f"TRL generation autocast to bf16 observed: {gen_ac} (TRL on CPU generates with its training "
                      f"model, {args.trl_model_dtype} weights and the LoRA adapter unmerged; rlpr generates on a merged "
-                     "bf16 copy). TRL's loss forward/backward run under accelerate's bf16 autocast "
-                     f"(bf16={args.trl_bf16}); rlpr's update under torch.autocast bf16: equivalent.")
+                     f"{copy} copy). TRL's loss forward/backward: bf16={args.trl_bf16} (accelerate's bf16 autocast "
+                     f"when True); rlpr's update {update_text}.")
         notes.append("TRL's 'other' = everything but generation and the reward forwards: tokenisation, the "
                      "4 micro-batch forward/backward passes, optimizer step. rlpr runs each prompt's 8 responses "
                      "with the prompt once (share_prompt_prefix); TRL runs 8 padded prompt+completion rows.")
@@ -180,7 +183,7 @@ def add_notes(res: dict, args) -> None:
                      "projected through the 49k-vocabulary head. rlpr's path shares each prompt across its "
                      "group (tokens_run_with_prefix_sharing) and projects only reference positions.")
         notes.append("Micro (b): ceiling = batch 32 / time of one pass of F.linear over all nn.Linear weights of "
-                     "the bf16 rollout model (30 x q/k/v/o/gate/up/down + lm_head) on [32, 1, in_features] "
+                     "the rollout model (in its dtype: bf16 where `auto` picks it; 30 x q/k/v/o/gate/up/down + lm_head) on [32, 1, in_features] "
                      "inputs: the weight-streaming floor of a decode step, without attention over the KV cache, "
                      "norms, sampling or Python overhead. pct_of_ceiling uses real generated tokens/s (rows that "
                      "hit EOS early count only their tokens) including the prompt prefill; "

@@ -148,6 +148,7 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
     out = {"overrides": overrides, "steps": steps, "mean": summary, "setup_s": setup_s,
            "score_b_from_cache": cfg.reward.score_b_from_cache, "configured_path": "cache" if configured else "recomputed",
            "rollout_dtype": str(trainer.engine.model.dtype).replace("torch.", ""),
+           "mixed_precision": trainer.mixed_precision,  # the update's, as trainer.mixed_precision=auto resolved
            "torch_threads": torch.get_num_threads()}
     if not args.skip_eval:
         print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)
