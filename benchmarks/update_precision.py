@@ -59,16 +59,16 @@ def demo_samples(steps: int, workdir: Path, max_new_tokens: int):
     return trainer, seen["samples"]
 
 
-def padded(sequences: list[list[int]], starts: list[int]):
-    """(ids, attention mask, target mask) [B, T], right-padded; targets from each row's start."""
-    width = max(len(s) for s in sequences)
-    ids = torch.zeros(len(sequences), width, dtype=torch.long)
-    att = torch.zeros_like(ids)
-    tgt = torch.zeros_like(ids, dtype=torch.bool)
-    for i, (s, start) in enumerate(zip(sequences, starts)):
-        ids[i, :len(s)], att[i, :len(s)] = torch.tensor(s), 1
-        tgt[i, max(start, 1):len(s)] = True
-    return ids, att, tgt
+def padded(samples):
+    """(ids, attention mask, target mask) [B, T] of update samples, right-padded; the response tokens are the targets."""
+    from rlpr.reward.sequence import pad_batch
+
+    return pad_batch([s.input_ids for s in samples],
+                     [[False] * s.prompt_len + [True] * s.response_len for s in samples], 0)
+
+
+def flat(grads: dict[str, torch.Tensor]) -> torch.Tensor:
+    return torch.cat([t.flatten() for t in grads.values()])
 
 
 def gradients(model, ids, att, tgt, mode: str) -> dict[str, torch.Tensor]:
@@ -84,9 +84,6 @@ def gradients(model, ids, att, tgt, mode: str) -> dict[str, torch.Tensor]:
 
 
 def compare(ref: dict, other: dict) -> dict:
-    def flat(g):
-        return torch.cat([t.flatten() for t in g.values()])
-
     a, b = flat(ref), flat(other)
     out = {"cos": torch.nn.functional.cosine_similarity(a, b, dim=0).item(), "norm_ratio": (b.norm() / a.norm()).item()}
     parts: dict[str, list] = {}
@@ -104,7 +101,7 @@ def compare(ref: dict, other: dict) -> dict:
 
 
 def measure(policy, tokenizer, samples) -> dict:
-    sets = {"demo samples (on-policy)": padded([s.input_ids for s in samples], [s.prompt_len for s in samples])}
+    sets = {"demo samples (on-policy)": padded(samples)}
     enc = tokenizer(FIXED_TEXT, return_tensors="pt", padding=True)
     sets["fixed English text (control)"] = (enc.input_ids, enc.attention_mask, enc.attention_mask.bool())
     reference = copy.deepcopy(policy).double()
@@ -120,9 +117,8 @@ def measure(policy, tokenizer, samples) -> dict:
 def per_sequence(policy, reference, samples) -> list[dict]:
     """Each on-policy sample alone: its fp64 gradient norm and bf16 autocast's cosine and norm ratio to it."""
     rows = []
-    flat = lambda g: torch.cat([t.flatten() for t in g.values()])  # noqa: E731
     for i, s in enumerate(samples):
-        ids, att, tgt = padded([s.input_ids], [s.prompt_len])
+        ids, att, tgt = padded([s])
         ref, b16 = flat(gradients(reference, ids, att, tgt, "fp64")), flat(gradients(policy, ids, att, tgt, "bf16 autocast"))
         rows.append({"sample": i, "tokens": s.response_len, "fp64_norm": ref.norm().item(),
                      "cos": torch.nn.functional.cosine_similarity(ref, b16, dim=0).item(),
