@@ -198,6 +198,38 @@ def test_update_gradients_through_the_shared_prompt_equal_the_padded_path(family
         assert torch.allclose(other, grads[0], atol=1e-5 * grads[0].abs().max().item(), rtol=1e-4)
 
 
+@pytest.mark.parametrize("family", ["llama3", "qwen2.5", "qwen3", "phi3"])
+def test_packed_update_gradients_equal_the_padded_path(family, family_dir):
+    """trainer.pack_responses: a prompt's responses packed into rows after its keys/values give the
+    padded path's old log-probs and gradients, rotary variants, biases, q/k norms and fused projections
+    included (the families whose every layer attends to all positions)."""
+    from rlpr.config import AlgorithmConfig
+    from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
+
+    model, tokenizer = load_model(family_dir(family))
+    model.train()
+    g = torch.Generator().manual_seed(0)
+    samples = []
+    for k in range(2):
+        prompt_ids = torch.randint(3, len(tokenizer), (9 + 3 * k,), generator=g).tolist()
+        for i in range(3):
+            response = torch.randint(3, len(tokenizer), (4 + 9 * i,), generator=g).tolist()
+            samples.append(Sample(prompt_ids + response, len(prompt_ids), advantage=float(torch.randn(1, generator=g))))
+    fill_logprobs(model, samples, "old_logp", 6, tokenizer.pad_token_id, 1.0, False)
+    packed = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
+    fill_logprobs(model, packed, "old_logp", 6, tokenizer.pad_token_id, 1.0, True, pack=True)
+    for a, b in zip(samples, packed):
+        assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5)
+    grads = []
+    for micro, pack in ((6, False), (6, True), (2, True)):
+        model.zero_grad(set_to_none=True)
+        accumulate_gradients(model, samples, AlgorithmConfig(), micro, tokenizer.pad_token_id, 1.0, True, pack=pack)
+        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
+    assert grads[0].abs().max() > 0
+    for other in grads[1:]:
+        assert torch.allclose(other, grads[0], atol=1e-5 * grads[0].abs().max().item(), rtol=1e-4)
+
+
 @pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral"])
 def test_hf_engine_greedy_rollouts_equal_greedy_decoding_of_full_forwards(family, family_dir):
     """rlpr's decode loop (a shared prefill, preallocated full-attention layers, transformers'

@@ -69,17 +69,23 @@ def test_loss_and_gradients_do_not_depend_on_micro_batching(tokenizer, loss_agg,
     fill_logprobs(tiny_llama(tokenizer, seed=3), samples, "old_logp", 4, tokenizer.pad_token_id, 1.0, False)
     shared = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
     fill_logprobs(tiny_llama(tokenizer, seed=3), shared, "old_logp", 4, tokenizer.pad_token_id, 1.0, True)
-    for a, b in zip(samples, shared):  # the shared-prompt path gives the same old log-probs
+    packed = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
+    fill_logprobs(tiny_llama(tokenizer, seed=3), packed, "old_logp", 4, tokenizer.pad_token_id, 1.0, True, pack=True)
+    for a, b, c in zip(samples, shared, packed):  # the shared-prompt paths give the same old log-probs
         assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5)
+        assert torch.allclose(a.old_logp, c.old_logp, atol=1e-5)
     results = []
     # whole, one sequence at a time, uneven chunks; each with and without the shared-prompt path;
-    # then token budgets (trainer.micro_batch_tokens: 1 puts every sequence alone, 40 packs 2-4)
-    for micro, share, budget in ((len(samples), False, 0), (1, False, 0), (3, False, 0), (len(samples), True, 0),
-                                 (1, True, 0), (3, True, 0), (1, False, 40), (1, True, 40), (1, False, 1),
-                                 (1, True, 1)):
+    # then token budgets (trainer.micro_batch_tokens: 1 puts every sequence alone, 40 packs 2-4);
+    # then the shared prompt's responses packed into rows (trainer.pack_responses)
+    for micro, share, budget, pack in ((len(samples), False, 0, False), (1, False, 0, False), (3, False, 0, False),
+                                       (len(samples), True, 0, False), (1, True, 0, False), (3, True, 0, False),
+                                       (1, False, 40, False), (1, True, 40, False), (1, False, 1, False),
+                                       (1, True, 1, False), (len(samples), True, 0, True), (3, True, 0, True),
+                                       (1, True, 40, True)):
         model.zero_grad(set_to_none=True)
         stats = accumulate_gradients(model, samples, cfg, micro, tokenizer.pad_token_id, 0.8, share,
-                                     max_tokens=budget)
+                                     max_tokens=budget, pack=pack)
         grads = torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None])
         results.append((stats, grads))
     (s0, g0), *rest = results

@@ -170,7 +170,10 @@ def add_notes(res: dict, args) -> None:
                      f"when True); rlpr's update {update_text}.")
         notes.append("TRL's 'other' = everything but generation and the reward forwards: tokenisation, the "
                      "4 micro-batch forward/backward passes, optimizer step. rlpr runs each prompt's 8 responses "
-                     "with the prompt once (share_prompt_prefix); TRL runs 8 padded prompt+completion rows.")
+                     "with the prompt once (share_prompt_prefix), "
+                     + ("packed into rows after it (trainer.pack_responses)" if res.get("rlpr", {}).get("pack_responses")
+                        else "one padded row each (trainer.pack_responses off)")
+                     + "; TRL runs 8 padded prompt+completion rows.")
         if not tr["prompt_ids_identical"]:
             notes.append("WARNING: TRL tokenised some prompts differently from rlpr.")
         notes.append("Sampling differs in mechanism (rlpr: per-row seeded sampler as a logits processor; TRL: "

@@ -149,6 +149,7 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
            "score_b_from_cache": cfg.reward.score_b_from_cache, "configured_path": "cache" if configured else "recomputed",
            "rollout_dtype": str(trainer.engine.model.dtype).replace("torch.", ""),
            "mixed_precision": trainer.mixed_precision,  # the update's, as trainer.mixed_precision=auto resolved
+           "pack_responses": trainer.pack,  # the update's rows, as trainer.pack_responses=auto resolved
            "torch_threads": torch.get_num_threads()}
     if not args.skip_eval:
         print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)

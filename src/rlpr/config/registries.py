@@ -27,6 +27,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.from_cache import CACHE_MODES
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import aggregation_names
+    from rlpr.model.packing import PACK_MODES
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
     from rlpr.reward.verifiers import VERIFIERS
@@ -66,6 +67,7 @@ def choices() -> dict[str, tuple]:
         "opsd.teacher": TEACHERS,
         "opsd.context": CONTEXTS,
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
+        "trainer.pack_responses": PACK_MODES,
         "trainer.strategy": tuple(STRATEGIES),
         "trainer.trackers": tuple(TRACKERS),
     }

@@ -225,6 +225,12 @@ class TrainerConfig:
     share_prompt_prefix: bool = True
     """Run each prompt once for its responses, whatever the micro-batch (exact; not combined with
     model.gradient_checkpointing)."""
+    pack_responses: str = "auto"
+    """With the shared prompt prefix: a prompt's responses run packed into rows after its keys/values
+    (a block-diagonal causal mask, positions restarting per response) instead of one padded row each,
+    in the update and its log-prob passes: no padding, fewer forwards, the same numbers up to float
+    summation order. on | off | auto (on the CPU for models whose every layer attends to all earlier
+    positions, with SDPA; rows capped near 0.1 x a layer's linear weights / hidden size tokens)."""
     max_steps: int = 100
     """Training steps."""
     seed: int = 0

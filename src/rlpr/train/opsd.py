@@ -30,7 +30,7 @@ from rlpr.parallel import distributed as dist
 from rlpr.reward.kinds import REWARD_KINDS
 from rlpr.reward.lagged import LaggedWeights, NoLagged
 from rlpr.reward.score_a import initial_policy
-from rlpr.train.update import DistillTarget, Sample, micro_batches, prefix_runs
+from rlpr.train.update import DistillTarget, Sample, micro_batches, prefix_runs, shares_prefix
 
 
 class Distiller:
@@ -39,8 +39,9 @@ class Distiller:
     prompt i is shown (another prompt's under reward.shuffle_references: OP2SD)."""
 
     def __init__(self, cfg: Config, policy, tokenizer, reward, prompts: list[Prompt], targets: list[Example],
-                 reference=None):
+                 reference=None, pack: bool = False):
         self.cfg, self.o = cfg, cfg.opsd
+        self.pack = pack  # trainer.pack_responses, resolved: the passes' micro-batches as the update's
         kind = REWARD_KINDS[cfg.reward.kind]
         self.signal = kind.token_signal  # None, "teacher" or "no_teacher"
         self.weight = self.o.hybrid_lambda if kind.sequence_reward else 1.0  # opsd_hybrid: lambda
@@ -86,12 +87,11 @@ class Distiller:
         """Per probe (prompt + response ids), no grad: (log-prob of each response token [T], and with
         `rows` the teacher's rows for the JSD: (top-k indices [T, k] or None, log-probs [T, K]))."""
         t = self.cfg.trainer
-        share = t.share_prompt_prefix and not self.cfg.model.gradient_checkpointing
         temperature, k = self.cfg.rollout.temperature, self.o.top_k
         out: dict[int, tuple] = {}
         with torch.no_grad(), eval_mode(model):
             for run in prefix_runs(micro_batches(probes, t.micro_batch_sequences, self.tokenizer.pad_token_id,
-                                                 share, t.micro_batch_tokens)):
+                                                 shares_prefix(self.cfg), t.micro_batch_tokens, self.pack)):
                 state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
                 for mb in run:
                     hidden, targets = mb.hidden(model, state)

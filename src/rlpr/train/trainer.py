@@ -28,6 +28,7 @@ from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
+from rlpr.model.packing import resolve_packing
 from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, resolve_mixed_precision,
                                   resolve_rollout_dtype, update_precision)
 from rlpr.parallel import distributed as dist
@@ -54,7 +55,8 @@ from rlpr.train.signals import end_of_run, finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
                               scoring_budget, seed_everything, shuffled_targets, std_filter, training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import Sample, accumulate_gradients, fill_step_logprobs, training_sample, update_metrics
+from rlpr.train.update import (Sample, accumulate_gradients, fill_step_logprobs, shares_prefix, training_sample,
+                               update_metrics)
 
 log = logging.getLogger("rlpr.train")
 
@@ -88,6 +90,8 @@ class Trainer:
         self.policy.train()
         if autocast_dtype(self.mixed_precision) is not None and cfg.trainer.fp32_attention and self.device.type == "cpu":
             use_fp32_attention_under_autocast(causal_lm(self.policy))
+        # trainer.pack_responses: each prompt's responses packed into rows in the update's forwards
+        self.pack = resolve_packing(cfg.trainer.pack_responses, self.policy, self.device, shares_prefix(cfg))
         self.ref_model = reference_copy(cfg, self.policy)  # with LoRA the reference is the adapter-off base
         self.lagged = lagged_weights(cfg, self.policy)  # reward.scorer=ema: the EMA of the trainable weights
 
@@ -106,7 +110,8 @@ class Trainer:
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         # reward.kind=opsd*: the teacher (the policy shown the reference) and each token's signal
         self.distiller = Distiller(cfg, self.policy, self.tokenizer, self.reward, self.train_prompts,
-                                   self.scored_against or [p.example for p in self.train_prompts], self.ref_model)
+                                   self.scored_against or [p.example for p in self.train_prompts], self.ref_model,
+                                   pack=self.pack)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
@@ -291,14 +296,13 @@ class Trainer:
         per_rank_mb = max(1, t.mini_batch_prompts // dist.world_size())
         n_updates = int(dist.max_value(math.ceil(len(per_group) / per_rank_mb) if per_group else 0))
         all_samples = [s for g in per_group for s in g]
-        share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
         timings = {}
         tick = time.perf_counter()
         with self._precision(), self.strategy.gathered():
             kl = initial_policy(self.policy, cfg.model.lora, self.ref_model) if cfg.algorithm.kl_coef else None
             # with one update, old log-probs = detached current ones (unless OPSD reads them before it)
             fill_step_logprobs(self.policy, all_samples, cfg, pad, n_updates * t.epochs_per_step > 1
-                               or self.distiller.active, reference=kl)
+                               or self.distiller.active, reference=kl, pack=self.pack)
             timings["perf/old_logp_s"] = time.perf_counter() - tick
             timings.update(self.distiller.prepare(all_samples, step))  # the teacher pass, each token's signal
         tick = time.perf_counter()
@@ -310,8 +314,9 @@ class Trainer:
                 chunk = [s for g in per_group[u * per_rank_mb:(u + 1) * per_rank_mb] for s in g]
                 with self._precision(), self.strategy.training():  # every rank calls it, even with no groups
                     stats = accumulate_gradients(self.policy, chunk, cfg.algorithm, t.micro_batch_sequences,
-                                                 pad, temp, share, lockstep=self.strategy.lockstep,
-                                                 backward=self.strategy.backward, max_tokens=t.micro_batch_tokens)
+                                                 pad, temp, shares_prefix(cfg), lockstep=self.strategy.lockstep,
+                                                 backward=self.strategy.backward, max_tokens=t.micro_batch_tokens,
+                                                 pack=self.pack)
                 grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
                 self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
                 self.distiller.update()  # opsd.teacher=ema: the same for the teacher

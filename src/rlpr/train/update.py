@@ -21,6 +21,7 @@ from rlpr.model.batching import similar_widths, split_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, eval_mode, hidden_states, project_logprobs,
                                 project_rows, token_logprobs)
 from rlpr.model.memory import release_memory
+from rlpr.model.packing import packed_continuation_hidden
 from rlpr.reward.parsing import answer_block_start
 from rlpr.reward.sequence import pad_batch, reasoning_token_count
 from rlpr.train.metrics import mean
@@ -81,11 +82,14 @@ class Sample:
 @dataclass
 class MicroBatch:
     """Sequences processed in one forward/backward. With `prefix`, they all share that prompt,
-    which then runs once (see `forward.shared_prefix_logprobs`)."""
+    which then runs once (see `forward.shared_prefix_logprobs`); `packed` (with `prefix`): the
+    responses run packed into rows after it (`model.packing`, trainer.pack_responses) instead of
+    one padded row each."""
 
     samples: list[Sample]
     pad_id: int
     prefix: list[int] | None = None
+    packed: bool = False
     seq: torch.Tensor = field(init=False)  # [N] sequence index of every response token (CPU)
     advantages: torch.Tensor = field(init=False)  # [N] (CPU; `micro_batch_loss` moves them to the model)
     mask: torch.Tensor | None = field(init=False)  # [N] bool, the tokens the loss covers (None: all)
@@ -117,6 +121,8 @@ class MicroBatch:
             p = len(self.prefix)
             conts = [s.input_ids[p:] for s in self.samples]
             state = state if state is not None else PrefixState(model, self.prefix)
+            if self.packed:
+                return packed_continuation_hidden(model, state, conts)
             return continuation_hidden(model, state, conts, [[True] * len(c) for c in conts])
         ids, attn, target = self._padded(model)
         return hidden_states(model, ids, attn)[:, :-1][target[:, 1:]], ids[:, 1:][target[:, 1:]]
@@ -196,7 +202,7 @@ def prefix_runs(batches: list[MicroBatch]) -> list[list[MicroBatch]]:
 
 
 def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: bool = True,
-                  max_tokens: int = 0) -> list[MicroBatch]:
+                  max_tokens: int = 0, pack: bool = False) -> list[MicroBatch]:
     """Split into micro-batches of at most `size` sequences, or with `max_tokens` > 0 of at most
     that many tokens, padding included (`model.batching`; sums do not depend on the split).
 
@@ -204,7 +210,9 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
     (its keys/values are repeated per row, so a row counts its full length against the budget),
     and responses of similar lengths (`batching.similar_widths`: the prefix runs once for all of a
     prompt's micro-batches, so splitting costs only a forward call, and saves the padding);
-    otherwise sequences are length-sorted to reduce padding.
+    otherwise sequences are length-sorted to reduce padding. With `pack` (and `share_prefix`) a
+    micro-batch's responses run packed into rows (`model.packing`): no padding, so no width split;
+    the same count or budget (a budget counted as if padded: an upper bound of the packed size).
     """
     if not share_prefix:
         parts = split_batches([len(s.input_ids) for s in samples], size, max_tokens)
@@ -215,6 +223,9 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
     out = []
     for prefix, members in groups.items():
         for part in split_batches([len(s.input_ids) for s in members], size, max_tokens, sort=False):
+            if pack:
+                out.append(MicroBatch([members[i] for i in part], pad_id, list(prefix), packed=True))
+                continue
             for piece in similar_widths([members[i].response_len for i in part]):
                 out.append(MicroBatch([members[part[j]] for j in piece], pad_id, list(prefix)))
     return out
@@ -222,12 +233,12 @@ def micro_batches(samples: list[Sample], size: int, pad_id: int, share_prefix: b
 
 @torch.no_grad()
 def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: int, temperature: float,
-                  share_prefix: bool = True, max_tokens: int = 0) -> None:
+                  share_prefix: bool = True, max_tokens: int = 0, pack: bool = False) -> None:
     """Per-token log-probs of each response under `model`, stored in `sample.<attr>` on the CPU
     (one copy per micro-batch; they wait there for the update, off the GPU); micro-batches as
     the update's (`micro_batches`)."""
     with eval_mode(model):
-        for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix, max_tokens)):
+        for run in prefix_runs(micro_batches(samples, size, pad_id, share_prefix, max_tokens, pack)):
             state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
             for mb in run:
                 logp, _ = mb.logprobs(model, temperature, state=state)
@@ -235,18 +246,25 @@ def fill_logprobs(model, samples: list[Sample], attr: str, size: int, pad_id: in
                     setattr(s, attr, piece.clone())
 
 
-def fill_step_logprobs(policy, samples: list[Sample], cfg, pad_id: int, old: bool, reference=None) -> None:
+def fill_step_logprobs(policy, samples: list[Sample], cfg, pad_id: int, old: bool, reference=None,
+                       pack: bool = False) -> None:
     """The no-grad passes of a step before its updates: the policy's old log-probs (`old`: the step has
     several updates, or OPSD reads them), then, with `reference` (a context manager that gives the KL's
-    reference model, algorithm.kl_coef), its log-probs; micro-batches as the update's."""
+    reference model, algorithm.kl_coef), its log-probs; micro-batches as the update's (`pack`: the
+    resolved trainer.pack_responses)."""
     t = cfg.trainer
-    share = t.share_prompt_prefix and not cfg.model.gradient_checkpointing
-    args = (t.micro_batch_sequences, pad_id, cfg.rollout.temperature, share, t.micro_batch_tokens)
+    args = (t.micro_batch_sequences, pad_id, cfg.rollout.temperature, shares_prefix(cfg), t.micro_batch_tokens, pack)
     if old:
         fill_logprobs(policy, samples, "old_logp", *args)
     if reference is not None:
         with reference as model:
             fill_logprobs(model, samples, "ref_logp", *args)
+
+
+def shares_prefix(cfg) -> bool:
+    """Whether the update runs each prompt once for its responses (trainer.share_prompt_prefix; not
+    under model.gradient_checkpointing)."""
+    return cfg.trainer.share_prompt_prefix and not cfg.model.gradient_checkpointing
 
 
 def normaliser(samples: list[Sample]) -> Normaliser:
@@ -366,7 +384,7 @@ def padding_micro_batch(pad_id: int, share_prefix: bool) -> MicroBatch:
 
 def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, micro_size: int, pad_id: int,
                          temperature: float, share_prefix: bool = True, lockstep: bool = False,
-                         backward=torch.Tensor.backward, max_tokens: int = 0) -> dict:
+                         backward=torch.Tensor.backward, max_tokens: int = 0, pack: bool = False) -> dict:
     """Backward over all micro-batches of one mini-batch; returns summed token statistics.
     Called on every rank for every update, even with no samples (the normaliser is global).
 
@@ -378,10 +396,11 @@ def accumulate_gradients(model, samples: list[Sample], cfg: AlgorithmConfig, mic
     single-micro-batch forward/backward passes as the busiest one instead. Every loss goes
     through `backward`: the strategy's (DeepSpeed's engine must run each backward itself).
     `max_tokens` > 0: micro-batches by that token budget instead of `micro_size` sequences.
+    `pack`: each micro-batch's responses packed into rows (`micro_batches`).
     With `cfg.ref_sft_coef`, the reference-SFT term follows, over the samples' o' sequences."""
     norm = normaliser(samples)
     totals: dict[str, float] = {}
-    batches = micro_batches(samples, micro_size, pad_id, share_prefix, max_tokens)
+    batches = micro_batches(samples, micro_size, pad_id, share_prefix, max_tokens, pack)
     sft = sft_batches(samples, micro_size, max_tokens) if cfg.ref_sft_coef else []
     runs = [[mb] for mb in batches] if lockstep else prefix_runs(batches)
     # agreed before any forward: a collective after them would meet other ranks' FSDP gathers
