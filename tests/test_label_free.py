@@ -118,9 +118,11 @@ def test_response_distribution_stats_cover_the_response_tokens(tiny_model, token
     # a group's responses share their prompt's forward: the same numbers as one at a time
     responses = ["It is Paris.", "Paris", "I think it is Lyon, or maybe Paris."]
     shared = response_distribution_stats(tiny_model, tokenizer, [prompt] * 3, responses)
-    for response, (h, m) in zip(responses, shared):
+    packed = response_distribution_stats(tiny_model, tokenizer, [prompt] * 3, responses, pack=True)
+    for response, (h, m), (h2, m2) in zip(responses, shared, packed):
         [(h1, m1)] = response_distribution_stats(tiny_model, tokenizer, [prompt], [response])
         assert torch.allclose(h, h1, atol=1e-5) and torch.allclose(m, m1, atol=1e-5)
+        assert torch.allclose(h2, h1, atol=1e-5) and torch.allclose(m2, m1, atol=1e-5)  # packed into one row
 
 
 def _reward(tokenizer, **kw):

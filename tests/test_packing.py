@@ -6,7 +6,8 @@ import torch
 
 from rlpr.errors import ConfigError
 from rlpr.model.forward import PrefixState, hidden_states
-from rlpr.model.packing import pack_rows, packed_continuation_hidden, packed_layout, resolve_packing, row_capacity
+from rlpr.model.packing import (pack_rows, packed_continuation_hidden, packed_layout, packed_mask, resolve_packing,
+                                row_capacity)
 from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import train
 
@@ -26,14 +27,25 @@ def test_pack_rows_places_every_response_once_within_the_capacity(lengths, capac
 
 def test_the_mask_shows_each_token_the_prompt_and_its_own_earlier_tokens_only():
     # prompt of 2; row 0 holds responses 0 (3 tokens) then 1 (2 tokens); row 1 holds response 2 (1 token) + padding
-    starts, width, positions, mask = packed_layout(2, [3, 2, 1], [[0, 1], [2]])
-    assert starts == {0: (0, 0), 1: (0, 3), 2: (1, 0)} and width == 5
-    assert positions[0].tolist() == [2, 3, 4, 2, 3] and positions[1, 0].item() == 2
-    m = mask[:, 0]
+    starts, seg, pos = packed_layout([3, 2, 1], [[0, 1], [2]])
+    assert starts == {0: (0, 0), 1: (0, 3), 2: (1, 0)} and seg.shape == (2, 5)
+    assert pos[0].tolist() == [0, 1, 2, 0, 1] and seg[1].tolist() == [2, -1, -1, -1, -1]
+    m = packed_mask(seg, pos, 2)[:, 0]
     assert m.shape == (2, 5, 7) and m[:, :, :2].all()  # everyone sees the prompt
     assert m[0, 2, 2:].tolist() == [True, True, True, False, False]  # response 0's last token: its own three
     assert m[0, 4, 2:].tolist() == [False, False, False, True, True]  # response 1's second: only response 1
     assert m[1, 1:, 2:].sum() == 0 and m[1, 0, 2:].tolist() == [True, False, False, False, False]  # padding: prompt
+
+
+def test_a_sliding_window_mask_sees_only_the_window():
+    """A window of 3 after a 5-token prompt whose layer holds its last 2 keys (positions 3, 4)."""
+    starts, seg, pos = packed_layout([4], [[0]])
+    m = packed_mask(seg, pos, 5, held=2, window=3)[0, 0]
+    # query j sits at position 5 + j and sees positions 5 + j - 2 .. 5 + j: the held keys 3, 4, then its own
+    assert m.tolist() == [[True, True, True, False, False, False],
+                          [False, True, True, True, False, False],
+                          [False, False, True, True, True, False],
+                          [False, False, False, True, True, True]]
 
 
 @pytest.mark.parametrize("capacity", [None, 9, 10, 12])
@@ -42,7 +54,8 @@ def test_packed_hidden_states_equal_each_response_run_alone(tiny_model, capacity
     prefix = torch.randint(3, 1000, (7,), generator=g).tolist()
     conts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in (5, 1, 9, 3, 4)]
     with torch.no_grad():
-        hidden, tokens = packed_continuation_hidden(tiny_model, PrefixState(tiny_model, prefix), conts, capacity)
+        hidden, tokens = packed_continuation_hidden(tiny_model, PrefixState(tiny_model, prefix), conts,
+                                                    capacity=capacity)
         want = []
         for c in conts:  # the sequence alone, one forward from its first token
             ids = torch.tensor([prefix + c])
@@ -51,8 +64,23 @@ def test_packed_hidden_states_equal_each_response_run_alone(tiny_model, capacity
     assert torch.allclose(hidden, torch.cat(want), atol=1e-5)
 
 
-def test_auto_packs_on_the_cpu_with_the_shared_prefix_and_on_says_why_it_cannot(tiny_model):
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+def test_packed_targets_are_the_marked_tokens_as_the_padded_path_has_them(tiny_model):
+    """Scoring marks some tokens only (score B: the reference's): the same hidden states and tokens."""
+    from rlpr.model.forward import continuation_hidden
+
+    g = torch.Generator().manual_seed(1)
+    prefix = torch.randint(3, 1000, (6,), generator=g).tolist()
+    conts = [torch.randint(3, 1000, (n,), generator=g).tolist() for n in (6, 2, 8)]
+    marks = [[j >= 3 for j in range(6)], [False, True], [j in (0, 5, 7) for j in range(8)]]
+    with torch.no_grad():
+        state = PrefixState(tiny_model, prefix)
+        want, want_tokens = continuation_hidden(tiny_model, state, conts, marks)
+        got, tokens = packed_continuation_hidden(tiny_model, state, conts, marks, capacity=8)
+    assert torch.equal(tokens, want_tokens) and torch.allclose(got, want, atol=1e-5)
+
+
+def test_auto_packs_on_the_cpu_with_the_shared_prefix_and_on_says_why_it_cannot(tokenizer, tiny_model):
+    from rlpr.model.loading import tiny_llama
 
     assert resolve_packing("auto", tiny_model, CPU, True)
     assert not resolve_packing("auto", tiny_model, torch.device("cuda"), True)  # a GPU: padded rows
@@ -62,12 +90,11 @@ def test_auto_packs_on_the_cpu_with_the_shared_prefix_and_on_says_why_it_cannot(
         resolve_packing("on", tiny_model, CPU, False)
     with pytest.raises(ConfigError, match="not one of"):
         resolve_packing("yes", tiny_model, CPU, True)
-    gemma = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                               num_attention_heads=2, num_key_value_heads=1, head_dim=16,
-                                               sliding_window=8))
-    assert not resolve_packing("auto", gemma, CPU, True)
-    with pytest.raises(ConfigError, match="sliding window"):
-        resolve_packing("on", gemma, CPU, True)
+    eager = tiny_llama(tokenizer)
+    eager.set_attn_implementation("eager")  # adds a float mask to the scores: a boolean one would be wrong
+    assert not resolve_packing("auto", eager, CPU, True)
+    with pytest.raises(ConfigError, match="attention implementation is 'eager'"):
+        resolve_packing("on", eager, CPU, True)
 
 
 def test_row_capacity_follows_the_model_and_never_cuts_a_response(tiny_model):

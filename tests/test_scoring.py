@@ -43,14 +43,17 @@ def independent_probs(model, tokenizer, item, temperature):
 
 
 @pytest.mark.parametrize("temperature", [1.0, 0.6])
-@pytest.mark.parametrize("padding_side,share_prefix", [("right", False), ("left", False), ("right", True)])
-def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_side, share_prefix):
-    """Padded batches (left or right) and the shared-prompt path against single sequences."""
+@pytest.mark.parametrize("padding_side,share_prefix,pack", [("right", False, False), ("left", False, False),
+                                                            ("right", True, False), ("right", True, True)])
+def test_batched_matches_unbatched(tiny_model, tokenizer, temperature, padding_side, share_prefix, pack):
+    """Padded batches (left or right) and the shared-prompt path, its texts padded or packed into rows
+    (trainer.pack_responses), against single sequences."""
     items = [build_score_b_text(prompt(tokenizer), r, ref, EOS) for r, ref in RESPONSES]
     items.append(build_score_a_text(prompt(tokenizer), "Paris", EOS))
     items.append(build_score_b_text(prompt(tokenizer, "Another question?"), *RESPONSES[2], EOS))
     batched = reference_logprobs(tiny_model, tokenizer, items, temperature=temperature,
-                                 padding_side=padding_side, max_batch_tokens=10_000, share_prefix=share_prefix)
+                                 padding_side=padding_side, max_batch_tokens=10_000, share_prefix=share_prefix,
+                                 pack=pack)
     lengths = {len(tokenizer(it.text, add_special_tokens=False)["input_ids"]) for it in items}
     assert len(lengths) > 3  # mixed lengths really are padded together
     for item, logp in zip(items, batched):

@@ -228,9 +228,10 @@ class TrainerConfig:
     pack_responses: str = "auto"
     """With the shared prompt prefix: a prompt's responses run packed into rows after its keys/values
     (a block-diagonal causal mask, positions restarting per response) instead of one padded row each,
-    in the update and its log-prob passes: no padding, fewer forwards, the same numbers up to float
-    summation order. on | off | auto (on the CPU for models whose every layer attends to all earlier
-    positions, with SDPA; rows capped near 0.1 x a layer's linear weights / hidden size tokens)."""
+    in the update, its log-prob passes and the scoring forwards that recompute (score B, A, the
+    label-free statistics): no padding, fewer forwards, the same numbers up to float summation order.
+    on | off | auto (on the CPU, for models with full or sliding-window attention through SDPA; rows
+    capped near 0.1 x a layer's linear weights / hidden size tokens)."""
     max_steps: int = 100
     """Training steps."""
     seed: int = 0

@@ -5,10 +5,11 @@ longest response] with the prompt's keys/values repeated per row: every shorter 
 to the longest (15% of the update's forward tokens on speed.py's samples, after `similar_widths`)
 and the prompt's cache is copied once per row. Packed, several responses share a row one after the
 other: a block-diagonal causal mask lets each token see the prompt and the earlier tokens of its
-own response only, and position ids restart at the prompt's end for each response, so every
-response is computed as if alone (the same numbers up to float summation order; tests prove it
-against the padded path). On the demo's samples the update took 13% (fp32) to 22% (bf16 autocast)
-less time (docs/training.md).
+own response only (within the window, in a sliding-window layer), and position ids restart at the
+prompt's end for each response, so every response is computed as if alone (the same numbers up to
+float summation order; tests prove it against the padded path and single sequences). The update,
+its log-prob passes and the scoring forwards that recompute (score B, A, label-free statistics) use
+it; measured in docs/training.md.
 
 The mask is dense: a row of S tokens attends over prompt + S keys, so a row's attention grows with
 S squared where the padded rows' grows with each response's own length; rows are therefore capped
@@ -16,6 +17,8 @@ S squared where the padded rows' grows with each response's own length; rows are
 """
 
 from __future__ import annotations
+
+import inspect
 
 import torch
 
@@ -29,18 +32,45 @@ PACK_MODES = ("auto", "on", "off")
 BOOL_MASK_ATTENTION = ("sdpa", "rlpr_sdpa")
 
 
-def unpackable(model) -> str | None:
-    """Why `model` cannot run packed rows (None: it can): packing needs every layer to attend to all
-    earlier positions (a sliding-window layer needs its own mask) and an attention that takes a
-    boolean 4D mask."""
-    from rlpr.rollout.kept_cache import full_attention_cache
+def attention_windows(model) -> list[int | None] | None:
+    """Per decoder layer, the keys its attention sees: None (every earlier position) or a sliding
+    window's size; None (the list) where a layer is neither (linear attention, chunked, ...)."""
+    from transformers import DynamicCache
+    from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+    try:
+        layers = DynamicCache(config=causal_lm(model).config).layers
+    except Exception:  # a config transformers cannot build a cache from
+        return None
+    kinds = {DynamicLayer: lambda layer: None, DynamicSlidingWindowLayer: lambda layer: int(layer.sliding_window)}
+    if not layers or any(type(layer) not in kinds for layer in layers):
+        return None
+    return [kinds[type(layer)](layer) for layer in layers]
+
+
+def _takes_masks_per_layer_type(decoder) -> bool:
+    """Whether the decoder's forward takes a prebuilt {layer type: mask} mapping (transformers' models
+    that mix full and sliding-window layers: Gemma 2/3, Qwen 2/3, ...)."""
+    try:
+        return "causal_mask_mapping" in inspect.getsource(type(decoder).forward)
+    except (OSError, TypeError):
+        return False
+
+
+def unpackable(model) -> str | None:
+    """Why `model` cannot run packed rows (None: it can): packing builds the mask itself, so every layer
+    must attend to all earlier positions or to a sliding window of them, through an attention that
+    takes a boolean 4D mask, and a model that mixes the two must take one mask per layer type."""
     lm = causal_lm(model)
-    if not full_attention_cache(lm):
-        return f"{type(lm).__name__} has layers that do not attend to every earlier position (sliding window)"
+    windows = attention_windows(lm)
+    if windows is None:
+        return f"{type(lm).__name__} has layers other than full or sliding-window attention"
     impl = getattr(lm.config, "_attn_implementation", None)
     if impl not in BOOL_MASK_ATTENTION:
         return f"its attention implementation is {impl!r} (packing needs one of {', '.join(BOOL_MASK_ATTENTION)})"
+    if len(set(windows)) > 1 and not (getattr(lm.config, "layer_types", None)
+                                      and _takes_masks_per_layer_type(lm.get_decoder())):
+        return f"{type(lm).__name__} mixes full and sliding-window layers and takes no mask per layer type"
     return None
 
 
@@ -93,11 +123,10 @@ def pack_rows(lengths: list[int], capacity: int) -> list[list[int]]:
     return rows
 
 
-def packed_layout(prefix_len: int, lengths: list[int], rows: list[list[int]]):
-    """For continuations of `lengths` laid out in `rows` (indices, in order within a row): (where each
-    continuation starts: (row, column) per index, the row width, position ids [R, W], the attention
-    mask [R, 1, W, prefix + W] (bool: each token sees the whole prefix and the earlier tokens of its
-    own continuation; padding sees the prefix only, so no row of the softmax is empty))."""
+def packed_layout(lengths: list[int], rows: list[list[int]]):
+    """Continuations of `lengths` laid out in `rows` (indices, in order within a row): (where each
+    starts: (row, column) per index, the continuation each column holds [R, W] (-1: padding), each
+    column's position within its continuation [R, W])."""
     width = max(sum(lengths[i] for i in row) for row in rows)
     seg = torch.full((len(rows), width), -1, dtype=torch.long)
     pos = torch.zeros((len(rows), width), dtype=torch.long)
@@ -109,35 +138,73 @@ def packed_layout(prefix_len: int, lengths: list[int], rows: list[list[int]]):
             seg[r, at:at + lengths[i]] = i
             pos[r, at:at + lengths[i]] = torch.arange(lengths[i])
             at += lengths[i]
-    same = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0)
-    own = same & (pos[:, None, :] <= pos[:, :, None])
-    mask = torch.cat([torch.ones(len(rows), width, prefix_len, dtype=torch.bool), own], dim=-1)[:, None]
-    return starts, width, prefix_len + pos, mask
+    return starts, seg, pos
+
+
+def packed_mask(seg: torch.Tensor, pos: torch.Tensor, prefix_len: int, held: int | None = None,
+                window: int | None = None) -> torch.Tensor:
+    """The attention mask [R, 1, W, held + W] (bool) of packed rows (`packed_layout`'s `seg`, `pos`)
+    after a prefix of `prefix_len` tokens whose last `held` keys the layer holds (all by default):
+    each token sees the prefix and the earlier tokens of its own continuation, within `window`
+    positions of itself (a sliding-window layer: query - key < window, as transformers' masks);
+    padding sees the prefix only, so no row of the softmax is empty."""
+    held = prefix_len if held is None else held
+    own = (seg[:, :, None] == seg[:, None, :]) & (seg[:, :, None] >= 0) & (pos[:, None, :] <= pos[:, :, None])
+    prefix = torch.ones(*seg.shape, held, dtype=torch.bool)
+    if window is not None:
+        query = prefix_len + pos  # absolute positions: the prefix's held keys end at prefix_len - 1
+        keys = torch.arange(prefix_len - held, prefix_len)
+        prefix = query[:, :, None] - keys < window
+        own = own & (pos[:, :, None] - pos[:, None, :] < window)
+    return torch.cat([prefix, own], dim=-1)[:, None]
+
+
+def _masks(lm, cache, seg: torch.Tensor, pos: torch.Tensor, prefix_len: int, windows: list[int | None]):
+    """The attention mask of every layer kind: one tensor where all layers are alike, else transformers'
+    {layer type: mask} mapping (`config.layer_types`)."""
+    width = seg.shape[1]
+    by_window = {}
+    for idx, window in enumerate(windows):
+        if window not in by_window:
+            kv_length, _ = cache.get_mask_sizes(width, idx)
+            by_window[window] = packed_mask(seg, pos, prefix_len, kv_length - width, window)
+    if len(by_window) == 1:
+        return next(iter(by_window.values()))
+    return {kind: by_window[window] for kind, window in zip(lm.config.layer_types, windows)}
 
 
 def packed_continuation_hidden(model, state: PrefixState, continuations: list[list[int]],
+                               targets: list[list[bool]] | None = None,
                                capacity: int | None = None) -> tuple[torch.Tensor, torch.Tensor]:
-    """`forward.continuation_hidden` with every token a target, the continuations packed into rows of
-    at most `capacity` tokens (default `row_capacity`) after the prefix's keys/values: (hidden states
-    [N, H] before each continuation token, those tokens [N]), continuation by continuation."""
+    """`forward.continuation_hidden` with the continuations packed into rows of at most `capacity`
+    tokens (default `row_capacity`) after the prefix's keys/values: (hidden states [N, H] before each
+    marked continuation token (`targets`; None: every token), those tokens [N]), continuation by
+    continuation."""
     lm = causal_lm(model)
     lengths = [len(c) for c in continuations]
     capacity = capacity or row_capacity(lm.config, max(lengths))
     rows = pack_rows(lengths, capacity)
-    starts, width, positions, mask = packed_layout(state.length, lengths, rows)
+    starts, seg, pos = packed_layout(lengths, rows)
+    width = seg.shape[1]
     ids = torch.zeros((len(rows), width), dtype=torch.long)
     for i, c in enumerate(continuations):
         r, at = starts[i]
         ids[r, at:at + len(c)] = torch.tensor(c, dtype=torch.long)
     device = next(lm.parameters()).device
+    cache = state.cache(len(rows))
+    mask = _masks(lm, cache, seg, pos, state.length, attention_windows(lm))
+    mask = {k: m.to(device) for k, m in mask.items()} if isinstance(mask, dict) else mask.to(device)
     decoder = lm.get_decoder()
-    out = decoder(input_ids=ids.to(device), attention_mask=mask.to(device), position_ids=positions.to(device),
-                  **cache_kwargs(decoder, state.cache(len(rows))), use_cache=True)
+    out = decoder(input_ids=ids.to(device), attention_mask=mask, position_ids=(state.length + pos).to(device),
+                  **cache_kwargs(decoder, cache), use_cache=True)
     # the hidden state before a continuation's token j: the prefix's last one (flat index 0) for j = 0,
     # else the row's output at the token before it (flat index 1 + r * W + column)
     flat = torch.cat([state.last_hidden.reshape(1, -1), out.last_hidden_state.reshape(len(rows) * width, -1)])
-    index = torch.cat([torch.cat([torch.zeros(min(n, 1), dtype=torch.long),
-                                  1 + starts[i][0] * width + starts[i][1] + torch.arange(max(n - 1, 0))])
-                       for i, n in enumerate(lengths)])
-    tokens = torch.tensor([t for c in continuations for t in c], dtype=torch.long, device=device)
-    return flat[index.to(device)], tokens
+    index, tokens = [], []
+    for i, (c, n) in enumerate(zip(continuations, lengths)):
+        before = torch.cat([torch.zeros(min(n, 1), dtype=torch.long),
+                            1 + starts[i][0] * width + starts[i][1] + torch.arange(max(n - 1, 0))])
+        chosen = torch.ones(n, dtype=torch.bool) if targets is None else torch.tensor(targets[i], dtype=torch.bool)
+        index.append(before[chosen])
+        tokens.append(torch.tensor(c, dtype=torch.long)[chosen])
+    return flat[torch.cat(index).to(device)], torch.cat(tokens).to(device)

@@ -89,6 +89,7 @@ class ProbabilityReward:
         self.seconds = {"score_b": 0.0, "score_a": 0.0}
         self.warned_too_long = False  # one warning per reward; reward/too_long_frac counts every step
         self.seed = 0  # the run's seed (the trainer sets trainer.seed): what kind=random draws with
+        self.pack = False  # trainer.pack_responses as the trainer resolved it: the scoring forwards' rows
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:
@@ -115,7 +116,7 @@ class ProbabilityReward:
         item, its rollout's kept KV cache computed with `model`'s weights, or None (`scoring.reference_logprobs`)."""
         return reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                  splice=self.cfg.splice, too_long=too_long, caches=caches)
+                                  splice=self.cfg.splice, too_long=too_long, caches=caches, pack=self.pack)
 
     def score_texts(self, model, items: list[ScoredText | None], too_long: list[int] | None = None,
                     caches: list | None = None) -> list[float]:
@@ -289,7 +290,8 @@ class ProbabilityReward:
                 tick = time.perf_counter()
                 stats.extend(response_distribution_stats(model, self.tokenizer, prompt_texts, responses,
                                                          max_length=self.max_length,
-                                                         max_batch_tokens=self.cfg.max_batch_tokens))
+                                                         max_batch_tokens=self.cfg.max_batch_tokens,
+                                                         pack=self.pack))
                 self.seconds["score_b"] += time.perf_counter() - tick
             return stats
 

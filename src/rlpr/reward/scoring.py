@@ -13,7 +13,8 @@ import torch
 
 from rlpr.model.batching import token_budget_batches, width_batches
 from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
-                               past_continuation_hidden, project_logprobs, shared_prefix_logprobs, token_logprobs)
+                               past_continuation_hidden, project_logprobs, token_logprobs)
+from rlpr.model.packing import packed_continuation_hidden
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, TokenizedBatch, pad_batch, strip_response, tokenize_scored
 
@@ -188,12 +189,20 @@ def _forward_batches(enc, groups, rest, max_batch_tokens: int):
         yield None, [rest[j] for j in batch]
 
 
+def _continuations(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]], pack: bool):
+    """(hidden states before the marked tokens, those tokens) of continuations of one prefix: packed
+    into rows (`pack`) or one padded row each."""
+    if pack:
+        return packed_continuation_hidden(model, state, continuations, targets)
+    return continuation_hidden(model, state, continuations, targets)
+
+
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
                        padding_side: str = "right", share_prefix: bool = True,
                        splice: str = "text", too_long: list[int] | None = None,
-                       caches: list | None = None) -> list[torch.Tensor | None]:
+                       caches: list | None = None, pack: bool = False) -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
     reference token, or is longer than `max_length` tokens (these score 0; the indices of the
     last are appended to `too_long`, so that callers can count and flag them, issue 29).
@@ -204,7 +213,8 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     its rollout kept (`rollout.kept_cache.RowCache`, computed with `model`'s weights) or None; a text
     then runs only its tokens after the longest common prefix with the cached ids. A cache in a rollout
     engine (vllm's `EngineCache`, with the weights of `model`) is scored by the engine from its prefix
-    cache instead.
+    cache instead. `pack` (trainer.pack_responses, resolved): a shared prompt's texts run packed into
+    rows after it (`model.packing`) instead of one padded row each.
     """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
@@ -234,8 +244,9 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
                 p = len(prefix)
-                logp, _ = shared_prefix_logprobs(model, prefix, [enc.input_ids[k][p:] for k in ks],
-                                                 [enc.ref_mask[k][p:] for k in ks], temperature)
+                hidden, tokens = _continuations(model, PrefixState(model, prefix), [enc.input_ids[k][p:] for k in ks],
+                                                [enc.ref_mask[k][p:] for k in ks], pack)
+                logp, _ = project_logprobs(model, hidden, tokens, temperature)
                 counts = [sum(enc.ref_mask[k][p:]) for k in ks]
             else:
                 ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],
@@ -258,13 +269,13 @@ def score_texts(model, tokenizer, items: list[ScoredText | None], *, aggregation
 
 @torch.no_grad()
 def response_distribution_stats(model, tokenizer, prompt_texts: list[str], responses: list[str], *,
-                                max_length: int | None = None, max_batch_tokens: int = 8192
+                                max_length: int | None = None, max_batch_tokens: int = 8192, pack: bool = False
                                 ) -> list[tuple[torch.Tensor, torch.Tensor] | None]:
     """Per response, the policy's next-token distribution at each of its tokens given the prompt and
     the tokens before (`forward.distribution_stats`: entropy [T] and mean log-prob over the
     vocabulary [T]); None for an empty response or one longer, with its prompt, than `max_length`.
     The response is the text after the prompt (EOS removed), tokenized with it as score B tokenizes
-    o'; a group's responses share their prompt's forward, as score B's do."""
+    o'; a group's responses share their prompt's forward, as score B's do (packed with `pack`)."""
     eos = tokenizer.eos_token or ""
     items = [ScoredText(p + r, len(p), len(p) + len(r), prefix_chars=len(p)) for p, r in
              ((p, strip_response(r, eos)) for p, r in zip(prompt_texts, responses))]
@@ -282,8 +293,8 @@ def response_distribution_stats(model, tokenizer, prompt_texts: list[str], respo
                 p = len(prefix)
                 if state_of is not prefix:  # the group's prompt runs once
                     state, state_of = PrefixState(model, prefix), prefix
-                hidden, _ = continuation_hidden(model, state, [enc.input_ids[k][p:] for k in ks],
-                                                [enc.ref_mask[k][p:] for k in ks])
+                hidden, _ = _continuations(model, state, [enc.input_ids[k][p:] for k in ks],
+                                           [enc.ref_mask[k][p:] for k in ks], pack)
                 counts = [sum(enc.ref_mask[k][p:]) for k in ks]
             else:
                 ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],

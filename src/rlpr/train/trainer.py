@@ -103,6 +103,7 @@ class Trainer:
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
         self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
         self.reward.seed = cfg.trainer.seed  # kind=random's draws
+        self.reward.pack = self.pack  # score B's and A's recomputed forwards: rows as the update's
         # reward.shuffle_references (the control): training prompt i is scored against prompt pi(i)'s
         # reference, pi a derangement fixed by the seed (no prompt keeps its own); None: each against its own
         self.scored_against = (shuffled_targets(self.train_prompts, cfg.trainer.seed)
