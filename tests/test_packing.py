@@ -13,6 +13,8 @@ from rlpr.train.trainer import train
 
 from helpers import tiny_cfg
 
+pytestmark = pytest.mark.unit
+
 CPU = torch.device("cpu")
 
 

@@ -70,7 +70,7 @@ class ProbabilityReward:
     """Computes RLPR rewards for batches of (prompt text, response, reference)."""
 
     def __init__(self, cfg: RewardConfig, tokenizer, temperature: float = 1.0,
-                 max_length: int | None = None):
+                 max_length: int | None = None, pack: bool = False):
         self.cfg = cfg
         self.tokenizer = tokenizer
         self.temperature = temperature
@@ -89,7 +89,7 @@ class ProbabilityReward:
         self.seconds = {"score_b": 0.0, "score_a": 0.0}
         self.warned_too_long = False  # one warning per reward; reward/too_long_frac counts every step
         self.seed = 0  # the run's seed (the trainer sets trainer.seed): what kind=random draws with
-        self.pack = False  # trainer.pack_responses as the trainer resolved it: the scoring forwards' rows
+        self.pack = pack  # trainer.pack_responses as the trainer resolved it: the scoring forwards' rows
 
     # -- the scored texts -------------------------------------------------------------------
     def score_b_text(self, prompt_text: str, response: str, reference: str) -> ScoredText | None:

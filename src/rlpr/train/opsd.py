@@ -39,9 +39,8 @@ class Distiller:
     prompt i is shown (another prompt's under reward.shuffle_references: OP2SD)."""
 
     def __init__(self, cfg: Config, policy, tokenizer, reward, prompts: list[Prompt], targets: list[Example],
-                 reference=None, pack: bool = False):
+                 reference=None):
         self.cfg, self.o = cfg, cfg.opsd
-        self.pack = pack  # trainer.pack_responses, resolved: the passes' micro-batches as the update's
         kind = REWARD_KINDS[cfg.reward.kind]
         self.signal = kind.token_signal  # None, "teacher" or "no_teacher"
         self.weight = self.o.hybrid_lambda if kind.sequence_reward else 1.0  # opsd_hybrid: lambda
@@ -85,13 +84,14 @@ class Distiller:
 
     def _passes(self, model, probes: list[Sample], rows: bool) -> list[tuple]:
         """Per probe (prompt + response ids), no grad: (log-prob of each response token [T], and with
-        `rows` the teacher's rows for the JSD: (top-k indices [T, k] or None, log-probs [T, K]))."""
+        `rows` the teacher's rows for the JSD: (top-k indices [T, k] or None, log-probs [T, K])); micro-batches
+        as the update's, packed where the reward's forwards are (trainer.pack_responses, resolved)."""
         t = self.cfg.trainer
         temperature, k = self.cfg.rollout.temperature, self.o.top_k
         out: dict[int, tuple] = {}
         with torch.no_grad(), eval_mode(model):
             for run in prefix_runs(micro_batches(probes, t.micro_batch_sequences, self.tokenizer.pad_token_id,
-                                                 shares_prefix(self.cfg), t.micro_batch_tokens, self.pack)):
+                                                 shares_prefix(self.cfg), t.micro_batch_tokens, self.reward.pack)):
                 state = PrefixState(model, run[0].prefix) if run[0].prefix is not None else None
                 for mb in run:
                     hidden, targets = mb.hidden(model, state)

@@ -14,7 +14,10 @@ from rlpr.algorithms.std_filter import EMAStdFilter
 from rlpr.config import Config
 from rlpr.data.prompts import Prompt, prepare_prompts
 from rlpr.errors import ConfigError
+from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.forward import causal_lm
+from rlpr.model.packing import resolve_packing
+from rlpr.model.precision import autocast_dtype
 
 log = logging.getLogger("rlpr.train")
 
@@ -103,6 +106,17 @@ def shuffled_targets(prompts: list[Prompt], seed: int) -> list:
                           f"scored against their own reference text ({why}); a shuffled-reference control needs "
                           f"every reference text on at most half of the prompts: use more varied data")
     return [prompts[j].example for j in pi]
+
+
+def forward_layout(cfg: Config, policy, device: torch.device, mixed_precision: str) -> bool:
+    """How the policy's forwards run: its attention in fp32 inside a CPU bf16-autocast update
+    (trainer.fp32_attention), and whether a prompt's responses run packed into rows after it
+    (trainer.pack_responses, resolved: the return value)."""
+    from rlpr.train.update import shares_prefix
+
+    if autocast_dtype(mixed_precision) is not None and cfg.trainer.fp32_attention and device.type == "cpu":
+        use_fp32_attention_under_autocast(causal_lm(policy))
+    return resolve_packing(cfg.trainer.pack_responses, policy, device, shares_prefix(cfg))
 
 
 def build_policy(cfg: Config, model):

@@ -24,11 +24,9 @@ from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
 from rlpr.errors import TrainingError
-from rlpr.model.attention import use_fp32_attention_under_autocast
 from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
-from rlpr.model.packing import resolve_packing
 from rlpr.model.precision import (autocast_dtype, frozen_linear_weights_in, resolve_mixed_precision,
                                   resolve_rollout_dtype, update_precision)
 from rlpr.parallel import distributed as dist
@@ -41,8 +39,7 @@ from rlpr.reward.score_a import ScoreA, initial_policy
 from rlpr.reward.from_cache import uses_cache
 from rlpr.rollout.engines import build_engine, keeping_caches
 from rlpr.rollout.hf import Rollout
-from rlpr.train import held_out
-from rlpr.train import state
+from rlpr.train import held_out, state
 from rlpr.train.checkpoint import check_space_before_training, list_checkpoints, restore_latest, resume_changes
 from rlpr.train.finite import stop_on_nonfinite
 from rlpr.train.held_out import held_out_report
@@ -52,8 +49,9 @@ from rlpr.train.opsd import Distiller
 from rlpr.train.progress import StepDisplay
 from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
 from rlpr.train.signals import end_of_run, finish_step_on_signal
-from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, load_data, reference_copy,
-                              scoring_budget, seed_everything, shuffled_targets, std_filter, training_prompts)
+from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, forward_layout, load_data,
+                              reference_copy, scoring_budget, seed_everything, shuffled_targets, std_filter,
+                              training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
 from rlpr.train.update import (Sample, accumulate_gradients, fill_step_logprobs, shares_prefix, training_sample,
                                update_metrics)
@@ -88,10 +86,7 @@ class Trainer:
         model, self.tokenizer = load_model(cfg.model.path, device=self.device)
         self.policy = build_policy(cfg, model).to(self.device)
         self.policy.train()
-        if autocast_dtype(self.mixed_precision) is not None and cfg.trainer.fp32_attention and self.device.type == "cpu":
-            use_fp32_attention_under_autocast(causal_lm(self.policy))
-        # trainer.pack_responses: each prompt's responses packed into rows in the update's forwards
-        self.pack = resolve_packing(cfg.trainer.pack_responses, self.policy, self.device, shares_prefix(cfg))
+        self.pack = forward_layout(cfg, self.policy, self.device, self.mixed_precision)  # fp32 attention, packing
         self.ref_model = reference_copy(cfg, self.policy)  # with LoRA the reference is the adapter-off base
         self.lagged = lagged_weights(cfg, self.policy)  # reward.scorer=ema: the EMA of the trainable weights
 
@@ -101,9 +96,9 @@ class Trainer:
         self.stream = PromptStream(len(self.train_prompts), cfg.trainer.seed, cfg.data.shuffle)
 
         max_length = getattr(causal_lm(self.policy).config, "max_position_embeddings", None)
-        self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length)
+        self.reward = ProbabilityReward(scoring_budget(cfg), self.tokenizer, cfg.rollout.temperature, max_length,
+                                        pack=self.pack)  # the scoring forwards' rows as the update's
         self.reward.seed = cfg.trainer.seed  # kind=random's draws
-        self.reward.pack = self.pack  # score B's and A's recomputed forwards: rows as the update's
         # reward.shuffle_references (the control): training prompt i is scored against prompt pi(i)'s
         # reference, pi a derangement fixed by the seed (no prompt keeps its own); None: each against its own
         self.scored_against = (shuffled_targets(self.train_prompts, cfg.trainer.seed)
@@ -111,8 +106,7 @@ class Trainer:
         self.score_a: ScoreA = self._bind_score_a(self.reward)
         # reward.kind=opsd*: the teacher (the policy shown the reference) and each token's signal
         self.distiller = Distiller(cfg, self.policy, self.tokenizer, self.reward, self.train_prompts,
-                                   self.scored_against or [p.example for p in self.train_prompts], self.ref_model,
-                                   pack=self.pack)
+                                   self.scored_against or [p.example for p in self.train_prompts], self.ref_model)
         self.eval_reward = self.reward  # what evaluate() scores with (a benchmark may set a common one)
         dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, self.device)
         self.engine = build_engine(self.policy, self.tokenizer, cfg.rollout, dtype)  # rollout.engine: hf | vllm
