@@ -99,6 +99,14 @@ register("opsd_context_only", ["reward.kind=opsd", "opsd.context=none"], "opsd_c
          doc="the teacher template without the reference")
 register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", first=True,
          doc="a fixed negative advantage on the lowest-probability tokens, no teacher forward")
+# precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
+# recomputes score B in fp32 (the copy's bf16 keys/values move B by up to 2e-2) and runs the update
+# under bf16 autocast (whose gradient missed one outlier sample: benchmarks/update_precision.py). Each
+# arm changes one of those choices; on an fp32 machine both equal `rlpr`.
+register("rlpr_b_from_bf16_cache", ["reward.score_b_from_cache=always"], "ablation",
+         doc="score B continuing the rollout copy's keys/values even where they are bf16 (2.5x faster B)")
+register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation",
+         doc="the update in fp32 where `auto` would autocast it to bf16")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
