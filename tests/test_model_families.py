@@ -171,50 +171,21 @@ def test_the_sliding_window_and_softcapping_matter_here(family, family_dir, toke
         assert max((a - b).abs().max() for a, b in zip(base, uncapped)) > 1e-2
 
 
-@pytest.mark.parametrize("family", ["gemma2", "gemma3", "mistral", "phi3"])
-def test_update_gradients_through_the_shared_prompt_equal_the_padded_path(family, family_dir):
-    """The update's shared-prompt path (the prompt's keys/values computed once, continuations on top)
-    gives the padded path's gradients with prompts and responses longer than the window."""
-    from rlpr.config import AlgorithmConfig
-    from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
-
-    model, tokenizer = load_model(family_dir(family))
-    model.train()
-    g = torch.Generator().manual_seed(0)
-    samples = []
-    for k in range(2):
-        prompt_ids = torch.randint(3, len(tokenizer), (WINDOW + 5 + 3 * k,), generator=g).tolist()
-        for i in range(3):
-            response = torch.randint(3, len(tokenizer), (4 + 9 * i,), generator=g).tolist()
-            samples.append(Sample(prompt_ids + response, len(prompt_ids), advantage=float(torch.randn(1, generator=g))))
-    fill_logprobs(model, samples, "old_logp", 6, tokenizer.pad_token_id, 1.0, False)
-    grads = []
-    for micro, share in ((6, False), (6, True), (1, True)):
-        model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, samples, AlgorithmConfig(), micro, tokenizer.pad_token_id, 1.0, share)
-        grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
-    assert grads[0].abs().max() > 0
-    for other in grads[1:]:
-        assert torch.allclose(other, grads[0], atol=1e-5 * grads[0].abs().max().item(), rtol=1e-4)
-
-
 @pytest.mark.parametrize("family", FAMILIES)
-def test_packed_update_gradients_equal_the_padded_path(family, family_dir):
-    """trainer.pack_responses: a prompt's responses packed into rows after its keys/values give the
-    padded path's old log-probs and gradients: rotary variants, biases, q/k norms, fused projections,
-    sliding windows (every layer or alternating, prompts and responses longer than the window)
-    included; Gemma 2's soft-capped attention runs eager, which `auto` does not pack."""
+def test_update_gradients_through_the_shared_prompt_and_packed_rows_equal_the_padded_path(family, family_dir):
+    """The update's shared-prompt path (the prompt's keys/values computed once, continuations on top)
+    and its responses packed into rows after the prompt (trainer.pack_responses) give the padded
+    path's old log-probs and gradients, with prompts and responses longer than the window: rotary
+    variants, biases, q/k norms, fused projections, every layer or every second one sliding. Gemma 2's
+    soft-capped attention runs eager, which `auto` does not pack."""
     from rlpr.config import AlgorithmConfig
     from rlpr.model.packing import resolve_packing, unpackable
     from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
     model, tokenizer = load_model(family_dir(family))
-    reason = unpackable(model)
-    assert (reason is None) == (family != "gemma2"), reason
-    if reason:
-        assert not resolve_packing("auto", model, torch.device("cpu"), True)
-        return
     model.train()
+    packable = unpackable(model) is None
+    assert packable == (family != "gemma2") and resolve_packing("auto", model, torch.device("cpu"), True) == packable
     g = torch.Generator().manual_seed(0)
     samples = []
     for k in range(2):
@@ -223,14 +194,17 @@ def test_packed_update_gradients_equal_the_padded_path(family, family_dir):
             response = torch.randint(3, len(tokenizer), (4 + 9 * i,), generator=g).tolist()
             samples.append(Sample(prompt_ids + response, len(prompt_ids), advantage=float(torch.randn(1, generator=g))))
     fill_logprobs(model, samples, "old_logp", 6, tokenizer.pad_token_id, 1.0, False)
-    packed = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
-    fill_logprobs(model, packed, "old_logp", 6, tokenizer.pad_token_id, 1.0, True, pack=True)
-    for a, b in zip(samples, packed):
-        assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5)
+    if packable:
+        packed = [Sample(s.input_ids, s.prompt_len, s.advantage) for s in samples]
+        fill_logprobs(model, packed, "old_logp", 6, tokenizer.pad_token_id, 1.0, True, pack=True)
+        for a, b in zip(samples, packed):
+            assert torch.allclose(a.old_logp, b.old_logp, atol=1e-5)
     grads = []
-    for micro, pack in ((6, False), (6, True), (2, True)):
+    layouts = ((6, False, False), (6, True, False), (1, True, False)) + (((6, True, True), (2, True, True))
+                                                                        if packable else ())
+    for micro, share, pack in layouts:
         model.zero_grad(set_to_none=True)
-        accumulate_gradients(model, samples, AlgorithmConfig(), micro, tokenizer.pad_token_id, 1.0, True, pack=pack)
+        accumulate_gradients(model, samples, AlgorithmConfig(), micro, tokenizer.pad_token_id, 1.0, share, pack=pack)
         grads.append(torch.cat([p.grad.flatten() for p in model.parameters() if p.grad is not None]))
     assert grads[0].abs().max() > 0
     for other in grads[1:]:
