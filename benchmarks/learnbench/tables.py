@@ -33,8 +33,9 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len", "entropy"]
     transfer_keys = [f"{s}_{k}" for s in TRANSFER for k in GRADED if f"{s}_{k}_before" in base]
     table = []
-    lines = ["| variant | seeds | steps | Avg@8 before ± SE | Avg@8 after: mean ± sd (per run ± SE) | change in SEs "
-             "| greedy before -> after | greedy change in SEs | pass@8 before -> after | reward before -> after "
+    k = base.get("settings", {}).get("samples", 8)  # k of Avg@k and pass@k (--samples)
+    lines = [f"| variant | seeds | steps | Avg@{k} before ± SE | Avg@{k} after: mean ± sd (per run ± SE) | change in SEs "
+             f"| greedy before -> after | greedy change in SEs | pass@{k} before -> after | reward before -> after "
              "| score B after | format after | length after | s/step | min/run |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for variant in ["base", *VARIANTS]:
