@@ -15,7 +15,8 @@ from .regrade import regrade, unfinished_jobs
 from .rows import append_row, claim, grader_version, read_rows, reuse_base, transfer_fingerprint
 from .runner import backfill_base_entropy, run_base, run_one, scorer_overrides
 from .tables import controls_verdict, opsd_verdict, summarise
-from .variants import MAIN_VARIANTS, MODEL_TITLES, MODELS, RESULTS, SET_TITLES, TRANSFER, VARIANTS, describe
+from .variants import (DEFAULT_VARIANTS, MAIN_VARIANTS, MODEL_TITLES, MODELS, RESULTS, SET_TITLES, TRANSFER, VARIANTS,
+                       describe)
 
 
 def parse_args(description: str, argv: list[str] | None = None) -> argparse.Namespace:
@@ -34,7 +35,8 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--samples", type=int, default=8, help="k of Avg@k and pass@k")
     parser.add_argument("--curve-every", type=int, default=10, help="held-out curve point every N steps (0: none)")
     parser.add_argument("--curve-questions", type=int, default=50)
-    parser.add_argument("--variants", default=",".join(VARIANTS), help="comma-separated (see --list-variants)")
+    parser.add_argument("--variants", default=",".join(DEFAULT_VARIANTS),
+                        help="comma-separated (see --list-variants; the precision arms run only when named)")
     parser.add_argument("--list-variants", action="store_true", help="print every variant's overrides and exit")
     parser.add_argument("--set", nargs="*", default=[], help="extra config overrides for every run")
     parser.add_argument("--model", choices=list(MODELS), default="smollm2",

@@ -22,18 +22,20 @@ class Variant:
     role: str
     first: bool = False  # run for every seed before the others: a benchmark cut short still compares these
     doc: str = ""
+    by_name: bool = False  # left out of the default --variants list: run only when named
 
 
 REGISTRY: dict[str, Variant] = {}
 
 
-def register(name: str, overrides: list[str], role: str, *, first: bool = False, doc: str = "") -> Variant:
+def register(name: str, overrides: list[str], role: str, *, first: bool = False, doc: str = "",
+             by_name: bool = False) -> Variant:
     """Add a variant (its order is the tables' row order and the plots' colour order: append only)."""
     if name in REGISTRY or name == "base":
         raise ValueError(f"variant {name!r} is registered already")
     if role not in ROLES:
         raise ValueError(f"variant {name!r}: role {role!r} is not one of {', '.join(ROLES)}")
-    REGISTRY[name] = Variant(name, tuple(overrides), role, first, doc)
+    REGISTRY[name] = Variant(name, tuple(overrides), role, first, doc, by_name)
     return REGISTRY[name]
 
 
@@ -102,14 +104,15 @@ register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", fir
 # precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
 # recomputes score B in fp32 (the copy's bf16 keys/values move B by up to 2e-2) and runs the update
 # under bf16 autocast (whose gradient missed one outlier sample: benchmarks/update_precision.py). Each
-# arm changes one of those choices; on an fp32 machine both equal `rlpr`.
-register("rlpr_b_from_bf16_cache", ["reward.score_b_from_cache=always"], "ablation",
+# arm changes one of those choices; on an fp32 machine both equal `rlpr`, so they run only when named.
+register("rlpr_b_from_bf16_cache", ["reward.score_b_from_cache=always"], "ablation", by_name=True,
          doc="score B continuing the rollout copy's keys/values even where they are bf16 (2.5x faster B)")
-register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation",
+register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
          doc="the update in fp32 where `auto` would autocast it to bf16")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
+DEFAULT_VARIANTS = tuple(name for name, v in REGISTRY.items() if not v.by_name)  # what --variants runs unset
 CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "control")
 OPSD_METHODS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd")
 OPSD_CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd_control")
