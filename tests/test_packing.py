@@ -113,8 +113,9 @@ def test_a_packed_run_trains_as_the_padded_one(tiny_dir, tmp_path, monkeypatch):
     import rlpr.train.update as update
 
     packed = []
-    monkeypatch.setattr(update, "packed_continuation_hidden",
-                        lambda *a, **k: packed.append(1) or packed_continuation_hidden(*a, **k))
+    layout = update.prefix_continuation_hidden
+    monkeypatch.setattr(update, "prefix_continuation_hidden",
+                        lambda *a, **k: (packed.append(1) if k.get("pack") else None) or layout(*a, **k))
     runs, calls = {}, {}
     for mode in ("on", "off"):
         cfg = tiny_cfg(tiny_dir, tmp_path, mode, "trainer.max_steps=1", f"trainer.pack_responses={mode}",

@@ -23,7 +23,7 @@ import inspect
 import torch
 
 from rlpr.errors import ConfigError
-from rlpr.model.forward import PrefixState, cache_kwargs, causal_lm
+from rlpr.model.forward import PrefixState, cache_kwargs, causal_lm, continuation_hidden
 
 PACK_MODES = ("auto", "on", "off")
 
@@ -208,3 +208,15 @@ def packed_continuation_hidden(model, state: PrefixState, continuations: list[li
         index.append(before[chosen])
         tokens.append(torch.tensor(c, dtype=torch.long)[chosen])
     return flat[torch.cat(index).to(device)], torch.cat(tokens).to(device)
+
+
+def prefix_continuation_hidden(model, state: PrefixState, continuations: list[list[int]],
+                               targets: list[list[bool]] | None = None, pack: bool = False):
+    """(hidden states [N, H] before each marked continuation token (`targets`; None: every token), those
+    tokens [N]) of continuations of one prefix, continuation by continuation: packed into rows (`pack`,
+    trainer.pack_responses resolved) or one padded row each (`forward.continuation_hidden`). What the
+    update's micro-batches and the scoring forwards call."""
+    if pack:
+        return packed_continuation_hidden(model, state, continuations, targets)
+    targets = targets if targets is not None else [[True] * len(c) for c in continuations]
+    return continuation_hidden(model, state, continuations, targets)

@@ -12,9 +12,9 @@ from typing import Callable
 import torch
 
 from rlpr.model.batching import token_budget_batches, width_batches
-from rlpr.model.forward import (PrefixState, continuation_hidden, distribution_stats, eval_mode, hidden_states,
-                               past_continuation_hidden, project_logprobs, token_logprobs)
-from rlpr.model.packing import packed_continuation_hidden
+from rlpr.model.forward import (PrefixState, distribution_stats, eval_mode, hidden_states, past_continuation_hidden,
+                               project_logprobs, token_logprobs)
+from rlpr.model.packing import prefix_continuation_hidden
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, TokenizedBatch, pad_batch, strip_response, tokenize_scored
 
@@ -189,14 +189,6 @@ def _forward_batches(enc, groups, rest, max_batch_tokens: int):
         yield None, [rest[j] for j in batch]
 
 
-def _continuations(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]], pack: bool):
-    """(hidden states before the marked tokens, those tokens) of continuations of one prefix: packed
-    into rows (`pack`) or one padded row each."""
-    if pack:
-        return packed_continuation_hidden(model, state, continuations, targets)
-    return continuation_hidden(model, state, continuations, targets)
-
-
 @torch.no_grad()
 def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temperature: float = 1.0,
                        max_length: int | None = None, max_batch_tokens: int = 8192,
@@ -244,8 +236,9 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:
                 p = len(prefix)
-                hidden, tokens = _continuations(model, PrefixState(model, prefix), [enc.input_ids[k][p:] for k in ks],
-                                                [enc.ref_mask[k][p:] for k in ks], pack)
+                hidden, tokens = prefix_continuation_hidden(model, PrefixState(model, prefix),
+                                                            [enc.input_ids[k][p:] for k in ks],
+                                                            [enc.ref_mask[k][p:] for k in ks], pack)
                 logp, _ = project_logprobs(model, hidden, tokens, temperature)
                 counts = [sum(enc.ref_mask[k][p:]) for k in ks]
             else:
@@ -293,8 +286,8 @@ def response_distribution_stats(model, tokenizer, prompt_texts: list[str], respo
                 p = len(prefix)
                 if state_of is not prefix:  # the group's prompt runs once
                     state, state_of = PrefixState(model, prefix), prefix
-                hidden, _ = _continuations(model, state, [enc.input_ids[k][p:] for k in ks],
-                                           [enc.ref_mask[k][p:] for k in ks], pack)
+                hidden, _ = prefix_continuation_hidden(model, state, [enc.input_ids[k][p:] for k in ks],
+                                                       [enc.ref_mask[k][p:] for k in ks], pack)
                 counts = [sum(enc.ref_mask[k][p:]) for k in ks]
             else:
                 ids, attn, target = pad_batch([enc.input_ids[k] for k in ks], [enc.ref_mask[k] for k in ks],

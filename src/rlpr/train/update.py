@@ -18,10 +18,10 @@ from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, 
 from rlpr.algorithms.opsd import jsd_from_logits
 from rlpr.config import AlgorithmConfig
 from rlpr.model.batching import similar_widths, split_batches
-from rlpr.model.forward import (PrefixState, continuation_hidden, eval_mode, hidden_states, project_logprobs,
-                                project_rows, token_logprobs)
+from rlpr.model.forward import (PrefixState, eval_mode, hidden_states, project_logprobs, project_rows,
+                                token_logprobs)
 from rlpr.model.memory import release_memory
-from rlpr.model.packing import packed_continuation_hidden
+from rlpr.model.packing import prefix_continuation_hidden
 from rlpr.reward.parsing import answer_block_start
 from rlpr.reward.sequence import pad_batch, reasoning_token_count
 from rlpr.train.metrics import mean
@@ -121,9 +121,7 @@ class MicroBatch:
             p = len(self.prefix)
             conts = [s.input_ids[p:] for s in self.samples]
             state = state if state is not None else PrefixState(model, self.prefix)
-            if self.packed:
-                return packed_continuation_hidden(model, state, conts)
-            return continuation_hidden(model, state, conts, [[True] * len(c) for c in conts])
+            return prefix_continuation_hidden(model, state, conts, pack=self.packed)
         ids, attn, target = self._padded(model)
         return hidden_states(model, ids, attn)[:, :-1][target[:, 1:]], ids[:, 1:][target[:, 1:]]
 
