@@ -211,16 +211,14 @@ class PrefixState:
                             config=self.config)
 
 
-def continuation_logprobs(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]],
-                          temperature: float = 1.0, with_entropy: bool = False, chunk: int = 512):
-    """`shared_prefix_logprobs` given the prefix's state (computed once, reusable)."""
-    hidden, ids = continuation_hidden(model, state, continuations, targets)
-    return project_logprobs(model, hidden, ids, temperature, with_entropy, chunk)
-
-
 def continuation_hidden(model, state: PrefixState, continuations: list[list[int]], targets: list[list[bool]]):
     """(hidden states [N, H] before each marked continuation token, those tokens [N]), in row-major
-    order, the prefix run once (`state`) and its KV cache repeated for the continuations."""
+    order, the prefix run once (`state`) and its KV cache repeated for the continuations.
+
+    In RL every prompt has n responses, and the prompt is often most of the tokens: this does the
+    same arithmetic on about (P + n C) instead of n (P + C) tokens. `targets[i][j]` marks
+    continuation token j (the hidden state given prefix + continuation[:j]). Gradients flow through
+    the shared prefix. `model.packing` runs the continuations packed into rows instead."""
     lm = causal_lm(model)
     n, width = len(continuations), max(len(c) for c in continuations)
     ids = torch.full((n, width), 0, dtype=torch.long)
@@ -277,21 +275,6 @@ def past_continuation_hidden(model, pasts: list[torch.Tensor], continuations: li
                   use_cache=True)
     pred = target[:, 1:]
     return out.last_hidden_state[:, :-1][pred], ids[:, 1:][pred]
-
-
-def shared_prefix_logprobs(model, prefix: list[int], continuations: list[list[int]],
-                           targets: list[list[bool]], temperature: float = 1.0, with_entropy: bool = False,
-                           chunk: int = 512):
-    """Like `token_logprobs` for sequences prefix + continuation[i] that share one prefix: the
-    prefix runs once and its KV cache is repeated for the continuations.
-
-    In RL every prompt has n responses, and the prompt is often most of the tokens: this does
-    the same arithmetic on about (P + n C) instead of n (P + C) tokens. `targets[i][j]` marks
-    continuation token j (its log-prob given prefix + continuation[:j]). Gradients flow through
-    the shared prefix. Returns (logp [N], entropy [N] or None) in row-major order.
-    """
-    return continuation_logprobs(model, PrefixState(model, prefix), continuations, targets, temperature,
-                                 with_entropy, chunk)
 
 
 def head_logits(model, hidden: torch.Tensor) -> torch.Tensor:

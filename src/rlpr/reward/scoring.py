@@ -200,7 +200,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     last are appended to `too_long`, so that callers can count and flag them, issue 29).
 
     With `share_prefix`, texts that start with the same prompt run it once (exact; see
-    `forward.shared_prefix_logprobs`); the others go through padded, length-sorted batches.
+    `forward.continuation_hidden`); the others go through padded, length-sorted batches.
     `splice`: how the texts become ids (`sequence.tokenize_scored`). `caches`: per item, the KV cache
     its rollout kept (`rollout.kept_cache.RowCache`, computed with `model`'s weights) or None; a text
     then runs only its tokens after the longest common prefix with the cached ids. A cache in a rollout

@@ -82,7 +82,7 @@ class Sample:
 @dataclass
 class MicroBatch:
     """Sequences processed in one forward/backward. With `prefix`, they all share that prompt,
-    which then runs once (see `forward.shared_prefix_logprobs`); `packed` (with `prefix`): the
+    which then runs once (see `forward.continuation_hidden`); `packed` (with `prefix`): the
     responses run packed into rows after it (`model.packing`, trainer.pack_responses) instead of
     one padded row each."""
 
