@@ -22,8 +22,8 @@ the ablations (`no_debias`, `no_std_filter`, `seq_likelihood`, `verifree`, `nove
 `shuffled_reference`, `entropy`, `self_certainty`, `majority`), on-policy self-distillation
 (`opsd`, `opsd_hybrid`) and its controls (`op2sd`, `opsd_context_only`, `opsd_no_teacher`); and
 `base`, the untrained model (evaluated once: every run starts from it). Two precision arms run only
-when named: `rlpr_b_from_bf16_cache` and `rlpr_fp32_update` (`auto`'s bf16 choices changed one at a
-time; results/precision_arms.md).
+when named: `rlpr_exact_b` and `rlpr_fp32_update` (the bf16 choices of the defaults on a fast-bf16
+CPU, each changed back to fp32; results/precision_arms.md, run under the earlier names).
 
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
     python benchmarks/learning.py --variants rlpr,rlvr,rlvr_exact   # the three main variants only

@@ -104,12 +104,13 @@ def test_kept_caches_for_score_b_from_the_cache():
     assert mp.kept_caches(qwen7b(), replace(s, keep_caches=False)) == []
     assert mp.plan(qwen7b(), s).total("scoring") == pytest.approx(
         mp.plan(qwen7b(), replace(s, keep_caches=False)).total("scoring") + kept.bytes + past.bytes)
-    # as the trainer resolves it: auto keeps them from an fp32 rollout copy only; always from bf16 too
+    # as the trainer resolves it: always (the default) keeps them from any rollout copy; auto from fp32 only
     cpu = load_config("demo")
     assert mp.setup_from_config(cpu, 1, "cpu", 16 * GiB, fast_bf16=False).keep_caches
-    assert not mp.setup_from_config(cpu, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
-    always = load_config("demo", ["reward.score_b_from_cache=always"])
-    assert mp.setup_from_config(always, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
+    assert mp.setup_from_config(cpu, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
+    exact = load_config("demo", ["reward.score_b_from_cache=auto"])
+    assert mp.setup_from_config(exact, 1, "cpu", 16 * GiB, fast_bf16=False).keep_caches
+    assert not mp.setup_from_config(exact, 1, "cpu", 16 * GiB, fast_bf16=True).keep_caches
     assert not mp.setup_from_config(load_config("demo", ["reward.kind=entropy"]), 1, "cpu", 16 * GiB,
                                     fast_bf16=False).keep_caches
 

@@ -102,11 +102,14 @@ register("opsd_context_only", ["reward.kind=opsd", "opsd.context=none"], "opsd_c
 register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", first=True,
          doc="a fixed negative advantage on the lowest-probability tokens, no teacher forward")
 # precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
-# recomputes score B in fp32 (the copy's bf16 keys/values move B by up to 2e-2) and runs the update
-# under bf16 autocast (whose gradient missed one outlier sample: benchmarks/update_precision.py). Each
-# arm changes one of those choices; on an fp32 machine both equal `rlpr`, so they run only when named.
-register("rlpr_b_from_bf16_cache", ["reward.score_b_from_cache=always"], "ablation", by_name=True,
-         doc="score B continuing the rollout copy's keys/values even where they are bf16 (2.5x faster B)")
+# score B continues that copy's bf16 keys/values by default (reward.score_b_from_cache=always: B moves
+# by up to 2e-2 against fp32) and the update runs under bf16 autocast (whose gradient missed one
+# outlier sample: benchmarks/update_precision.py). Each arm changes one of those choices back to exact
+# fp32; on an fp32 machine both equal `rlpr`, so they run only when named. (results/precision_arms.md
+# ran before `always` became the default: its `rlpr` is today's `rlpr_exact_b`, its
+# `rlpr_b_from_bf16_cache` today's `rlpr`.)
+register("rlpr_exact_b", ["reward.score_b_from_cache=auto"], "ablation", by_name=True,
+         doc="score B recomputed in fp32 where the rollout copy's keys/values are bf16 (2.1x slower B)")
 register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
          doc="the update in fp32 where `auto` would autocast it to bf16")
 

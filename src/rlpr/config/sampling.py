@@ -188,13 +188,15 @@ class RewardConfig:
     Q + " " + y*, as for valid responses); spec 1b."""
     max_batch_tokens: int = 8192
     """Padded tokens per scoring forward."""
-    score_b_from_cache: str = "auto"
+    score_b_from_cache: str = "always"
     """Score B continues each response's KV cache kept by the rollout (rollout.engine=hf, decode_loop
     rlpr or graph) and runs only the tokens of o' after their common prefix, instead of the whole
     prompt + response again (rollout.engine=vllm: the engine scores o' with its prefix cache read,
-    docs/vllm.md): auto (where that is exact: reward.scorer=current and the rollout copy in the
-    policy's dtype, model.rollout_dtype=float32), always (also from a bf16 rollout copy: B then
-    carries its rounding, docs/training.md), never. Rows whose caches would not fit in memory, and
+    docs/vllm.md): always (the default; from an fp32 rollout copy this equals recomputing to 1e-6,
+    from a bf16 copy B carries its rounding: mean 3% of B's spread within a group, learning
+    unchanged within seeds, as the paper's own code scores B in bf16; docs/training.md), auto (only
+    where exact: reward.scorer=current and the rollout copy in the policy's dtype,
+    model.rollout_dtype=float32), never. Rows whose caches would not fit in memory, and
     decode_loop=generate, recompute."""
     splice: str = "text"
     """How o' becomes token ids: text (the whole o' tokenized at once) or ids (the reasoning and the
