@@ -330,7 +330,7 @@ def forced_rollouts(model, tokenizer, prompts: list[list[int]], responses: list[
     from rlpr.rollout.decode import sample
     from rlpr.rollout.kept_cache import KeptCaches
 
-    keep = KeptCaches([len(p) for p in prompts], width, (tokenizer.eos_token_id,), None)
+    keep = KeptCaches([len(p) for p in prompts], width, (tokenizer.eos_token_id,), None, model)
     new = sample(model, ids, attn, draw, max_new_tokens=steps, eos=tokenizer.eos_token_id,
                  pad=tokenizer.pad_token_id, keep=keep)
     for r, resp in enumerate(responses):
@@ -347,18 +347,19 @@ FREE_RESPONSES = ["The capital of France is Paris.", "Rivers flow downhill, alwa
                   "of them all is the Nile in Africa, so the Nile.  ", "I do not know"]
 
 
-def score_b_both_ways(policy, tokenizer, case: str) -> dict:
+def score_b_both_ways(policy, tokenizer, case: str, on_copy: str = "auto") -> dict:
     """Score B of written responses (R1_RESPONSES with answer tags for case="r1", FREE_RESPONSES through
     the demo's fallback answer turn for "free"), recomputed and from caches kept by the decode loop
     drawing them from `policy`'s fp32 rollout copy: the reference log-probs ("fresh", "cached") and
     the reward outputs ("recomputed", "with_cache"). Checks that every text continued its cache past
-    its prompt."""
+    its prompt, on the rollout copy where reward.score_b_on_copy=`on_copy` says so (fp32: auto and
+    always) and else on the policy."""
     from rlpr.config import load_config
     from rlpr.reward.probability_reward import ProbabilityReward
     from rlpr.rollout.hf import HFRollout
 
     overrides = ["reward.invalid_fallback=none", "reward.format_mode=r1", "reward.alpha=0.1"] if case == "r1" else []
-    cfg = load_config("demo", overrides).reward
+    cfg = load_config("demo", overrides + [f"reward.score_b_on_copy={on_copy}"]).reward
     reward = ProbabilityReward(cfg, tokenizer, 1.0, 2048)
     engine = HFRollout(policy, tokenizer, torch.float32)
     texts = [tokenizer.apply_chat_template([{"role": "user", "content": q}], add_generation_prompt=True,
@@ -376,11 +377,12 @@ def score_b_both_ways(policy, tokenizer, case: str) -> dict:
 
     import rlpr.reward.scoring as scoring
 
-    continued = []
+    continued, runners = [], set()
     original = scoring.past_continuation_hidden
 
     def counted(model, pasts, *args):
         continued.extend(p.shape[-2] for p in pasts)
+        runners.add(id(model))
         return original(model, pasts, *args)
 
     scoring.past_continuation_hidden = counted
@@ -392,6 +394,7 @@ def score_b_both_ways(policy, tokenizer, case: str) -> dict:
         scoring.past_continuation_hidden = original
     assert len(continued) == 2 * len(items)  # every text continued its cache (twice: two calls)
     assert sum(continued) > 2 * sum(map(len, prompts)) + len(items)  # past the prompts, into the responses
+    assert runners == {id(engine.model) if on_copy != "never" else id(policy)}
     return {"fresh": fresh, "cached": cached, "with_cache": with_cache, "recomputed": reward(policy, texts, decoded, refs)}
 
 

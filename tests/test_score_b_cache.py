@@ -109,12 +109,15 @@ def test_kept_caches_stay_within_their_budget(policy, tokenizer):
     assert keep.used <= one and len(keep.rows) == 1
 
 
+@pytest.mark.parametrize("on_copy", ["auto", "never"])
 @pytest.mark.parametrize("case", ["r1", "free"])
-def test_score_b_from_the_cache_equals_recomputed(policy, tokenizer, case):
+def test_score_b_from_the_cache_equals_recomputed(policy, tokenizer, case, on_copy):
     """fp32: the rewards equal recomputed ones to 1e-6 and the reference log-probs to 1e-5, with answer
     tags (r1, format-valid: o' departs from the response after `<answer>`) and without them (the
-    fallback's answer turn after the whole response); the longest response is cut before EOS."""
-    out = score_b_both_ways(policy, tokenizer, case)
+    fallback's answer turn after the whole response); the longest response is cut before EOS. The
+    caches continue on the rollout copy (its merged LoRA weights; reward.score_b_on_copy=auto, an
+    fp32 copy) or on the policy with its adapter (never)."""
+    out = score_b_both_ways(policy, tokenizer, case, on_copy)
     for a, b in zip(out["fresh"], out["cached"]):
         torch.testing.assert_close(b, a, atol=1e-5, rtol=0)
     for a, b in zip(out["recomputed"], out["with_cache"]):
@@ -160,3 +163,19 @@ def test_the_trainer_scores_from_the_caches_and_frees_them(tiny_dir, tmp_path):
         rewards[mode] = [o for g in groups for o in g.rewards]
     for a, b in zip(rewards["auto"], rewards["never"]):
         assert abs(a.reward - b.reward) <= 1e-6 and abs(a.score_b - b.score_b) <= 1e-6
+
+
+def test_which_model_continues_a_kept_cache():
+    """reward.score_b_on_copy: the rollout copy that kept a cache continues it where it has the
+    scorer's dtype (auto), in any dtype (always), or never; a cache without a copy goes to the scorer."""
+    from rlpr.reward.scoring import continuing_model
+    from rlpr.rollout.kept_cache import RowCache
+
+    scorer, copy32, copy16 = torch.nn.Linear(2, 2), torch.nn.Linear(2, 2), torch.nn.Linear(2, 2).bfloat16()
+    kv = torch.zeros(1, 2, 1, 1, 1)
+    of32, of16, bare = RowCache(kv, [1], copy32), RowCache(kv, [1], copy16), RowCache(kv, [1])
+    assert continuing_model(scorer, of32, "auto") is copy32
+    assert continuing_model(scorer, of16, "auto") is scorer  # bf16 keys/values, fp32 scorer
+    assert continuing_model(scorer, of16, "always") is copy16
+    assert continuing_model(scorer, of32, "never") is scorer
+    assert continuing_model(scorer, bare, "always") is scorer

@@ -54,6 +54,7 @@ def choices() -> dict[str, tuple]:
         "reward.score_span": SCORE_SPANS,
         "reward.nover_gate": NOVER_GATES,
         "reward.score_b_from_cache": CACHE_MODES,
+        "reward.score_b_on_copy": CACHE_MODES,
         "algorithm.advantage": tuple(ADVANTAGES),
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),

@@ -116,7 +116,8 @@ class ProbabilityReward:
         item, its rollout's kept KV cache computed with `model`'s weights, or None (`scoring.reference_logprobs`)."""
         return reference_logprobs(model, self.tokenizer, items, temperature=self.temperature,
                                   max_length=self.max_length, max_batch_tokens=self.cfg.max_batch_tokens,
-                                  splice=self.cfg.splice, too_long=too_long, caches=caches, pack=self.pack)
+                                  splice=self.cfg.splice, too_long=too_long, caches=caches, pack=self.pack,
+                                  on_copy=self.cfg.score_b_on_copy)
 
     def score_texts(self, model, items: list[ScoredText | None], too_long: list[int] | None = None,
                     caches: list | None = None) -> list[float]:

@@ -150,19 +150,38 @@ def _cache_starts(enc, keep: list[int], caches: list) -> tuple[dict[int, int], l
     return starts, rest
 
 
-def _cached_logprobs(model, enc, starts: dict[int, int], caches: list, temperature: float, max_batch_tokens: int):
+def continuing_model(scorer, cache, on_copy: str):
+    """The model that continues a kept `cache` (reward.score_b_on_copy): the rollout copy that computed
+    it (`cache.model`: the policy's weights with LoRA merged, in the copy's dtype) where `on_copy` is
+    always, or auto and the copy has the scorer's dtype (the same arithmetic to float rounding, without
+    the adapter's separate matmuls); else the scorer."""
+    copy = getattr(cache, "model", None)
+    if copy is None or on_copy == "never":
+        return scorer
+    if on_copy == "always" or next(copy.parameters()).dtype == next(scorer.parameters()).dtype:
+        return copy
+    return scorer
+
+
+def _cached_logprobs(model, enc, starts: dict[int, int], caches: list, temperature: float, max_batch_tokens: int,
+                     on_copy: str = "never"):
     """(index into enc, its reference log-probs) for the texts of `starts`: each text's tokens from
-    its start run on its kept cache's first `start` positions, in token-budget batches of similar
-    widths (`width_batches`: a row counts its full length, its past padded to the batch's longest)."""
-    ks = list(starts)
-    for batch in width_batches([len(enc.input_ids[k]) - starts[k] for k in ks], [len(enc.input_ids[k]) for k in ks],
-                               max_batch_tokens):
-        rows = [ks[j] for j in batch]
-        hidden, tokens = past_continuation_hidden(
-            model, [caches[k].kv[..., :starts[k], :] for k in rows], [enc.input_ids[k][starts[k]:] for k in rows],
-            [enc.ref_mask[k][starts[k]:] for k in rows])
-        logp, _ = project_logprobs(model, hidden, tokens, temperature)
-        yield from zip(rows, torch.split(logp.float().cpu(), [sum(enc.ref_mask[k]) for k in rows]))
+    its start run on its kept cache's first `start` positions (by `continuing_model`), in token-budget
+    batches of similar widths (`width_batches`: a row counts its full length, its past padded to the
+    batch's longest)."""
+    by_model: dict[int, tuple] = {}
+    for k in starts:
+        runner = continuing_model(model, caches[k], on_copy)
+        by_model.setdefault(id(runner), (runner, []))[1].append(k)
+    for runner, ks in by_model.values():
+        for batch in width_batches([len(enc.input_ids[k]) - starts[k] for k in ks],
+                                   [len(enc.input_ids[k]) for k in ks], max_batch_tokens):
+            rows = [ks[j] for j in batch]
+            hidden, tokens = past_continuation_hidden(
+                runner, [caches[k].kv[..., :starts[k], :] for k in rows], [enc.input_ids[k][starts[k]:] for k in rows],
+                [enc.ref_mask[k][starts[k]:] for k in rows])
+            logp, _ = project_logprobs(runner, hidden, tokens, temperature)
+            yield from zip(rows, torch.split(logp.float().cpu(), [sum(enc.ref_mask[k]) for k in rows]))
 
 
 def _engine_logprobs(enc, rows: list[int], caches: list, temperature: float):
@@ -194,7 +213,8 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
                        max_length: int | None = None, max_batch_tokens: int = 8192,
                        padding_side: str = "right", share_prefix: bool = True,
                        splice: str = "text", too_long: list[int] | None = None,
-                       caches: list | None = None, pack: bool = False) -> list[torch.Tensor | None]:
+                       caches: list | None = None, pack: bool = False, on_copy: str = "never"
+                       ) -> list[torch.Tensor | None]:
     """Per item, the fp32 log-probs of its reference tokens; None for an item that is None, has no
     reference token, or is longer than `max_length` tokens (these score 0; the indices of the
     last are appended to `too_long`, so that callers can count and flag them, issue 29).
@@ -206,7 +226,8 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     then runs only its tokens after the longest common prefix with the cached ids. A cache in a rollout
     engine (vllm's `EngineCache`, with the weights of `model`) is scored by the engine from its prefix
     cache instead. `pack` (trainer.pack_responses, resolved): a shared prompt's texts run packed into
-    rows after it (`model.packing`) instead of one padded row each.
+    rows after it (`model.packing`) instead of one padded row each. `on_copy` (reward.score_b_on_copy):
+    whether the rollout copy that kept a cache continues it (`continuing_model`).
     """
     out: list[torch.Tensor | None] = [None] * len(items)
     todo = [i for i, it in enumerate(items) if it is not None]
@@ -231,7 +252,7 @@ def reference_logprobs(model, tokenizer, items: list[ScoredText | None], *, temp
     groups, rest = _shared_prefix_groups(tokenizer, scored, enc, keep) if share_prefix else ([], keep)
     with eval_mode(model):
         if starts:
-            for k, piece in _cached_logprobs(model, enc, starts, kept, temperature, max_batch_tokens):
+            for k, piece in _cached_logprobs(model, enc, starts, kept, temperature, max_batch_tokens, on_copy):
                 out[todo[k]] = piece
         for prefix, ks in _forward_batches(enc, groups, rest, max_batch_tokens):
             if prefix is not None:

@@ -322,7 +322,7 @@ class HFRollout:
         capacity = width + max_new_tokens if self._decode.preallocated else 0
         cache = self._shared_prefill(ids, attn, [i for i, _, _ in chunk], capacity, [p for _, _, p in chunk]) \
             if self.share_prefill else None
-        keep = KeptCaches.for_batch([len(p) for _, _, p in chunk], width, (eos, *self.ends), self.model.device) \
+        keep = KeptCaches.for_batch([len(p) for _, _, p in chunk], width, (eos, *self.ends), self.model) \
             if self.keep_caches and self.can_keep else None
         more = {"keep": keep} if keep is not None else {}
         new = self._decode.run(self.model, ids, attn, sampler, max_new_tokens=max_new_tokens, eos=eos, pad=pad,

@@ -33,6 +33,7 @@ class RowCache:
 
     kv: torch.Tensor  # [layers, 2 (keys, values), kv heads, L, head dim], positions 0..L-1
     ids: list[int]  # the L tokens at those positions: the prompt, then the response's tokens but the last
+    model: object = None  # the rollout copy that computed them, which can continue them (reward.score_b_on_copy)
 
     @property
     def length(self) -> int:
@@ -65,7 +66,9 @@ class KeptCaches:
     prompt tokens, right-aligned at column `width` (the loops' left-padded layout: cache column j
     holds prompt column j, and response token k sits at column width + k)."""
 
-    def __init__(self, prompt_lengths: list[int], width: int, stops: tuple[int, ...], budget: int | None):
+    def __init__(self, prompt_lengths: list[int], width: int, stops: tuple[int, ...], budget: int | None,
+                 model=None):
+        self.model = model  # the rollout copy computing the caches: each RowCache names it
         self.prompt_lengths = prompt_lengths
         self.width = width
         self.stops = torch.tensor(stops, dtype=torch.long)
@@ -74,9 +77,9 @@ class KeptCaches:
         self.rows: dict[int, torch.Tensor] = {}
 
     @classmethod
-    def for_batch(cls, prompt_lengths: list[int], width: int, stops: tuple[int, ...], device) -> "KeptCaches":
-        free = available_bytes(device)
-        return cls(prompt_lengths, width, stops, None if free is None else int(KEEP_FRACTION * free))
+    def for_batch(cls, prompt_lengths: list[int], width: int, stops: tuple[int, ...], model) -> "KeptCaches":
+        free = available_bytes(model.device)
+        return cls(prompt_lengths, width, stops, None if free is None else int(KEEP_FRACTION * free), model)
 
     def take(self, layers: list[tuple[torch.Tensor, torch.Tensor]], batch_rows, out_rows, tokens: torch.Tensor) -> None:
         """Copy the real positions of batch rows `batch_rows` (output rows `out_rows`) out of `layers`,
@@ -108,4 +111,4 @@ class KeptCaches:
         ids = list(prompt) + list(response[:-1])
         if len(ids) != kv.shape[-2]:
             raise RuntimeError(f"kept cache of row {r} holds {kv.shape[-2]} positions for {len(ids)} tokens")
-        return RowCache(kv, ids)
+        return RowCache(kv, ids, self.model)
