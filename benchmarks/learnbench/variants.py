@@ -112,6 +112,8 @@ register("rlpr_exact_b", ["reward.score_b_from_cache=auto"], "ablation", by_name
          doc="score B recomputed in fp32 where the rollout copy's keys/values are bf16 (2.1x slower B)")
 register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
          doc="the update in fp32 where `auto` would autocast it to bf16")
+register("rlpr_b_on_bf16_copy", ["reward.score_b_on_copy=always"], "ablation", by_name=True,
+         doc="score B's continuation run by the bf16 rollout copy instead of the fp32 policy (2.2x faster B)")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
