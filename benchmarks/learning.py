@@ -21,9 +21,10 @@ the ablations (`no_debias`, `no_std_filter`, `seq_likelihood`, `verifree`, `nove
 `reinforce_no_debias`, `rlvr_exact_nz`, `rlpr_nz`), RLPR's controls (`random`,
 `shuffled_reference`, `entropy`, `self_certainty`, `majority`), on-policy self-distillation
 (`opsd`, `opsd_hybrid`) and its controls (`op2sd`, `opsd_context_only`, `opsd_no_teacher`); and
-`base`, the untrained model (evaluated once: every run starts from it). Two precision arms run only
-when named: `rlpr_exact_b` and `rlpr_fp32_update` (the bf16 choices of the defaults on a fast-bf16
-CPU, each changed back to fp32; results/precision_arms.md, run under the earlier names).
+`base`, the untrained model (evaluated once: every run starts from it). Three precision arms run only
+when named: `rlpr_exact_b`, `rlpr_fp32_update` and `rlpr_b_by_policy` (the bf16 choices of the
+defaults on a fast-bf16 CPU, each changed back to fp32; results/precision_arms.md and
+b_on_copy_arms.md, run under earlier names: learnbench/variants.py maps them).
 
     python benchmarks/learning.py              # the full benchmark (see --help for its size)
     python benchmarks/learning.py --variants rlpr,rlvr,rlvr_exact   # the three main variants only

@@ -43,7 +43,7 @@ def test_opsd_variants_registered_with_their_overrides():
     assert names[:6] == ["rlpr", "rlvr", "rlvr_exact", "no_debias", "no_std_filter", "seq_likelihood"]
     assert names[17:22] == list(OPSD) and len(names) == 25
     # then the precision arms (issue 42), which the default list leaves out
-    assert names[22:] == ["rlpr_exact_b", "rlpr_fp32_update", "rlpr_b_on_bf16_copy"]
+    assert names[22:] == ["rlpr_exact_b", "rlpr_fp32_update", "rlpr_b_by_policy"]
     assert list(variants.DEFAULT_VARIANTS) == names[:22]
     assert variants.CONTROLS == ("random", "shuffled_reference", "entropy", "self_certainty", "majority")
     assert set(OPSD) <= set(variants.MAIN_VARIANTS)

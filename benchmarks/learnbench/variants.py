@@ -104,16 +104,18 @@ register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", fir
 # precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
 # score B continues that copy's bf16 keys/values by default (reward.score_b_from_cache=always: B moves
 # by up to 2e-2 against fp32) and the update runs under bf16 autocast (whose gradient missed one
-# outlier sample: benchmarks/update_precision.py). Each arm changes one of those choices back to exact
-# fp32; on an fp32 machine both equal `rlpr`, so they run only when named. (results/precision_arms.md
-# ran before `always` became the default: its `rlpr` is today's `rlpr_exact_b`, its
-# `rlpr_b_from_bf16_cache` today's `rlpr`.)
+# outlier sample: benchmarks/update_precision.py); the bf16 copy also runs B's continuation
+# (reward.score_b_on_copy=always). Each arm changes one of those choices back to fp32; on an fp32
+# machine they equal `rlpr`, so they run only when named. The results files ran under other defaults:
+# in results/precision_arms.md `rlpr` is today's `rlpr_exact_b` and `rlpr_b_from_bf16_cache` today's
+# `rlpr_b_by_policy`; in results/b_on_copy_arms.md `rlpr` is today's `rlpr_b_by_policy` and
+# `rlpr_b_on_bf16_copy` today's `rlpr`.
 register("rlpr_exact_b", ["reward.score_b_from_cache=auto"], "ablation", by_name=True,
          doc="score B recomputed in fp32 where the rollout copy's keys/values are bf16 (2.1x slower B)")
 register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
          doc="the update in fp32 where `auto` would autocast it to bf16")
-register("rlpr_b_on_bf16_copy", ["reward.score_b_on_copy=always"], "ablation", by_name=True,
-         doc="score B's continuation run by the bf16 rollout copy instead of the fp32 policy (2.2x faster B)")
+register("rlpr_b_by_policy", ["reward.score_b_on_copy=auto"], "ablation", by_name=True,
+         doc="score B's continuation run by the fp32 policy where the rollout copy is bf16 (2.2x slower B)")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
