@@ -143,14 +143,18 @@ def add_notes(res: dict, args) -> None:
                  "algorithm.max_sampling_tries=1), so both trainers sample, score and train on 32 sequences per step.")
     notes.append("With one mini-batch per step neither side computes separate old log-probs (rlpr: n_updates=1; "
                  "TRL: steps_per_generation == gradient_accumulation_steps), so rlpr's old_logp_s is ~0.")
-    notes.append("Score B runs in fp32 on both sides (rlpr scores outside autocast; in TRL the reward function "
-                 "calls rlpr's ProbabilityReward, which runs the decoder directly, outside accelerate's wrapped "
-                 "forward). Score A uses the adapter-off model and is cached per (prompt, reference) on both sides.")
+    on_copy = res.get("rlpr", {}).get("score_b_on_copy", "always")
+    notes.append("Score B recomputed runs in fp32 on both sides (rlpr scores outside autocast; in TRL the reward "
+                 "function calls rlpr's ProbabilityReward, which runs the decoder directly, outside accelerate's "
+                 "wrapped forward). Score A uses the adapter-off model and is cached per (prompt, reference) on "
+                 "both sides.")
     notes.append("rlpr computes score B both ways at every scoring, on the same responses: recomputed (the whole o' "
                  "by the fp32 policy, each prompt once per group: the path before issue 42) and from the rollout's "
                  "kept KV cache (only o' after its common prefix with prompt + response runs, on the rollout copy's "
-                 "keys and values: bf16 where the copy is bf16). The step trains on the one "
-                 "reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s and score_b_s.")
+                 f"keys and values, continued as reward.score_b_on_copy={on_copy} picks: by the rollout copy itself, "
+                 "in its dtype, under always; under auto by the fp32 policy where the copy is bf16). The step trains "
+                 "on the one reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s "
+                 "and score_b_s.")
     notes.append("Tokens per step: query positions each phase runs through a decoder (forward pre-hooks on the "
                  "policy's and the rollout copy's decoder; padding included, backward passes not counted). The "
                  "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "

@@ -146,7 +146,8 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
     summary["tokens"] = mean_counts([r["tokens"] for r in timed])
     summary["unique_tokens"] = mean_counts([r["unique_tokens"] for r in timed if r["unique_tokens"]])
     out = {"overrides": overrides, "steps": steps, "mean": summary, "setup_s": setup_s,
-           "score_b_from_cache": cfg.reward.score_b_from_cache, "configured_path": "cache" if configured else "recomputed",
+           "score_b_from_cache": cfg.reward.score_b_from_cache,
+           "score_b_on_copy": cfg.reward.score_b_on_copy, "configured_path": "cache" if configured else "recomputed",
            "rollout_dtype": str(trainer.engine.model.dtype).replace("torch.", ""),
            "mixed_precision": trainer.mixed_precision,  # the update's, as trainer.mixed_precision=auto resolved
            "pack_responses": trainer.pack,  # the update's rows, as trainer.pack_responses=auto resolved
