@@ -37,6 +37,13 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def default_on_copy() -> str:
+    """reward.score_b_on_copy as the demo preset sets it (results from before it existed: `never`)."""
+    from rlpr.config import load_config
+
+    return load_config("demo").reward.score_b_on_copy
+
+
 class BothPaths:
     """Replaces a ProbabilityReward's `score_b`: each call scores B from the caches and recomputed
     (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
@@ -177,7 +184,9 @@ def markdown(res: dict) -> str:
                      f"{r['recomputed_s_per_step']:.2f} |")
     lines += ["", "B is the mean probability of the reference tokens (reward.aggregation=mean_prob); "
               "'recomputed' is the fp32 policy over the whole o' (the path before issue 42); "
-              "'from cache' continues the rollout copy's keys and values (bf16 or fp32 as the copy); "
+              "'from cache' continues the rollout copy's keys and values (bf16 or fp32 as the copy), run "
+              f"by the model reward.score_b_on_copy={res.get('score_b_on_copy', 'never')} picks (always: the "
+              "copy itself; auto: the copy where fp32, else the fp32 policy; never: the policy); "
               "'recomputed rebatched' is the recomputed path again with every text in padded batches "
               "(no prompt shared), against the recomputed B: how far float rounding alone moves B. "
               "Each step's two paths ran on the same responses, in alternating order."]
@@ -219,7 +228,8 @@ def main() -> int:
     out = Path(args.output) if args.output else RESULTS / ("score_b_cache" + ("_vllm" if args.engine == "vllm" else ""))
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
-                       "load_before": round(os.getloadavg()[0], 1)}, "rows": []}
+                       "load_before": round(os.getloadavg()[0], 1)}, "rows": [],
+           "score_b_on_copy": default_on_copy()}
     with tempfile.TemporaryDirectory(prefix="rlpr-sbc-") as tmp:
         for dtype in args.dtypes:
             res["rows"].append(run(dtype, args.steps, Path(tmp), args.threads, args.engine, args.new_tokens))
