@@ -201,8 +201,8 @@ class RewardConfig:
     score_b_on_copy: str = "always"
     """Which model continues the kept caches (reward.score_b_from_cache, rollout.engine=hf): the
     rollout copy that computed them (the policy's weights with LoRA merged, in the copy's dtype) or
-    the policy. always (the default): the copy, also a bf16 one (2.2x faster B on a fast-bf16 CPU;
-    B's mean error against fp32 1.8e-3 instead of 9.4e-4, learning unchanged within seeds,
+    the policy. always (the default): the copy, also a bf16 one (2.1x faster B on a fast-bf16 CPU;
+    B's mean error against fp32 about 2e-3 instead of 1e-3, learning unchanged within seeds,
     docs/training.md), as vLLM scores o' in its own dtype; auto: the copy only where it has the
     policy's dtype (model.rollout_dtype=float32: the same arithmetic to float rounding, without the
     adapter's separate matmuls); never: the policy (fp32) over the copy's keys and values."""
