@@ -37,13 +37,6 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
-def default_on_copy() -> str:
-    """reward.score_b_on_copy as the demo preset sets it (results from before it existed: `never`)."""
-    from rlpr.config import load_config
-
-    return load_config("demo").reward.score_b_on_copy
-
-
 class BothPaths:
     """Replaces a ProbabilityReward's `score_b`: each call scores B from the caches and recomputed
     (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
@@ -153,7 +146,7 @@ def run(dtype: str, steps: int, workdir: Path, threads: int = 1, engine: str = "
     engine_reads = {} if reads is None else {"engine_tokens": reads.tokens, "engine_cached_tokens": reads.cached,
                                              "engine_requests": reads.requests, "engine_declined": reads.declined}
     return {"engine": engine, "new_tokens": cfg.rollout.max_new_tokens, **engine_reads,
-            "dtype": dtype, "steps": steps, "responses": responses, "scored": len(diffs), "from_cache": cached,
+            "dtype": dtype, "steps": steps, "score_b_on_copy": cfg.reward.score_b_on_copy, "responses": responses, "scored": len(diffs), "from_cache": cached,
             "max_abs_diff_b": max(diffs), "mean_abs_diff_b": statistics.mean(diffs),
             "max_abs_diff_b_rebatched": max(floor), "mean_abs_diff_b_rebatched": statistics.mean(floor),
             "mean_b": statistics.mean(b for c in both.calls for b in c["b_recomputed"]),
@@ -185,7 +178,7 @@ def markdown(res: dict) -> str:
     lines += ["", "B is the mean probability of the reference tokens (reward.aggregation=mean_prob); "
               "'recomputed' is the fp32 policy over the whole o' (the path before issue 42); "
               "'from cache' continues the rollout copy's keys and values (bf16 or fp32 as the copy), run "
-              f"by the model reward.score_b_on_copy={res.get('score_b_on_copy', 'never')} picks (always: the "
+              f"by the model reward.score_b_on_copy={res['rows'][0].get('score_b_on_copy', 'never')} picks (always: the "
               "copy itself; auto: the copy where fp32, else the fp32 policy; never: the policy); "
               "'recomputed rebatched' is the recomputed path again with every text in padded batches "
               "(no prompt shared), against the recomputed B: how far float rounding alone moves B. "
@@ -228,8 +221,7 @@ def main() -> int:
     out = Path(args.output) if args.output else RESULTS / ("score_b_cache" + ("_vllm" if args.engine == "vllm" else ""))
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
            "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(), "torch_threads": args.threads,
-                       "load_before": round(os.getloadavg()[0], 1)}, "rows": [],
-           "score_b_on_copy": default_on_copy()}
+                       "load_before": round(os.getloadavg()[0], 1)}, "rows": []}
     with tempfile.TemporaryDirectory(prefix="rlpr-sbc-") as tmp:
         for dtype in args.dtypes:
             res["rows"].append(run(dtype, args.steps, Path(tmp), args.threads, args.engine, args.new_tokens))

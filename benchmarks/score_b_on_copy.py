@@ -56,13 +56,11 @@ def measure(steps: int, workdir: Path) -> dict:
                                 caches if PATHS[name] is not None else None)
             seconds[name] = time.perf_counter() - tick
         reward.cfg.score_b_on_copy = "always"
-        calls.append({"step": trainer_step[0], "b": out, "s": seconds, "groups": list(groups)})
+        calls.append({"step": trainer.step + 1, "b": out, "s": seconds, "groups": list(groups)})
         return out["copy"]
 
-    trainer_step = [0]
     reward.score_b = three_ways
     for step in range(1, steps + 1):
-        trainer_step[0] = step
         trainer.train_step(step)
         trainer.step = step
     timed = [c for c in calls if c["step"] > 1]

@@ -30,6 +30,13 @@ def uses_cache(mode: str, kind_needs_score_b: bool, scorer: str, cache_dtype, sc
     sizes in bytes as the memory plan has them)."""
     if mode not in CACHE_MODES:
         raise ValueError(f"unknown reward.score_b_from_cache {mode!r}; choose one of {', '.join(CACHE_MODES)}")
-    if mode == "never" or not kind_needs_score_b or scorer != "current":
+    if not kind_needs_score_b or scorer != "current":
         return False
-    return mode == "always" or cache_dtype == scorer_dtype
+    return allows(mode, cache_dtype, scorer_dtype)
+
+
+def allows(mode: str, copy_dtype, scorer_dtype) -> bool:
+    """A CACHE_MODES setting for the rollout copy's work in `copy_dtype` where the scorer computes in
+    `scorer_dtype`: always takes it, auto only where the dtypes match (exact), never does not.
+    reward.score_b_from_cache reads it for the caches, reward.score_b_on_copy for who continues them."""
+    return mode == "always" or (mode == "auto" and copy_dtype == scorer_dtype)

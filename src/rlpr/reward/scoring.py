@@ -15,6 +15,7 @@ from rlpr.model.batching import token_budget_batches, width_batches
 from rlpr.model.forward import (PrefixState, distribution_stats, eval_mode, hidden_states, past_continuation_hidden,
                                project_logprobs, token_logprobs)
 from rlpr.model.packing import prefix_continuation_hidden
+from rlpr.reward.from_cache import allows
 from rlpr.reward.r3 import r3_scores
 from rlpr.reward.sequence import ScoredText, TokenizedBatch, pad_batch, strip_response, tokenize_scored
 
@@ -156,9 +157,7 @@ def continuing_model(scorer, cache, on_copy: str):
     always, or auto and the copy has the scorer's dtype (the same arithmetic to float rounding, without
     the adapter's separate matmuls); else the scorer."""
     copy = getattr(cache, "model", None)
-    if copy is None or on_copy == "never":
-        return scorer
-    if on_copy == "always" or next(copy.parameters()).dtype == next(scorer.parameters()).dtype:
+    if copy is not None and allows(on_copy, next(copy.parameters()).dtype, next(scorer.parameters()).dtype):
         return copy
     return scorer
 
