@@ -29,15 +29,17 @@ def timed(fn, reps: int) -> list[float]:
 def decode_matmul_floor(model, batch: int, reps: int) -> dict:
     """Time of the raw matmuls of one decode step: every nn.Linear of `model` (q/k/v/o, gate/up/down
     of every layer and the lm_head; the tied embedding is counted once, as the head) applied to a
-    [batch, 1, in_features] input of the model's dtype, one after the other. No attention over the
-    KV cache, norms, rotary, softmax/sampling or Python overhead: the weight-streaming floor."""
+    [batch, 1, in_features] input of the model's dtype, one after the other, each through its own
+    forward (prepacked for oneDNN where rollout.prepacked_weights is on, as the decode loop runs it).
+    No attention over the KV cache, norms, rotary, softmax/sampling or Python overhead: the
+    weight-streaming floor."""
     linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
     dtype = linears[0].weight.dtype
     inputs = [torch.randn(batch, 1, m.in_features, dtype=dtype) for m in linears]
 
     def one_step():
         for m, x in zip(linears, inputs):
-            torch.nn.functional.linear(x, m.weight, m.bias)
+            m(x)
 
     one_step()
     times = timed(one_step, reps)

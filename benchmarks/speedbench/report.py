@@ -163,8 +163,14 @@ def add_notes(res: dict, args) -> None:
     copy = res.get("rlpr", {}).get("rollout_dtype", "bfloat16")
     update = res.get("rlpr", {}).get("mixed_precision", "bf16")
     update_text = "under torch.autocast bf16" if update == "bf16" else "in fp32 (no autocast)"
+    packed = res.get("rlpr", {}).get("prepacked_weights")
     notes.append("rlpr's 'other' = step time not in rollout/reward/update: syncing the merged LoRA weights "
-                 f"into the {copy} rollout copy, advantages, metrics. reward_other = parsing and building o'.")
+                 f"into the {copy} rollout copy" + (" and laying them out again for oneDNN" if packed else "")
+                 + ", advantages, metrics. reward_other = parsing and building o'.")
+    if packed is not None:
+        notes.append("rlpr's rollout copy multiplies decode-sized inputs by "
+                     + ("weights prepacked for oneDNN (rollout.prepacked_weights, benchmarks/prepacked.py)" if packed
+                        else "plain weights (rollout.prepacked_weights off or unavailable)") + ".")
     if "trl" in res:
         tr = res["trl"]
         gen_ac = tr["generation_autocast_bf16"]

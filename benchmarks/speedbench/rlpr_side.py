@@ -149,6 +149,7 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
            "score_b_from_cache": cfg.reward.score_b_from_cache,
            "score_b_on_copy": cfg.reward.score_b_on_copy, "configured_path": "cache" if configured else "recomputed",
            "rollout_dtype": str(trainer.engine.model.dtype).replace("torch.", ""),
+           "prepacked_weights": bool(getattr(trainer.engine, "prepacked", False)),  # rollout.prepacked_weights resolved
            "mixed_precision": trainer.mixed_precision,  # the update's, as trainer.mixed_precision=auto resolved
            "pack_responses": trainer.pack,  # the update's rows, as trainer.pack_responses=auto resolved
            "torch_threads": torch.get_num_threads()}

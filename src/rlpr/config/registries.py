@@ -28,6 +28,7 @@ def choices() -> dict[str, tuple]:
     from rlpr.reward.parsing import FORMAT_MODES
     from rlpr.reward.scoring import aggregation_names
     from rlpr.model.packing import PACK_MODES
+    from rlpr.model.prepacked import MODES as PREPACKED_MODES
     from rlpr.model.precision import AUTO, MIXED_PRECISION, ROLLOUT_DTYPES
     from rlpr.reward.score_a import SCORE_A_MODELS, SCORERS
     from rlpr.reward.verifiers import VERIFIERS
@@ -42,6 +43,7 @@ def choices() -> dict[str, tuple]:
         "data.template": tuple(TEMPLATES),
         "rollout.engine": tuple(ENGINES),
         "rollout.decode_loop": loop_names(),
+        "rollout.prepacked_weights": PREPACKED_MODES,
         "reward.kind": tuple(REWARD_KINDS),
         "reward.verifier": tuple(VERIFIERS),
         "reward.format_mode": tuple(FORMAT_MODES),

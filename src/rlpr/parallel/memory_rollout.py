@@ -20,11 +20,19 @@ from rlpr.parallel.memory_types import ALL, FP32, GiB, Architecture, Setup, Term
 
 def rollout_copy(arch: Architecture, s: Setup) -> Term | None:
     """The hf engine samples from its own copy of the policy (rlpr/rollout/hf.py), whole on every
-    process in model.rollout_dtype, for the whole run: P x dtype bytes (LoRA merged into it)."""
+    process in model.rollout_dtype, for the whole run: P x dtype bytes (LoRA merged into it). With
+    rollout.prepacked_weights on a CPU (rlpr/model/prepacked.py) its Linear weights are held a second
+    time, laid out for oneDNN: the decoder layers' and the output layer's (tied or not), about P
+    again less the input embedding of an untied model."""
     if s.engine != "hf":
         return None
-    return Term("rollout copy (hf engine)", s.rollout_bytes * arch.params, ALL,
-                f"{s.rollout_bytes} B x {_count(arch.params)}")
+    params = arch.params
+    note = f"{s.rollout_bytes} B x {_count(arch.params)}"
+    if s.prepacked:
+        linear = arch.layers * arch.layer_params + arch.vocab * arch.hidden
+        params += linear
+        note += f" + prepacked Linear weights {_count(linear)}"
+    return Term("rollout copy (hf engine)", s.rollout_bytes * params, ALL, note)
 
 
 def rollout_kv_rows(s: Setup) -> list[tuple[int, int]]:

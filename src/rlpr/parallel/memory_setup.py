@@ -55,6 +55,7 @@ def setup_from_config(cfg, processes: int, device: str, device_bytes: float, fas
         responses_per_prompt=n, rollout_rows=rollout_rows, round_rows=per_rank_prompts * n, eval_rows=eval_rows,
         eval_questions=eval_questions, eval_samples=t.eval_samples if eval_questions else 0,
         keep_caches=keeps_caches(cfg, rollout_bytes),
+        prepacked=ro.engine == "hf" and device == "cpu" and ro.prepacked_weights != "off",
         eval_response_tokens=t.eval_max_new_tokens or ro.max_new_tokens,
         micro_rows=t.micro_batch_sequences, mini_rows=mini_rows, micro_tokens=t.micro_batch_tokens, share_prefix=share,
         scoring_tokens=min(r.max_batch_tokens, t.micro_batch_tokens) if t.micro_batch_tokens else r.max_batch_tokens,

@@ -87,6 +87,7 @@ class Setup:
     bf16_frozen_weights: bool = True
     engine: str = "hf"  # hf | vllm
     rollout_bytes: int = BF16  # model.rollout_dtype resolved
+    prepacked: bool = False  # rollout.prepacked_weights resolved on: the copy's Linear weights laid out a second time
     prompt_tokens: int = 1024  # data.max_prompt_tokens (the longest prompt kept)
     response_tokens: int = 256  # rollout.max_new_tokens
     responses_per_prompt: int = 8

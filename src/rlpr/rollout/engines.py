@@ -22,7 +22,7 @@ def build_hf(policy, tokenizer, rollout, dtype: torch.dtype):
     from rlpr.rollout.hf import HFRollout
 
     return HFRollout(policy, tokenizer, dtype, rollout.batch_sequences, rollout.share_prefill, rollout.decode_loop,
-                     rollout.min_new_tokens, rollout.stop)
+                     rollout.min_new_tokens, rollout.stop, rollout.prepacked_weights)
 
 
 def build_vllm(policy, tokenizer, rollout, dtype: torch.dtype):

@@ -85,6 +85,13 @@ def _contiguous_reduced_precision_input(module, args):
     return None
 
 
+def _own_tensors(policy) -> dict:
+    """The policy's parameters and buffers by (storage address, shape): `merged_weights` hands the
+    un-merged ones out as views of these."""
+    lm = causal_lm(policy)
+    return {(t.data_ptr(), tuple(t.shape)): t for t in (*lm.parameters(), *lm.buffers())}
+
+
 def stop_tokens(tokenizer, stop) -> tuple[int, ...]:
     """The vocabulary's tokens whose text holds one of the `stop` strings (rollout.stop), so that a
     decode loop ends a row there as at EOS (an early exit only: `engines.StopAt` cuts the text
@@ -211,7 +218,9 @@ class HFRollout:
     policy's device."""
 
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
-                 share_prefill: bool = True, loop: str = AUTO, min_new_tokens: int = 0, stop: list[str] = ()):
+                 share_prefill: bool = True, loop: str = AUTO, min_new_tokens: int = 0, stop: list[str] = (),
+                 prepacked_weights: str = AUTO):
+        from rlpr.model import prepacked
         from rlpr.rollout.kept_cache import full_attention_cache
 
         self.tokenizer = tokenizer
@@ -222,7 +231,11 @@ class HFRollout:
         self.batch_sequences = batch_sequences
         self.share_prefill = share_prefill
         lm = causal_lm(policy)
-        self.model = plain_copy(lm, dtype, next(lm.parameters()).device)
+        device = next(lm.parameters()).device
+        # rollout.prepacked_weights resolved for this copy (model/prepacked.py): its Linear layers on
+        # weights laid out once for oneDNN, laid out again by `sync` where they change
+        self.prepacked = prepacked.resolve(prepacked_weights, device, dtype)
+        self.model = plain_copy(lm, dtype, device)
         # rollout.decode_loop resolved for this copy: "rlpr" (rollout/decode.py), "generate"
         # (transformers') or "graph" (rollout/graph_decode.py)
         self.loop = resolve_loop(loop, self.model)
@@ -233,7 +246,10 @@ class HFRollout:
         self.full_attention = full_attention_cache(self.model)  # every cache layer holds every position
         self.can_keep = self._decode.keeps and self.full_attention
         self._prompts = None  # `reusing_prompts`: the prompt prefills kept across generate calls
+        self._stamps: dict = {}  # `sync`: per weight, the policy tensor it was copied from and its version then
         self.sync(policy)
+        if self.prepacked:
+            prepacked.prepack(self.model)
 
     def sleep(self) -> None:
         """Nothing to give back: the rollout copy is a plain module beside the policy."""
@@ -268,19 +284,36 @@ class HFRollout:
 
     @torch.no_grad()
     def sync(self, policy, weights=None) -> None:
-        """Copy the current policy weights (LoRA merged) into the sampling model. `weights`: the
-        (name, tensor) pairs to copy instead, consumed one at a time (a sharded policy's, gathered
-        layer by layer: `sharding.FullySharded.full_weights`)."""
+        """Copy the current policy weights (LoRA merged) into the sampling model, and lay out again the
+        prepacked weights written. A weight that is one of the policy's own frozen tensors, unchanged
+        since it was last copied (the same tensor, storage and in-place version: under LoRA the
+        embedding, norms and a tied output layer), is not copied again. `weights`: the (name, tensor) pairs to
+        copy instead, consumed one at a time (a sharded policy's, gathered layer by layer:
+        `sharding.FullySharded.full_weights`), all copied."""
+        from rlpr.model.prepacked import repack
+
         if self._prompts is not None:  # computed by the weights being replaced
             self._prompts = type(self._prompts)(self._prompts.budget)
         target = self.model.state_dict()
-        seen = set()
+        own = {} if weights is not None else _own_tensors(policy)
+        seen, written = set(), []
         for name, tensor in (merged_weights(policy).items() if weights is None else weights):
-            target[name].copy_(tensor.to(target[name].dtype))
             seen.add(name)
+            source = own.get((tensor.data_ptr(), tuple(tensor.shape)))  # trainable ones are always copied
+            stamp = None if source is None or source.requires_grad else (source, source._version, source.data_ptr())
+            last = self._stamps.pop(name, None)
+            if stamp is not None and last is not None and last[0] is source and last[1:] == stamp[1:]:
+                self._stamps[name] = last
+                continue
+            target[name].copy_(tensor.to(target[name].dtype))
+            written.append(target[name])
+            if stamp is not None:
+                self._stamps[name] = stamp
         missing = set(target) - seen
         if missing:
             raise RuntimeError(f"rollout model has weights the policy lacks: {sorted(missing)[:3]}")
+        if self.prepacked:
+            repack(self.model, written)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
