@@ -167,12 +167,15 @@ def markdown(res: dict) -> str:
              "max / mean abs dB, recomputed rebatched | mean B | mean within-group std of B | mean abs dB / that std | "
              "B from cache s/step | B recomputed s/step |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    def sci(r: dict, key: str) -> str:  # results written before a column existed leave it out
+        return f"{r[key]:.2e}" if r.get(key) is not None else "-"
+
     for r in res["rows"]:
         ratio = r["mean_abs_diff_over_group_std"]
         lines.append(f"| {r.get('engine', 'hf')}, {r.get('new_tokens', 32)} | {r['dtype']} | {r['scored']} | "
                      f"{r['from_cache']} | {r['max_abs_diff_b']:.2e} | "
-                     f"{r['mean_abs_diff_b']:.2e} | {r['max_abs_diff_b_rebatched']:.2e} / "
-                     f"{r['mean_abs_diff_b_rebatched']:.2e} | {r['mean_b']:.4f} | {r['mean_within_group_std_b']:.4f} | "
+                     f"{r['mean_abs_diff_b']:.2e} | {sci(r, 'max_abs_diff_b_rebatched')} / "
+                     f"{sci(r, 'mean_abs_diff_b_rebatched')} | {r['mean_b']:.4f} | {r['mean_within_group_std_b']:.4f} | "
                      f"{'n/a' if ratio is None else f'{ratio:.3f}'} | {r['cache_s_per_step']:.2f} | "
                      f"{r['recomputed_s_per_step']:.2f} |")
     lines += ["", "B is the mean probability of the reference tokens (reward.aggregation=mean_prob); "

@@ -6,10 +6,11 @@ layout, and the kernel re-lays it out on every call: for decode-sized inputs tha
 much as the product. oneDNN can lay a weight out once (`torch.ops.mkldnn._reorder_linear_weight`,
 what torch.compile's CPU freezing pass uses) and multiply by it (`torch.ops.mkldnn._linear_pointwise`).
 
-Measured on SmolLM2-135M's linears (one pass over all of them, AMD EPYC Zen 4, 2 cores;
-benchmarks/prepacked.py): bf16 at 16 / 24 / 32 rows 23.5 / 29.6 / 34.2 ms against 34.7 / 46.2 / 47.2,
-bit-identical results; fp32 capped to AVX2 58-92 ms against 63-111 at 8-32 rows (float rounding:
-another summation order). At 1,000 rows the prepacked bf16 kernel was slower (653 against 570 ms),
+Measured on SmolLM2-135M's rollout copy (one pass over its 211 Linear layers, AMD EPYC Zen 4, 2 cores;
+benchmarks/results/prepacked_amd*.md): bf16 at 8 / 16 / 32 rows 26.5 / 30.2 / 40.9 ms against
+44.7 / 49.2 / 55.4, the same bits for layers without a bias (with one, the bias is added before the
+single rounding to bf16); fp32 capped to AVX2 48.1 / 64.5 / 98.3 against 83.4 / 104.2 / 137.5, within
+float rounding (another summation order). At 256 rows the layout was no faster (1.06x in one run),
 so inputs over `MAX_ROWS` rows (prefills of many prompts, scoring forwards) keep `F.linear`.
 
 The layout is a copy: the plain weight stays (for those large inputs and for `state_dict`), and a
