@@ -287,8 +287,10 @@ class HFRollout:
         """Copy the current policy weights (LoRA merged) into the sampling model, and lay out again the
         prepacked weights written. A weight that is one of the policy's own frozen tensors, unchanged
         since it was last copied (the same tensor, storage and in-place version: under LoRA the
-        embedding, norms and a tied output layer), is not copied again. `weights`: the (name, tensor) pairs to
-        copy instead, consumed one at a time (a sharded policy's, gathered layer by layer:
+        embedding, norms and a tied output layer), is not copied again; a change made through `.data`
+        bypasses the version and would be missed (rlpr makes none: the update's bf16 swap of frozen
+        weights restores the very tensors). `weights`: the (name, tensor) pairs to copy instead,
+        consumed one at a time (a sharded policy's, gathered layer by layer:
         `sharding.FullySharded.full_weights`), all copied."""
         from rlpr.model.prepacked import repack
 
