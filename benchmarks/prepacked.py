@@ -17,7 +17,6 @@ ways `--reps` times and reporting medians:
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import statistics
 import tempfile
@@ -25,9 +24,8 @@ import time
 from pathlib import Path
 
 import torch
-from speedbench.report import cpu_name
+from speedbench.report import machine, save
 
-from rlpr.model.precision import ISA_CAP_VARS
 
 ROWS = (1, 8, 16, 24, 32, 64, 128, 256)
 WAYS = ("plain", "prepacked")
@@ -115,17 +113,11 @@ def main() -> int:
     parser.add_argument("--output", default=str(Path(__file__).resolve().parent / "results" / "prepacked"))
     args = parser.parse_args()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
-    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"),
-           "machine": {"cpu": cpu_name(), "cpu_count": os.cpu_count(),
-                       "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARS if k in os.environ}},
+    res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "machine": machine(),
            "torch": torch.__version__}
     with tempfile.TemporaryDirectory(prefix="rlpr-prepacked-") as tmp:
         res["row"] = measure(args.reps, Path(tmp))
-    out = Path(args.output).with_suffix("")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1))
-    out.with_suffix(".md").write_text(report(res))
-    print(report(res))
+    print(save(res, args.output, report))
     return 0
 
 

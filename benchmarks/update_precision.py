@@ -18,7 +18,6 @@ from __future__ import annotations
 import argparse
 import contextlib
 import copy
-import json
 import re
 import sys
 import tempfile
@@ -170,11 +169,9 @@ def main() -> int:
     res = {"date": time.strftime("%Y-%m-%d %H:%M %z"), "cpu": cpu_name(), "torch": torch.__version__,
            "steps": args.steps, "max_new_tokens": args.max_new_tokens, "attention": causal_lm(trainer.policy).config._attn_implementation, "sets": sets,
            "seconds": time.perf_counter() - tick}
-    out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2))
-    out.with_suffix(".md").write_text(markdown(res))
-    print(markdown(res))
+    from speedbench.report import save
+
+    print(save(res, args.output, markdown))
     return 0
 
 

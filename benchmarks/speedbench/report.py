@@ -5,10 +5,13 @@ markdown() renders any saved speed*.json, so a result's tables can be re-rendere
 from __future__ import annotations
 
 import json
+import os
 import platform
 from pathlib import Path
 
 import torch
+
+from rlpr.model.precision import ISA_CAP_VARS
 
 
 def versions() -> dict:
@@ -206,10 +209,24 @@ def add_notes(res: dict, args) -> None:
         notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
 
 
-def write(res: dict, args, out: Path) -> str:
-    add_notes(res, args)
+def machine() -> dict:
+    """The CPU, how many the process sees, and the instruction-set caps in force: what every CPU
+    benchmark records beside its measurements."""
+    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(),
+            "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARS if k in os.environ}}
+
+
+def save(res: dict, output, render) -> str:
+    """`res` as OUTPUT.json and `render(res)` as OUTPUT.md (any suffix of `output` replaced); returns
+    the markdown."""
+    out = Path(output).with_suffix("")
     out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    text = markdown(res)
+    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
+    text = render(res)
     out.with_suffix(".md").write_text(text)
     return text
+
+
+def write(res: dict, args, out: Path) -> str:
+    add_notes(res, args)
+    return save(res, out, markdown)
