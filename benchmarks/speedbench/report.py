@@ -47,13 +47,28 @@ def pct(value) -> str:
     return "n/a" if value is None else f"{value:.0f}%"
 
 
+def threads(res: dict) -> str:
+    """The torch threads each part ran with: rlpr's trainer sets them (model.threads=0: its share of
+    the CPUs less those busy elsewhere when it starts), and TRL runs after it in the same process;
+    the process's start value (TRL: rlpr's) where a part did not record them (results before 2026-11-29)."""
+    start = res["machine"]["torch_threads"]
+    parts = {}
+    if "rlpr" in res:
+        parts["rlpr"] = res["rlpr"].get("torch_threads", start)
+    if "trl" in res:  # it inherits rlpr's setting in the same process
+        parts["trl"] = res["trl"].get("torch_threads", parts.get("rlpr", start))
+    if len(set(parts.values())) <= 1:
+        return str(next(iter(parts.values()), start))
+    return " / ".join(f"{name} {n}" for name, n in parts.items())
+
+
 def markdown(res: dict) -> str:
     s = res["settings"]
     lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "",
              (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
              f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
              f"{s['warmup']} warm-up; {res['machine'].get('cpu', 'CPU')}, {res['machine']['cpu_count']} cores, "
-             f"{res['machine']['torch_threads']} torch thread(s)"
+             f"{threads(res)} torch thread(s)"
              + (f" (instruction set capped: {', '.join(f'{k}={v}' for k, v in res['machine']['isa_caps'].items())})"
                 if res['machine'].get('isa_caps') else "") + f", load average {res['machine'].get('load_before')} "
              f"before / {res['machine'].get('load_after')} after (other jobs on the machine)."), ""]

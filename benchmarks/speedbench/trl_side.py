@@ -157,4 +157,5 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
     del trainer, model
     return {"settings": settings, "steps": timer.steps, "mean": summary, "prompt_ids_identical": same_ids,
             "generation_autocast_bf16": sorted(seen["generate_autocast"]),
-            "reward_autocast_bf16": sorted(seen["reward_autocast"])}
+            "reward_autocast_bf16": sorted(seen["reward_autocast"]),
+            "torch_threads": torch.get_num_threads()}  # as rlpr's trainer left them: the same for both
