@@ -130,3 +130,14 @@ def test_modes():
         prepacked.resolve("on", "cuda", torch.bfloat16)
     with pytest.raises(ValueError, match="unknown rollout.prepacked_weights 'yes'"):
         prepacked.resolve("yes", "cpu", torch.float32)
+
+
+def test_on_needs_the_hf_engine():
+    """`on` with another engine is refused at configuration time, in one line naming both keys."""
+    from rlpr.config import load_config
+    from rlpr.errors import ConfigError
+
+    assert load_config("demo", ["rollout.prepacked_weights=on"]).rollout.prepacked_weights == "on"
+    assert load_config("demo", ["rollout.engine=vllm"]).rollout.prepacked_weights == "auto"  # auto: nothing to do
+    with pytest.raises(ConfigError, match="rollout.prepacked_weights=on .* needs rollout.engine=hf"):
+        load_config("demo", ["rollout.engine=vllm", "rollout.prepacked_weights=on"])

@@ -107,6 +107,9 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
     if ro.vllm_lora and (ro.engine != "vllm" or not cfg.model.lora):
         raise ConfigError("rollout.vllm_lora serves the LoRA adapter through vLLM: it needs rollout.engine=vllm "
                           "and model.lora=true")
+    if ro.prepacked_weights == "on" and ro.engine != "hf":
+        raise ConfigError("rollout.prepacked_weights=on lays out the hf engine's rollout copy: it needs "
+                          "rollout.engine=hf (vLLM runs its own kernels)")
     if ro.vllm_lora and t.strategy == "fsdp":
         raise ConfigError("rollout.vllm_lora saves the adapter from each process's full copy, which "
                           "trainer.strategy=fsdp shards: use trainer.strategy=ddp (a LoRA adapter is small)")
