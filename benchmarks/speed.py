@@ -54,14 +54,13 @@ from pathlib import Path
 
 import torch
 
-from rlpr.model.precision import ISA_CAP_VARS
 
 if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from speedbench.memory import PeakRSS, release_memory  # noqa: E402
 from speedbench.micro import run_micro  # noqa: E402
-from speedbench.report import cpu_name, versions, write  # noqa: E402
+from speedbench.report import machine, versions, write  # noqa: E402
 from speedbench.report import markdown  # noqa: E402,F401  (speed.markdown(json) re-renders a saved result)
 from speedbench.rlpr_side import run_rlpr  # noqa: E402
 from speedbench.settings import demo_micro_batch, rlpr_config  # noqa: E402
@@ -126,11 +125,9 @@ def main() -> int:
                               "rss_method": "psutil RSS sampled every 20 ms by a background thread (max per part); "
                                             "ru_maxrss = lifetime peak of the process"},
                  "versions": versions(),
-                 "machine": {"cpu_count": os.cpu_count(), "torch_threads": torch.get_num_threads(),
-                             "platform": platform.platform(), "cpu": cpu_name(),
-                             "load_before": round(os.getloadavg()[0], 1),
-                             # an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode): the caps set
-                             "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARS if k in os.environ}}}
+                 # isa_caps: an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode), the caps set
+                 "machine": {**machine(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
+                             "load_before": round(os.getloadavg()[0], 1)}}
     started = time.time()
     with tempfile.TemporaryDirectory(prefix="rlpr-speed-") as tmp:
         work = Path(tmp)

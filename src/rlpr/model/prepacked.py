@@ -74,7 +74,7 @@ class PrepackedLinear(nn.Linear):
 
 def prepack(model: nn.Module) -> list[str]:
     """Every plain `nn.Linear` of `model` becomes a `PrepackedLinear` with its weight laid out; returns
-    their names (those `repack` takes)."""
+    their module names."""
     names = []
     for name, module in model.named_modules():
         if type(module) is nn.Linear:

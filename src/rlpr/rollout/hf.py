@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Callable, Protocol
 
 import torch
 
+from rlpr.model import prepacked
 from rlpr.model.forward import cache_kwargs, causal_lm, output_cache, position_ids_from_mask
 from rlpr.model.weights import merged_weights  # noqa: F401 (re-exported: the engines and tests use it here)
 from rlpr.rollout.sampling import PerRowSampler, inverse_cdf, row_seed  # noqa: F401 (re-exported)
@@ -220,7 +221,6 @@ class HFRollout:
     def __init__(self, policy, tokenizer, dtype: torch.dtype = torch.bfloat16, batch_sequences: int = 32,
                  share_prefill: bool = True, loop: str = AUTO, min_new_tokens: int = 0, stop: list[str] = (),
                  prepacked_weights: str = AUTO):
-        from rlpr.model import prepacked
         from rlpr.rollout.kept_cache import full_attention_cache
 
         self.tokenizer = tokenizer
@@ -292,8 +292,6 @@ class HFRollout:
         weights restores the very tensors). `weights`: the (name, tensor) pairs to copy instead,
         consumed one at a time (a sharded policy's, gathered layer by layer:
         `sharding.FullySharded.full_weights`), all copied."""
-        from rlpr.model.prepacked import repack
-
         if self._prompts is not None:  # computed by the weights being replaced
             self._prompts = type(self._prompts)(self._prompts.budget)
         target = self.model.state_dict()
@@ -303,19 +301,17 @@ class HFRollout:
             seen.add(name)
             source = own.get((tensor.data_ptr(), tuple(tensor.shape)))  # trainable ones are always copied
             stamp = None if source is None or source.requires_grad else (source, source._version, source.data_ptr())
-            last = self._stamps.pop(name, None)
+            last = self._stamps.get(name)
             if stamp is not None and last is not None and last[0] is source and last[1:] == stamp[1:]:
-                self._stamps[name] = last
                 continue
             target[name].copy_(tensor.to(target[name].dtype))
             written.append(target[name])
-            if stamp is not None:
-                self._stamps[name] = stamp
+            self._stamps[name] = stamp  # None: copied at every sync
         missing = set(target) - seen
         if missing:
             raise RuntimeError(f"rollout model has weights the policy lacks: {sorted(missing)[:3]}")
         if self.prepacked:
-            repack(self.model, written)
+            prepacked.repack(self.model, written)
 
     @torch.no_grad()
     def generate(self, prompts: list[list[int]], n: int, *, max_new_tokens: int, temperature: float = 1.0,
