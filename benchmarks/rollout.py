@@ -9,7 +9,7 @@ vLLM's weight-sync time (`VLLMRollout.sync`, merged weights in place) and its st
 Needs vLLM: run it in vLLM's environment (docs/vllm.md), with nothing else on the cores it uses:
 
     VLLM_CPU_OMP_THREADS_BIND=1 VLLM_CPU_NUM_OF_RESERVED_CPU=0 OMP_NUM_THREADS=1 taskset -c 1 \\
-        /work/venvs/vllm/bin/python benchmarks/rollout.py --threads 1
+        VLLM_ENV/bin/python benchmarks/rollout.py --threads 1   # VLLM_ENV: the virtual environment docs/vllm.md sets up
 
 Writes benchmarks/results/rollout.json and rollout.md.
 

@@ -10,8 +10,11 @@ metrics.jsonl, the first step (warm-up) left out. Scenarios, side by side in the
 - `before`: what rlpr did before: torch's default threads (one per CPU this process may use,
   `model.threads=N`) and libgomp's default wait (idle threads spin ~300,000 times after every
   parallel region: `GOMP_SPINCOUNT=300000`, which also keeps rlpr from making the wait passive);
-- `after`: rlpr's defaults now: `OMP_WAIT_POLICY=PASSIVE` and threads chosen from the free CPUs;
-- `threads=1`: the hand fix of the issue (`model.threads=1`, passive wait);
+- `after`: rlpr's defaults now: idle threads spin briefly, then sleep (`GOMP_SPINCOUNT=30000`), and
+  threads chosen from the free CPUs;
+- `passive`: rlpr's defaults of 2026-11-27 to -29: idle threads sleep at once (`OMP_WAIT_POLICY=PASSIVE`),
+  threads chosen from the free CPUs;
+- `threads=1`: the hand fix of the issue (`model.threads=1`, rlpr's wait);
 
 each alone (one run) and as a pair (two runs started together). Ratios are of mean step times
 measured in this invocation; the load average before each scenario is recorded, since other
@@ -46,6 +49,7 @@ def scenarios() -> dict[str, tuple[list[str], dict[str, str]]]:
     return {
         "before": ([f"model.threads={cpus()}"], {"GOMP_SPINCOUNT": "300000"}),
         "after": ([], {}),
+        "passive": ([], {"OMP_WAIT_POLICY": "PASSIVE"}),
         "threads=1": (["model.threads=1"], {}),
     }
 
@@ -111,7 +115,8 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=3, help="steps per run (the first is left out)")
     parser.add_argument("--max-new-tokens", type=int, default=32)
-    parser.add_argument("--output", type=Path, default=RESULTS, help="where shared_cpu.json/.md go")
+    parser.add_argument("--output", type=Path, default=RESULTS, help="the folder shared_cpu.json/.md go to")
+    parser.add_argument("--name", default="shared_cpu", help="their name (shared_cpu_amd: results/shared_cpu_amd.md)")
     args = parser.parse_args()
     runs = []
     with tempfile.TemporaryDirectory(prefix="rlpr-shared-cpu-") as tmp:
@@ -124,8 +129,11 @@ def main() -> None:
     ratios = {
         "two at once, before / after (s/step)": mean[("before", 2)] / mean[("after", 2)],
         "two at once, after / threads=1 (s/step)": mean[("after", 2)] / mean[("threads=1", 2)],
-        "alone, after / before (s/step: the cost of the passive wait and the choice alone)":
+        "alone, after / before (s/step: the cost of the bounded wait and the choice alone)":
             mean[("after", 1)] / mean[("before", 1)],
+        "alone, passive / after (s/step: sleeping at once against the bounded spin)":
+            mean[("passive", 1)] / mean[("after", 1)],
+        "two at once, passive / after (s/step)": mean[("passive", 2)] / mean[("after", 2)],
     }
     cpu = platform.processor() or platform.machine()
     try:
@@ -140,8 +148,8 @@ def main() -> None:
                        "(libgomp's spin count when OMP_WAIT_POLICY is unset). Other processes on the machine "
                        "(see the load averages) slow every scenario; compare ratios within one invocation."}
     args.output.mkdir(parents=True, exist_ok=True)
-    (args.output / "shared_cpu.json").write_text(json.dumps(result, indent=1) + "\n")
-    (args.output / "shared_cpu.md").write_text(render(result))
+    (args.output / f"{args.name}.json").write_text(json.dumps(result, indent=1) + "\n")
+    (args.output / f"{args.name}.md").write_text(render(result))
     print(render(result))
 
 

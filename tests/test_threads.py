@@ -66,14 +66,14 @@ def test_this_process_own_work_is_not_counted():
     assert threads.others_between(start, (1.0, 1200.0, 5200.0, 10.0), 2, 100) == pytest.approx(2.0)
 
 
-def test_importing_rlpr_makes_openmp_wait_passively_unless_the_user_chose():
-    code = "import os, rlpr, torch; print(os.environ.get('OMP_WAIT_POLICY'))"
+def test_importing_rlpr_bounds_openmp_spinning_unless_the_user_chose():
+    code = "import os, rlpr, torch; print(os.environ.get('GOMP_SPINCOUNT'), os.environ.get('OMP_WAIT_POLICY'))"
     env = {k: v for k, v in os.environ.items() if k not in ("OMP_WAIT_POLICY", "GOMP_SPINCOUNT")}
     assert subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
-                          check=True).stdout.strip() == "PASSIVE"
-    for chosen in ({"OMP_WAIT_POLICY": "ACTIVE"}, {"GOMP_SPINCOUNT": "1000"}):  # the user's choice stands
+                          check=True).stdout.strip() == f"{threads.SPIN_COUNT} None"
+    for chosen in ({"OMP_WAIT_POLICY": "PASSIVE"}, {"GOMP_SPINCOUNT": "1000"}):  # the user's choice stands
         environ = dict(chosen)
-        assert not threads.passive_openmp_wait(environ) and environ == chosen
+        assert not threads.bounded_openmp_wait(environ) and environ == chosen
     environ = {}
-    assert not threads.passive_openmp_wait(environ, torch_loaded=True) and environ == {}  # too late to matter
-    assert threads.passive_openmp_wait(environ) and environ == {"OMP_WAIT_POLICY": "PASSIVE"}
+    assert not threads.bounded_openmp_wait(environ, torch_loaded=True) and environ == {}  # too late to matter
+    assert threads.bounded_openmp_wait(environ) and environ == {"GOMP_SPINCOUNT": str(threads.SPIN_COUNT)}

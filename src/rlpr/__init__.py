@@ -5,9 +5,9 @@ import sys as _sys
 from rlpr.parallel import threads as _threads
 from rlpr.version import __version__  # noqa: F401
 
-# before torch loads OpenMP (it reads the variable once): idle threads sleep instead of spinning,
-# so that several processes on one machine do not burn each other's CPUs (parallel/threads.py)
-_threads.passive_openmp_wait(torch_loaded="torch" in _sys.modules)
+# before torch loads OpenMP (it reads the variable once): idle threads spin briefly, then sleep, so
+# that several processes on one machine do not burn each other's CPUs (parallel/threads.py)
+_threads.bounded_openmp_wait(torch_loaded="torch" in _sys.modules)
 _threads.mark()
 
 

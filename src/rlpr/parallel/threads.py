@@ -6,8 +6,12 @@ third took 665 s for a step that takes 35 s with one thread each: idle OpenMP th
 milliseconds after every parallel region (libgomp's default), so the processes burn each other's
 time slices. Two things prevent it:
 
-- OpenMP waits passively (`OMP_WAIT_POLICY=PASSIVE`, set by `import rlpr` before torch loads
-  OpenMP, unless the user set it): an idle thread sleeps instead of spinning.
+- OpenMP's idle threads spin briefly, then sleep (`GOMP_SPINCOUNT=30000`, set by `import rlpr`
+  before torch loads OpenMP, unless the user set it or OMP_WAIT_POLICY): libgomp's default spins
+  ten times longer (300,000) and burns the time slices of other processes' threads, while sleeping
+  at once (`OMP_WAIT_POLICY=PASSIVE`, rlpr's earlier choice) made a lone demo step 1.3x slower on
+  an AMD EPYC, each of the thousands of small parallel regions of a step paying a wake-up
+  (benchmarks/results/shared_cpu.md).
 - The number of threads is chosen from the CPUs this process may use (`os.sched_getaffinity`),
   shared among the ranks of this machine, less what other processes are using now (sampled from
   /proc/stat, or the load average where there is none); a run that starts on a busy machine says
@@ -23,16 +27,16 @@ import time
 
 log = logging.getLogger(__name__)
 
-PASSIVE_WAIT = ("OMP_WAIT_POLICY", "PASSIVE")
+SPIN_COUNT = 30000  # libgomp's spins before an idle thread sleeps (its default: 300,000)
 
 
-def passive_openmp_wait(environ=os.environ, torch_loaded: bool = False) -> bool:
-    """Make OpenMP's idle threads sleep rather than spin, unless the user chose (OMP_WAIT_POLICY or
-    GOMP_SPINCOUNT set) or torch has loaded OpenMP already (it reads the variable once, at load)."""
-    key, value = PASSIVE_WAIT
-    if torch_loaded or key in environ or "GOMP_SPINCOUNT" in environ:
+def bounded_openmp_wait(environ=os.environ, torch_loaded: bool = False) -> bool:
+    """Make OpenMP's idle threads spin `SPIN_COUNT` times, then sleep, unless the user chose
+    (OMP_WAIT_POLICY or GOMP_SPINCOUNT set) or torch has loaded OpenMP already (it reads the
+    variables once, at load)."""
+    if torch_loaded or "OMP_WAIT_POLICY" in environ or "GOMP_SPINCOUNT" in environ:
         return False
-    environ[key] = value
+    environ["GOMP_SPINCOUNT"] = str(SPIN_COUNT)
     return True
 
 
