@@ -8,7 +8,12 @@ Modes, side by side in one run:
 - avx2: PyTorch, oneDNN and MKL capped to AVX2 (ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2,
   MKL_ENABLE_INSTRUCTIONS=AVX2): the kernels an AVX2-only laptop runs, and rlpr's `auto` precision
   choices for one (fp32; rlpr.model.precision.isa_capped_below_bf16). An approximation: the clock,
-  caches and memory stay this machine's.
+  caches and memory stay this machine's;
+- native_passive, avx2_passive: the same with OMP_WAIT_POLICY=PASSIVE, the OpenMP wait rlpr set
+  before its bounded spin (rlpr/parallel/threads.py), for a same-hour comparison.
+
+Each row also holds the held-out accuracies before and after training (Avg@k and greedy), so
+that a faster demo is seen to learn as before.
 
     python benchmarks/demo_time.py [--modes native,avx2]
 
@@ -31,10 +36,14 @@ from rlpr.model.precision import AVX2_LAPTOP
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
+PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}  # rlpr's OpenMP wait of 2026-11-27 to -29 (parallel/threads.py)
 MODES = {
     "native": {},
     "avx2": AVX2_LAPTOP,
+    "native_passive": PASSIVE,
+    "avx2_passive": {**AVX2_LAPTOP, **PASSIVE},
 }
+HELD_OUT = ("eval/accuracy", "eval/greedy_accuracy")  # Avg@k and greedy, before and after training
 PHASES = ("perf/rollout_s", "perf/reward_s", "perf/update_s", "perf/step_s")
 
 
@@ -74,13 +83,15 @@ def run_mode(mode: str, parts: list[str], work: Path) -> dict:
 
 def summary(times: dict[str, float], train_part: str, metrics: Path) -> dict:
     """Seconds per part of the command, and the training steps' mean phases from the run's metrics."""
-    steps = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
-    steps = [s for s in steps if "perf/step_s" in s]
+    rows = [json.loads(line) for line in metrics.read_text().splitlines() if line.strip()]
+    steps = [s for s in rows if "perf/step_s" in s]
+    evals = [r for r in rows if HELD_OUT[0] in r]
+    held_out = {k: [evals[0][k], evals[-1][k]] for k in HELD_OUT if evals and k in evals[0]}
     phases = {p[len("perf/"):-len("_s")]: sum(s.get(p, 0.0) for s in steps) / len(steps) for p in PHASES}
     train_s = times[train_part]
     return {"parts_s": times, "total_s": sum(times.values()), "install_s": sum(times.values()) - train_s,
             "train_s": train_s, "steps": len(steps), "per_step_s": phases,
-            "outside_steps_s": train_s - phases["step"] * len(steps)}
+            "outside_steps_s": train_s - phases["step"] * len(steps), "held_out": held_out}
 
 
 def markdown(rows: list[dict], cpu: str) -> str:
@@ -99,6 +110,10 @@ def markdown(rows: list[dict], cpu: str) -> str:
         add(f"| {phase} s per step | " + " | ".join(f"{r['per_step_s'][phase]:.1f}" for r in rows) + " |")
     add("| outside the steps s (load, convert, evaluations, report) | "
         + " | ".join(f"{r['outside_steps_s']:.0f}" for r in rows) + " |")
+    for key, label in zip(HELD_OUT, ("held-out Avg@k % before -> after", "held-out greedy % before -> after")):
+        add(f"| {label} | " + " | ".join(
+            "{:.1f} -> {:.1f}".format(*(100 * v for v in r["held_out"][key])) if key in r.get("held_out", {}) else "-"
+            for r in rows) + " |")
     if len(rows) == 2:
         a, b = rows
         add("")
