@@ -9,9 +9,10 @@ time slices. Two things prevent it:
 - OpenMP's idle threads spin briefly, then sleep (`GOMP_SPINCOUNT=30000`, set by `import rlpr`
   before torch loads OpenMP, unless the user set it or OMP_WAIT_POLICY): libgomp's default spins
   ten times longer (300,000) and burns the time slices of other processes' threads, while sleeping
-  at once (`OMP_WAIT_POLICY=PASSIVE`, rlpr's earlier choice) made a lone demo step 1.3x slower on
-  an AMD EPYC, each of the thousands of small parallel regions of a step paying a wake-up
-  (benchmarks/results/shared_cpu.md).
+  at once (`OMP_WAIT_POLICY=PASSIVE`, rlpr's earlier choice) made a lone demo step 1.4x slower on
+  an AMD EPYC whose cores other tenants were using, each of the thousands of small parallel
+  regions of a step paying a wake-up (benchmarks/results/shared_cpu_amd.md; no difference in a
+  quiet hour).
 - The number of threads is chosen from the CPUs this process may use (`os.sched_getaffinity`),
   shared among the ranks of this machine, less what other processes are using now (sampled from
   /proc/stat, or the load average where there is none); a run that starts on a busy machine says
