@@ -8,8 +8,9 @@ import pytest
 
 # The suite runs several processes at once (one pytest worker per CPU, and the runs some tests start),
 # each with up to 2 torch threads on tiny models: OpenMP's idle threads sleep at once here instead of
-# spinning first (rlpr's default, rlpr/parallel/threads.py), which cost this suite 35% (9 min 56 s
-# against 7 min 20 s on 2 cores). Set before rlpr and torch load OpenMP; a choice in the environment stands.
+# spinning first (rlpr's default, rlpr/parallel/threads.py), which cost this suite 32% (9 min 56 s
+# against 7 min 30 s of pytest on 2 cores, 2026-11-29). Set before rlpr and torch load OpenMP; a choice
+# in the environment stands.
 os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
 import rlpr  # noqa: E402,F401  (before torch, as in a run: rlpr/parallel/threads.py)
