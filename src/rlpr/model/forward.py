@@ -91,6 +91,14 @@ def _scaled_log_softmax(logits: torch.Tensor, temperature: float, softcap=None) 
     return torch.log_softmax(logits, dim=-1)
 
 
+def _target_logp_entropy(logp_all: torch.Tensor, targets: torch.Tensor, with_entropy: bool):
+    """(log-prob of `targets` [n], entropy [n] or an empty tensor) from a log-softmax [n, V]."""
+    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
+    if not with_entropy:
+        return logp, logp.new_zeros(0)
+    return logp, -(logp_all.exp() * logp_all).sum(-1)
+
+
 class _LogprobEntropy(torch.autograd.Function):
     """`_rows_logprobs` (no soft-capping) with its backward written out. Autograd keeps, or under a
     checkpoint recomputes, the fp32 log-softmax, its exp and their product per row and runs five
@@ -102,9 +110,7 @@ class _LogprobEntropy(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits, targets, temperature, with_entropy):
-        logp_all = _scaled_log_softmax(logits, temperature)
-        logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-        entropy = -(logp_all.exp().mul_(logp_all)).sum(-1) if with_entropy else logp.new_zeros(0)
+        logp, entropy = _target_logp_entropy(_scaled_log_softmax(logits, temperature), targets, with_entropy)
         if not with_entropy:
             ctx.mark_non_differentiable(entropy)
         ctx.save_for_backward(logits, targets, entropy)
@@ -112,16 +118,14 @@ class _LogprobEntropy(torch.autograd.Function):
         return logp, entropy
 
     @staticmethod
-    def backward(ctx, g_logp, g_entropy):
+    def backward(ctx, g_logp, g_entropy):  # autograd materializes an unused output's gradient as zeros
         logits, targets, entropy = ctx.saved_tensors
         logp_all = _scaled_log_softmax(logits, ctx.temperature)
         p = logp_all.exp()
-        coef = torch.zeros_like(p[:, :1]) if g_logp is None else g_logp[:, None]
-        if g_entropy is not None and entropy.numel():
+        coef = g_logp[:, None]
+        if entropy.numel():
             coef = logp_all.add_(entropy[:, None]).mul_(g_entropy[:, None]).add_(coef)
-        grad = p.mul_(coef).neg_()
-        if g_logp is not None:
-            grad.scatter_add_(-1, targets[:, None], g_logp[:, None])
+        grad = p.mul_(coef).neg_().scatter_add_(-1, targets[:, None], g_logp[:, None])
         if ctx.temperature != 1.0:
             grad.div_(ctx.temperature)
         return grad.to(logits.dtype), None, None, None
@@ -136,11 +140,7 @@ def _rows_logprobs(logits: torch.Tensor, targets: torch.Tensor, temperature: flo
     """fp32 log-prob of `targets` [n] (and entropy [n]) from output-layer logits [n, V]."""
     if _fused(logits, softcap):
         return _LogprobEntropy.apply(logits, targets, temperature, with_entropy)
-    logp_all = _scaled_log_softmax(logits, temperature, softcap)
-    logp = logp_all.gather(-1, targets[:, None]).squeeze(-1)
-    if not with_entropy:
-        return logp, logp.new_zeros(0)
-    return logp, -(logp_all.exp() * logp_all).sum(-1)
+    return _target_logp_entropy(_scaled_log_softmax(logits, temperature, softcap), targets, with_entropy)
 
 
 def _head_rows_logprobs(head, hidden: torch.Tensor, targets: torch.Tensor, temperature: float, softcap,
