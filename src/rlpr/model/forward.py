@@ -106,7 +106,8 @@ class _LogprobEntropy(torch.autograd.Function):
     once and forms the gradient in place:
         dL/dz = (g_logp * (onehot - p) - g_entropy * p * (log p + H)) / T.
     The forward is the same ops (the same bits); the gradients are as close to fp64 as autograd's
-    (tests/test_logprob_backward.py). 0.2 s of a 5.6 s demo update (AMD EPYC, 2 cores)."""
+    (tests/test_logprob_backward.py). 0.21 s of a 6.4 s update at speed.py's settings (AMD EPYC, 2 cores;
+    benchmarks/logprob_backward.py)."""
 
     @staticmethod
     def forward(ctx, logits, targets, temperature, with_entropy):
