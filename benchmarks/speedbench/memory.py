@@ -1,10 +1,8 @@
-"""Memory between and within the parts: the process RSS, a background sampler of its peak (the
-`memory` entry of each part) and the release of a finished part's objects, so that each part's
-peak is its own."""
+"""Memory of a part: the process RSS and a background sampler of its peak (the `memory` entry of
+each part; each part runs in its own process, so that its peak is its own)."""
 
 from __future__ import annotations
 
-import gc
 import os
 import threading
 
@@ -19,14 +17,6 @@ def rss_gb() -> float:
     except ImportError:  # Linux fallback
         with open("/proc/self/statm") as f:
             return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024 ** 3
-
-
-def release_memory() -> None:
-    """Free the previous part's objects and give the pages back (rlpr's own malloc_trim)."""
-    from rlpr.model.memory import release_memory as trim
-
-    gc.collect()
-    trim()
 
 
 class PeakRSS:

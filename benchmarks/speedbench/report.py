@@ -49,17 +49,29 @@ def pct(value) -> str:
 
 def threads(res: dict) -> str:
     """The torch threads each part ran with: rlpr's trainer sets them (model.threads=0: its share of
-    the CPUs less those busy elsewhere when it starts), and TRL runs after it in the same process;
-    the process's start value (TRL: rlpr's) where a part did not record them (results before 2026-11-29)."""
+    the CPUs less those busy elsewhere when it starts); TRL's process keeps torch's default (before
+    2026-11-29 it ran after rlpr in the same process and inherited rlpr's); the process's start value
+    where a part did not record them."""
     start = res["machine"]["torch_threads"]
     parts = {}
     if "rlpr" in res:
         parts["rlpr"] = res["rlpr"].get("torch_threads", start)
-    if "trl" in res:  # it inherits rlpr's setting in the same process
+    if "trl" in res:
         parts["trl"] = res["trl"].get("torch_threads", parts.get("rlpr", start))
     if len(set(parts.values())) <= 1:
         return str(next(iter(parts.values()), start))
     return " / ".join(f"{name} {n}" for name, n in parts.items())
+
+
+def headline(res: dict) -> list[str]:
+    """The ratio: of the means, and (interleaved runs) of each timed step pair, adjacent in time."""
+    if res.get("ratio_rlpr_over_trl") is None:
+        return []
+    text = f"**rlpr / TRL time per step: {res['ratio_rlpr_over_trl']:.2f}** (target <= 0.30)"
+    if res.get("pair_ratios"):
+        text += (f"; step by step, each rlpr step over the TRL step after it: "
+                 f"{', '.join(f'{r:.2f}' for r in res['pair_ratios'])} (median {res['ratio_median_of_pairs']:.2f})")
+    return [text, ""]
 
 
 def markdown(res: dict) -> str:
@@ -90,8 +102,7 @@ def markdown(res: dict) -> str:
                   f"| generated tokens/s (rollout) | {rm['rollout_tok_s']:.0f} | {cell(tm, 'rollout_tok_s', '{:.0f}')} |",
                   (f"| peak RSS GB (sampled) | {r['memory']['peak_rss_gb']:.2f} | "
                   f"{cell(t['memory'], 'peak_rss_gb', '{:.2f}') if t else '-'} |"), ""]
-        if res.get("ratio_rlpr_over_trl") is not None:
-            lines += [f"**rlpr / TRL time per step: {res['ratio_rlpr_over_trl']:.2f}** (target <= 0.30)", ""]
+        lines += headline(res)
         lines += ["rlpr breakdown (s per step): " + ", ".join(
             f"{k.removesuffix('_s')} {rm[k]:.2f}" for k in ("rollout_s", "score_b_s", "score_a_s", "reward_other_s",
                                                            "old_logp_s", "update_s", "other_s")),
@@ -157,6 +168,15 @@ def token_table(rm: dict, tm: dict) -> list[str]:
 
 def add_notes(res: dict, args) -> None:
     res["notes"] = notes = []
+    if res["settings"].get("interleaved"):
+        spin = {side: res[side].get("gomp_spincount") for side in ("rlpr", "trl") if side in res}
+        notes.append("Each trainer runs in its own process and their steps alternate (setup, then rlpr's step 1, "
+                     "TRL's step 1, rlpr's step 2, ...; speedbench/baton.py): one computes while the other waits, "
+                     "and both meet the same load from other processes. OpenMP's idle spin as each tool's users "
+                     "have it: " + ", ".join(f"{side} GOMP_SPINCOUNT={v or 'unset (libgomp default 300000)'}"
+                                             for side, v in spin.items()) + ".")
+        if res.get("same_prompts") is False:
+            notes.append("WARNING: the two sides trained on different prompts.")
     notes.append("rlpr runs exactly one rollout round per step (algorithm.std_filter=false, "
                  "algorithm.max_sampling_tries=1), so both trainers sample, score and train on 32 sequences per step.")
     notes.append("With one mini-batch per step neither side computes separate old log-probs (rlpr: n_updates=1; "

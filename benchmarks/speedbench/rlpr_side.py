@@ -83,8 +83,9 @@ def timed_eval(trainer, counter, both) -> dict:
             "samples": metrics.get("eval/samples", 0), "tokens": counter.take()}
 
 
-def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
-    """Timed rlpr steps; also returns the prompts each step used (for TRL, in the same order). Every
+def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
+    """Timed rlpr steps, each (and the held-out evaluation) a turn of `baton`, whose setup turn the
+    caller began and the trainer's construction ends; also returns the prompts each step used. Every
     scoring computes score B both ways on the same responses (from the rollout's caches, and
     recomputed); the step trains on the one reward.score_b_from_cache picks, and the other's seconds
     are left out of the step."""
@@ -98,6 +99,7 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
     tick = time.perf_counter()
     trainer = Trainer(cfg, workdir / "rlpr-run")
     setup_s = time.perf_counter() - tick
+    baton.end()
     configured = trainer.keep_caches  # reward.score_b_from_cache as resolved for this rollout copy
     trainer.keep_caches = True  # keep them for both paths; BothPaths returns the configured one
     counter, unique = TokenCounter(), []
@@ -112,7 +114,8 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
     for step in range(1, n_steps + 1):
         trainer.reward.seconds = {"score_b": 0.0, "score_a": 0.0}
         calls = len(both.calls)
-        m = trainer.train_step(step)
+        with baton.turn():
+            m = trainer.train_step(step)
         trainer.step = step
         mine = both.calls[calls:]
         extra = both.extra_s(mine)
@@ -155,7 +158,8 @@ def run_rlpr(args, workdir: Path) -> tuple[dict, list]:
            "torch_threads": torch.get_num_threads()}
     if not args.skip_eval:
         print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)
-        out["eval"] = timed_eval(trainer, counter, both)
+        with baton.turn():
+            out["eval"] = timed_eval(trainer, counter, both)
     counter.close()
     del trainer
     return out, order

@@ -1,6 +1,7 @@
 """The settings every part runs at: the demo preset with one rollout round per step and the
-command line's steps, tokens and threads. Apart from the parts so that rlpr, TRL and the
-micro-benchmarks read the same config, and speed.py the same micro-batch for the report."""
+command line's steps, tokens and threads, and the prompts in the order rlpr takes them. Apart from
+the parts so that rlpr, TRL and the micro-benchmarks read the same config, and speed.py the same
+micro-batch for the report."""
 
 from __future__ import annotations
 
@@ -21,3 +22,17 @@ def rlpr_config(args, output_dir: str):
     if args.quick:
         overrides.append("data.demo_val_size=8")
     return load_config("demo", overrides), overrides
+
+
+def demo_prompts(args, output_dir: str, n: int) -> list:
+    """The first `n` training prompts in the order rlpr's trainer takes them (its PromptStream at
+    the config's seed), for TRL to train on the same ones."""
+    from rlpr.data.prompts import PromptStream, prepare_prompts
+    from rlpr.model.loading import load_tokenizer
+    from rlpr.train.setup import load_examples_for
+
+    cfg, _ = rlpr_config(args, output_dir)
+    tok = load_tokenizer(cfg.model.path)
+    train, _ = prepare_prompts(load_examples_for(cfg, "train"), tok, cfg.data.max_prompt_tokens, cfg.data.prefill)
+    stream = PromptStream(len(train), cfg.trainer.seed, cfg.data.shuffle)
+    return [train[i] for i in stream.take(n)]

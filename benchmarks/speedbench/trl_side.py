@@ -16,7 +16,9 @@ from .rlpr_side import mean_counts
 from .settings import rlpr_config
 
 
-def run_trl(args, workdir: Path, prompts: list) -> dict:
+def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
+    """TRL's timed steps, each a turn of `baton`, whose setup turn the caller began and train()'s
+    set-up ends."""
     from datasets import Dataset
     from peft import LoraConfig
     from transformers import TrainerCallback
@@ -91,14 +93,19 @@ def run_trl(args, workdir: Path, prompts: list) -> dict:
         def __init__(self):
             self.steps: list[dict] = []
 
+        def on_train_begin(self, args_, state, control, **kwargs):
+            baton.end()  # the setup turn: the model, GRPOTrainer and train()'s optimizer and accelerator
+
         def on_step_begin(self, args_, state, control, **kwargs):
             reward.seconds = {"score_b": 0.0, "score_a": 0.0}
             step_stats.update(tokens=0, generate_s=0.0, unique=[])
+            baton.begin()
             counter.current = "other"  # the loss forwards; generation and the reward set their own
             self.tick = time.perf_counter()
 
         def on_step_end(self, args_, state, control, **kwargs):
             step_s = time.perf_counter() - self.tick
+            baton.end()
             self.steps.append({"step": state.global_step, "warmup": state.global_step <= args.warmup,
                                "step_s": step_s, "generate_s": step_stats["generate_s"],
                                "score_b_s": reward.seconds["score_b"], "score_a_s": reward.seconds["score_a"],
