@@ -9,7 +9,8 @@
   batch (in bunches: dropping rows copies the cache).
 
 Each row draws from its own generator (`PerRowSampler`), so which rows share a forward does not
-change any row's draws; the tokens equal `generate`'s (tests/test_rollout.py).
+change any row's draws; the tokens equal `generate`'s (tests/test_rollout.py). Decode steps of
+Llama-shaped families call the layers directly (`direct_step.py`: the same logits, less Python).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import torch
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rlpr.model.forward import cache_kwargs, position_ids_from_mask
+from rlpr.rollout.direct_step import step_function
 
 
 class PreallocatedLayer(DynamicLayer):
@@ -127,12 +129,16 @@ def sample(model, ids: torch.Tensor, attn: torch.Tensor, draw, *, max_new_tokens
     else:
         feed, pos = ids[:, -1:], positions[:, -1:]
     stop = torch.tensor([eos, *ends], dtype=torch.long)
+    direct = step_function(model)  # the same logits without transformers' forward machinery, where it allows
     rows = torch.arange(batch)  # the original row of every row still in the batch
     done = torch.zeros(batch, dtype=torch.bool)
     length = width
     for step in range(max_new_tokens):
-        logits = model(input_ids=feed, attention_mask=mask[:, :length], position_ids=pos, **cache_kwargs(model, cache),
-                       use_cache=True, logits_to_keep=1).logits[:, -1]
+        if direct is not None and feed.shape[1] == 1:
+            logits = direct(feed, mask[:, :length], pos, cache)
+        else:
+            logits = model(input_ids=feed, attention_mask=mask[:, :length], position_ids=pos,
+                           **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
         scores = logits.float()  # the model's fresh output (or its fp32 copy): free to write into
         if step < min_new_tokens:
             scores[:, eos] = float("-inf")
