@@ -137,7 +137,7 @@ def run_child(args, length: int, n: int, out: Path) -> None:
 
         def init(self, *a, **k):
             original_init(self, *a, **k)
-            release_memory()
+            release_memory(force=True)
             seen["setup_rss_gb"] = rss_gb()
             seen["setup_peak_rss_gb"] = hwm_gb()
             # per-phase peaks: the weight sync, the rollout, score B, the update's forwards/backwards
@@ -149,7 +149,7 @@ def run_child(args, length: int, n: int, out: Path) -> None:
             self.strategy.step = phase("optimizer_step", self.strategy.step)
 
         def train_step(self, step):
-            release_memory()
+            release_memory(force=True)
             seen["rss_before_step_gb"] = rss_gb()
             seen["peak_reset"] = reset_peak()
             state["active"] = True
@@ -159,7 +159,7 @@ def run_child(args, length: int, n: int, out: Path) -> None:
             # the step's peak: the largest of the peaks between resets (perf/peak_rss_gb, ru_maxrss, only
             # holds the part since the last phase began)
             seen["step_peak_rss_gb"] = state["peak"]
-            release_memory()
+            release_memory(force=True)
             seen["rss_after_step_gb"] = rss_gb()
             return metrics
 
@@ -197,13 +197,13 @@ def run_setup_child(args, out: Path) -> None:
         prepare_run_dir(run_dir, cfg, examples, False)
         start_rss = rss_gb()
         trainer = Trainer(cfg, run_dir, examples=examples)
-        release_memory()
+        release_memory(force=True)
         setup = rss_gb()
         params = sum(p.numel() for p in trainer.trainable)
         for p in trainer.trainable:
             p.grad = torch.zeros_like(p)
         trainer.optimizer.step()  # AdamW allocates exp_avg and exp_avg_sq here
-        release_memory()
+        release_memory(force=True)
         row = {"kind": "setup", "interpreter_rss_gb": start_rss, "trainer_rss_gb": setup, "model_gb": rss_gb(),
                "trainable_params": params, "setup_peak_rss_gb": hwm_gb(),
                "rollout_dtype": str(next(trainer.engine.model.parameters()).dtype).removeprefix("torch."),

@@ -208,8 +208,9 @@ def notes(res: dict, args) -> list[str]:
             "(two runs) and 1.5 GiB for 2 x 560. With MALLOC_MMAP_THRESHOLD_=131072 the same 8 x 560 micro-batch grew "
             "1.13 GiB (and ran about 1.5x slower). So most of the growth is glibc keeping freed blocks: after a free of a "
             "large block it raises its mmap threshold (up to 32 MiB), later blocks of the per-layer recomputation come "
-            "from its heaps, and they stay resident until rlpr's malloc_trim after the update (rss_after_step_gb in the "
-            "JSON is back at model_gb minus the gradients). This part depends on allocation order and thread timing, "
+            "from its heaps, and they stay resident until a malloc_trim (rlpr trimmed after every update when these "
+            "results were measured, so rss_after_step_gb in the JSON is back at model_gb minus the gradients; since "
+            "2026-11-29 it trims only when the free heap exceeds a quarter of the machine's available memory). This part depends on allocation order and thread timing, "
             "so it varies from run to run by several hundred MB.")
     v = res.get("variant") or {}
     names = {"sync": "the weight sync", "rollout": "the rollout", "reward": "score B", "update": "the update",
