@@ -1,10 +1,12 @@
 """Which tokens each phase of a training step runs through the model, against the step's unique tokens
 (issue 42; benchmarks/speed.py reports both for rlpr and TRL).
 
-`TokenCounter` hooks decoder modules (the policy's, the rollout copy's) and adds the query positions
-of every forward to the phase that is current (`with counter.phase("rollout"): ...`): `run` counts
-every position computed, padding included; `real` only positions whose attention mask is 1 (a
-decode step of a row that already ended still counts as real: it was computed). Backward passes
+`TokenCounter` hooks modules that see every forward's input ids (the policy's decoder, the rollout
+copy's input embedding: rlpr's decode steps call the copy's layers directly) and adds the query
+positions of every forward to the phase that is current (`with counter.phase("rollout"): ...`):
+`run` counts every position computed, padding included; `real` only positions whose attention mask
+is 1, where the hooked module is given the mask (a decode step of a row that already ended still
+counts as real: it was computed). Backward passes
 are not counted: each update forward has one.
 
 The step's unique tokens are what any implementation must run through the model at least once: each

@@ -194,7 +194,7 @@ def add_notes(res: dict, args) -> None:
                  "on the one reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s "
                  "and score_b_s.")
     notes.append("Tokens per step: query positions each phase runs through a decoder (forward pre-hooks on the "
-                 "policy's and the rollout copy's decoder; padding included, backward passes not counted). The "
+                 "policy's decoder and the rollout copy's input embedding; padding included, backward passes not counted). The "
                  "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
                  "and each response's reference tail (o' after its longest common prefix with those); "
                  "benchmarks/step_tokens.py.")

@@ -104,7 +104,9 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     trainer.keep_caches = True  # keep them for both paths; BothPaths returns the configured one
     counter, unique = TokenCounter(), []
     counter.watch(causal_lm(trainer.policy).get_decoder())
-    counter.watch(trainer.engine.model.get_decoder())
+    # the copy's embedding, not its decoder: a hook there would send decode steps through the model's forward
+    # (rollout/direct_step.py calls the layers directly, the embedding as a module)
+    counter.watch(trainer.engine.model.get_input_embeddings())
     both = BothPaths(trainer.reward, use_cache=configured, counter=counter)
     instrument_rlpr(trainer, counter, unique)
     stream = copy.deepcopy(trainer.stream)  # the order in which the steps below take prompts
