@@ -54,27 +54,29 @@ def apply(variant: str) -> None:
 
 
 def snapshot(trainer) -> dict:
-    """What a training step reads and changes: the trainable weights, the optimizer's and scheduler's
-    state and the prompt stream."""
+    """What a training step reads and changes: the trainable weights and the state a checkpoint keeps
+    beside them (optimizer, schedules, prompt stream, score A's cache, RNG: rlpr.train.state)."""
     import copy
 
-    return {"weights": [p.detach().clone() for p in trainer.trainable],
-            "optimizer": copy.deepcopy(trainer.optimizer.state_dict()),
-            "scheduler": copy.deepcopy(trainer.scheduler.state_dict()), "stream": copy.deepcopy(trainer.stream)}
+    from rlpr.train.state import trainer_state
+
+    return {"weights": [p.detach().clone() for p in trainer.trainable], "state": copy.deepcopy(trainer_state(trainer))}
 
 
 def restore(trainer, snap: dict) -> None:
+    """Put `snapshot`'s state back, as resuming from a checkpoint does (score A's cache too: each
+    variant computes A for the round's prompts, as the first did)."""
     import copy
 
     import torch
 
+    from rlpr.train.state import put_back
+
     with torch.no_grad():
         for p, w in zip(trainer.trainable, snap["weights"]):
             p.copy_(w)
-    trainer.optimizer.load_state_dict(copy.deepcopy(snap["optimizer"]))
-    trainer.scheduler.load_state_dict(copy.deepcopy(snap["scheduler"]))
-    trainer.stream = copy.deepcopy(snap["stream"])
-    trainer.reward.score_a.reset()  # each variant computes A for the round's prompts, as the first did
+    state = copy.deepcopy(snap["state"])
+    put_back(trainer, state, state)
 
 
 def steps(trainer, args) -> dict:

@@ -6,8 +6,8 @@ On a CPU a decode step of a small model is mostly small kernels, and the Python 
 transformers' forward goes through `nn.Module.__call__` for every norm, projection and activation
 (about 400 per step for SmolLM2's 30 layers), decorators that rename keyword arguments, an output
 recorder, the attention registry and a mask builder. Here each projection's and norm's `forward` is
-called directly and the step's mask is made once: 6-9 ms less of a 75 ms step at 32 rows (bf16, AMD
-EPYC, 2 cores; benchmarks/results/speed*.md has the trainer's rollout before and after).
+called directly and the step's mask is made once: the demo rollout 0.92x the time (3.80 against 4.14
+s, bf16 copy, AMD EPYC, 2 cores; benchmarks/step_variants.py, results/step_variants_amd.md).
 
 `step_function(model)` gives the step where the model allows it, else None (the caller runs the
 model's own forward): another family, a sliding-window or other special cache layer, an attention

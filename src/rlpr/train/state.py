@@ -58,19 +58,24 @@ def restore(trainer, ckpt: Path) -> None:
         raise ConfigError(f"{ckpt}: saved with trainer.strategy={state.get('strategy', 'ddp')}; resume with it")
     with trainer.strategy.load_weights_context():
         load_weights(trainer.policy, ckpt)
+    put_back(trainer, state, state["ranks"][dist.rank()])
+    log.info("resumed from %s at step %d", ckpt, trainer.step)
+
+
+def put_back(trainer, state: dict, mine: dict) -> None:
+    """`trainer_state`'s parts back into the trainer (all but the weights); `mine`: this process's
+    prompt stream, score A cache, RNG and (optionally) torch threads."""
     trainer.strategy.load_optimizer_state(trainer.policy, trainer.optimizer, state["optimizer"])
     trainer.scheduler.load_state_dict(state["scheduler"])
     trainer.filter.load_state_dict(state["filter"])
     trainer.lagged.load_state_dict(state.get("lagged"))
     trainer.distiller.load_state_dict(state.get("opsd"))
     trainer.length_monitor.load_state_dict(state.get("length"))
-    mine = state["ranks"][dist.rank()]
     trainer.stream.load_state_dict(mine["stream"])
     trainer.score_a.load_state_dict(mine["score_a_cache"])
     set_rng_state(mine["rng"])
     keep_threads(trainer, mine.get("threads"))
     trainer.step = state["step"]
-    log.info("resumed from %s at step %d", ckpt, trainer.step)
 
 
 def keep_threads(trainer, saved: int | None) -> None:
