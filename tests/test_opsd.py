@@ -136,23 +136,97 @@ def test_identity_stats_use_the_finite_pairs():
 
 def test_teacher_template_puts_the_reference_before_the_question():
     cfg = load_config("demo", ["reward.kind=opsd"])
+    assert cfg.opsd.template == "matched"
     messages = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "Capital of France?"}]
     out = teacher_messages(messages, cfg.opsd.template, "Paris")
     assert out[0] == messages[0] and messages[1]["content"] == "Capital of France?"  # the input is not changed
-    text = out[1]["content"]
-    assert text.index("Paris") < text.index("Capital of France?") and text.endswith("Capital of France?")
+    assert out[1]["content"] == "Here is a reference answer to the question below:\nParis\n\nCapital of France?"
     # one pass: a reference holding a placeholder stays as written
     assert "{question}" in teacher_messages(messages, "{reference} | {question}", "{question}")[1]["content"]
     none = teacher_messages(messages, cfg.opsd.template, "")[1]["content"]  # the context-only control
-    assert none == cfg.opsd.template.replace("{reference}", "").replace("{question}", "Capital of France?")
+    assert none == "Here is a reference answer to the question below:\n\n\nCapital of France?"
+    # the reference code's fixed wording, as rlpr's default was before issue 58
+    old = teacher_messages(messages, "reference_code", "Paris")[1]["content"]
+    assert old == ("Here is a reference solution to the problem below:\nParis\n\nAfter understanding the reference "
+                   "solution and the rationale behind each step, now articulate your own step-by-step reasoning that "
+                   "derives the same final answer to the problem below:\n\nCapital of France?")
+
+
+@pytest.mark.parametrize("template", ["plain", "r1", "r1_nothink", "r1_user", "steps"])
+@pytest.mark.parametrize("family", ["smollm2", "qa"])
+@pytest.mark.parametrize("context", ["reference", "solution", "none"])
+def test_the_teacher_prompt_is_the_student_prompt_plus_exactly_the_block(tokenizer, template, family, context):
+    """Issue 58: the same chat, instructions and pre-fill as the student's; the reference (or worked
+    solution) block before the question; the transition sentence only where the student is asked to
+    reason. Both families' chat templates: SmolLM2's own, and the Question/Answer text of base models."""
+    import copy
+
+    from rlpr.data.prompts import chat_text
+    from rlpr.data.templates import (REFERENCE_BLOCK, SOLUTION_BLOCK, TRANSITION, asks_to_reason, build_messages,
+                                     teacher_block)
+    from rlpr.model.loading import QA_CHAT_TEMPLATE
+
+    tok = copy.copy(tokenizer)
+    if family == "qa":
+        tok.chat_template = QA_CHAT_TEMPLATE
+    student = build_messages("What is 47 + 38?", template)
+    shown = {"reference": "85", "solution": "40 + 30 = 70. 7 + 8 = 15. 70 + 15 = 85.\nAnswer: 85", "none": ""}[context]
+    cfg = load_config("demo", ["reward.kind=opsd", f"data.template={template}", f"opsd.context={context}"])
+    block = teacher_block(student, shown, context, cfg.opsd.transition)
+    reasons = template != "plain"  # every r1 form and steps ask for reasoning; plain asks a plain question
+    assert asks_to_reason(student) is reasons
+    assert block == (SOLUTION_BLOCK if context == "solution" else REFERENCE_BLOCK).replace("{reference}", shown) + (
+        TRANSITION if reasons else "")
+    prefill = "<think>" if template == "r1" else ""
+    s_text = chat_text(tok, student) + prefill
+    t_text = chat_text(tok, teacher_messages(student, cfg.opsd.template, shown, context=context,
+                                             transition=cfg.opsd.transition)) + prefill
+    at = t_text.index(block)
+    assert t_text[:at] + t_text[at + len(block):] == s_text  # the student's text, plus exactly the block
+    assert at == s_text.index(student[-1]["content"])  # ... right before the student's last user turn
+    for transition, expected in (("always", True), ("never", False)):
+        assert teacher_block(student, shown, context, transition).endswith(TRANSITION) is expected
+
+
+def test_clip_token_divergence_by_hand():
+    """min(JSD_t, c) per token; c = 0 leaves the divergence as it is; a clipped token has no gradient."""
+    from rlpr.algorithms.opsd import clip_token_divergence
+
+    jsd = torch.tensor([0.01, 0.05, 0.2, 0.7], requires_grad=True)
+    clipped = clip_token_divergence(jsd, 0.05)
+    assert clipped.tolist() == pytest.approx([0.01, 0.05, 0.05, 0.05])
+    clipped.sum().backward()
+    assert jsd.grad.tolist() == [1.0, 1.0, 0.0, 0.0]  # torch.clamp passes the gradient at the bound
+    assert torch.equal(clip_token_divergence(jsd.detach(), 0.0), jsd.detach())
+
+
+def test_the_authors_recipe_is_one_setting_and_explicit_keys_win():
+    from rlpr.config.recipes import RECIPES
+
+    cfg = load_config("reasoning", ["reward.kind=opsd", "opsd.recipe=authors_current"])
+    for key, value in RECIPES["authors_current"].items():
+        section, name = key.split(".")
+        assert getattr(getattr(cfg, section), name) == value
+    assert (cfg.opsd.beta, cfg.opsd.jsd_token_clip, cfg.rollout.temperature, cfg.rollout.top_p) == (0.0, 0.05, 1.1, 0.95)
+    # the command line's keys still win, in any order
+    for order in (["opsd.recipe=authors_current", "rollout.temperature=1.0"],
+                  ["rollout.temperature=1.0", "opsd.recipe=authors_current"]):
+        assert load_config("reasoning", ["reward.kind=opsd", *order]).rollout.temperature == 1.0
+    # a resumed run's config holds the values it ran with: nothing is expanded again
+    base = {"opsd": {"recipe": "authors_current", "beta": 0.5}, "rollout": {"temperature": 0.9}}
+    again = load_config("reasoning", [], base=base)
+    assert (again.opsd.beta, again.rollout.temperature) == (0.5, 0.9)
 
 
 @pytest.mark.parametrize("overrides,message", [
-    (["reward.kind=opsd", "opsd.template=no question here {reference}"], "opsd.template: must contain {question}"),
+    (["reward.kind=opsd", "opsd.template=no question here {reference}"],
+     "opsd.template: must be one of matched, reference_code or contain {question}"),
     (["reward.kind=opsd", 'opsd.template="{question}"'], "opsd.template: must contain {reference}"),
     (["reward.kind=opsd_no_teacher", "reward.shuffle_references=true"], "reward.kind=opsd_no_teacher reads no ref"),
     (["reward.kind=opsd", "opsd.context=none", "reward.shuffle_references=true"], "(opsd.context=none)"),
-    (["reward.kind=opsd", "opsd.context=solution"], "the demo tasks have no worked solutions"),
+    (["reward.kind=opsd", "opsd.recipe=paper"], "opsd.recipe: 'paper' is not one of authors_current"),
+    (["reward.kind=opsd", "opsd.transition=sometimes"], "opsd.transition: 'sometimes' is not one of auto, always"),
+    (["opsd.jsd_token_clip=-1"], "opsd.jsd_token_clip: must be in [0, inf)"),
     (["reward.kind=opsd", "opsd.teacher=ema", "trainer.strategy=fsdp"], "use trainer.strategy=ddp"),
     (["opsd.beta=1.5"], "opsd.beta: must be in [0, 1]"),
     (["opsd.no_teacher_rho=0"], "opsd.no_teacher_rho: must be in (0, 1]"),

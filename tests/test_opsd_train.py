@@ -63,8 +63,30 @@ def test_teacher_pass_and_signal_match_a_direct_forward(tiny_dir, tmp_path, loss
             assert s.distill.indices is None and torch.allclose(s.distill.logp, u_rows, atol=1e-4)
 
 
-@pytest.mark.parametrize("top_k,weight", [(0, 1.0), (5, 0.5)])
-def test_the_jsd_term_of_the_loss_equals_a_direct_computation(tiny_model, top_k, weight):
+def test_the_initial_teacher_is_the_adapter_off_base_after_the_adapter_moved(tiny_dir, tmp_path):
+    """opsd.teacher=initial after a step that moved the adapter (at step 1 LoRA's B is 0, so the
+    adapter-on policy and the base are the same model and a test there proves nothing)."""
+    from rlpr.train.trainer import Trainer
+
+    cfg = small_cfg(tiny_dir, tmp_path, "moved", "reward.kind=opsd", "opsd.loss=sampled_token", "opsd.clip=1e9",
+                    "algorithm.std_filter=false", "trainer.lr=5e-2")
+    trainer = Trainer(cfg, tmp_path / "moved")
+    trainer.train_step(1)
+    assert any(p.abs().max() > 0 for n, p in trainer.policy.named_parameters() if "lora_B" in n)
+    samples, _ = step_samples(trainer, 2)
+    s = samples[0]
+    teacher_ids = trainer.distiller.teacher_prompt_ids(s.prompt_index)
+    ids, response = teacher_ids + s.input_ids[s.prompt_len:], torch.tensor(s.input_ids[s.prompt_len:])[:, None]
+    with trainer.policy.disable_adapter():
+        base = direct_logprobs(trainer.policy, ids, len(teacher_ids), 1.0).gather(-1, response).squeeze(-1)
+    moved = direct_logprobs(trainer.policy, ids, len(teacher_ids), 1.0).gather(-1, response).squeeze(-1)
+    teacher = s.token_advantages + s.old_logp  # a_t = u_t - s_t, unclipped
+    assert torch.allclose(teacher, base, atol=1e-4)
+    assert (moved - base).abs().max() > 1e-3  # the adapter-on policy is another model by now
+
+
+@pytest.mark.parametrize("top_k,weight,clip", [(0, 1.0, 0.0), (5, 0.5, 0.0), (0, 1.0, 1.0)])
+def test_the_jsd_term_of_the_loss_equals_a_direct_computation(tiny_model, top_k, weight, clip):
     from rlpr.algorithms.losses import Normaliser
     from rlpr.algorithms.opsd import top_k_rows
     from rlpr.train.update import DistillTarget, MicroBatch, Sample, micro_batch_loss
@@ -75,27 +97,36 @@ def test_the_jsd_term_of_the_loss_equals_a_direct_computation(tiny_model, top_k,
         ids = torch.randint(5, 1000, (4 + length,), generator=g).tolist()
         teacher = torch.log_softmax(torch.randn(length, tiny_model.config.vocab_size, generator=g) * 2, -1)
         indices, rows = top_k_rows(teacher, top_k) if top_k else (None, teacher)
-        samples.append(Sample(ids, 4, 0.0, distill=DistillTarget(rows, indices, 0.3, weight)))
-        student = direct_logprobs(tiny_model, ids, 4, 1.0)
+        samples.append(Sample(ids, 4, 0.0, distill=DistillTarget(rows, indices, 0.3, weight, clip)))
+
+    def direct_jsd(s):  # the student's rows from one plain forward, then the divergence
+        student = direct_logprobs(tiny_model, s.input_ids, 4, 1.0)
         if top_k:
-            student = torch.log_softmax(student.gather(-1, indices), -1)
-        direct.append(generalized_jsd(rows, student, 0.3))
+            student = torch.log_softmax(student.gather(-1, s.distill.indices), -1)
+        return generalized_jsd(s.distill.logp, student, 0.3)
+
     cfg = AlgorithmConfig(entropy_coef=0.0)
-    for prefix in (None, samples[0].input_ids[:4]):  # padded, and as one prompt's responses (shared prefix)
+    # padded rows; one prompt's responses after a shared prefix; and packed after it (the CPU runs' path)
+    for prefix, packed in ((None, False), (samples[0].input_ids[:4], False), (samples[0].input_ids[:4], True)):
         if prefix is not None:
             for s in samples:
                 s.input_ids[:4] = prefix
-            direct = [generalized_jsd(s.distill.logp,
-                                      direct_logprobs(tiny_model, s.input_ids, 4, 1.0) if not top_k else
-                                      torch.log_softmax(direct_logprobs(tiny_model, s.input_ids, 4, 1.0)
-                                                        .gather(-1, s.distill.indices), -1), 0.3) for s in samples]
+        direct = torch.cat([direct_jsd(s) for s in samples])
+        past = 0
+        if clip:  # clip between the 4th and 5th smallest: it bites on 4 of the 8 tokens
+            values = direct.sort().values
+            clip = (values[3] + values[4]).item() / 2
+            for s in samples:
+                s.distill.token_clip = clip
+            past, direct = int((direct > clip).sum()), direct.clamp(max=clip)
+            assert past == 4
         tiny_model.zero_grad()
-        loss, stats = micro_batch_loss(tiny_model, MicroBatch(samples, 0, prefix), Normaliser(tokens=8, sequences=2),
-                                       cfg, 1.0)
-        want = weight * torch.cat(direct).sum() / 8  # token_mean over the 8 response tokens
+        loss, stats = micro_batch_loss(tiny_model, MicroBatch(samples, 0, prefix, packed=packed),
+                                       Normaliser(tokens=8, sequences=2), cfg, 1.0)
+        want = weight * direct.sum() / 8  # token_mean over the 8 response tokens
         assert loss.item() == pytest.approx(want.item(), rel=1e-4)
-        assert stats["opsd_tokens"] == 8 and stats["opsd_jsd"] == pytest.approx(torch.cat(direct).sum().item(),
-                                                                                   rel=1e-4)
+        assert stats["opsd_tokens"] == 8 and stats["opsd_jsd"] == pytest.approx(direct.sum().item(), rel=1e-4)
+        assert stats["opsd_clipped"] == past
         loss.backward()
         assert any(p.grad is not None and p.grad.abs().sum() > 0 for p in tiny_model.parameters())
 
@@ -157,3 +188,49 @@ def test_ema_teacher_and_identity_resume_bit_exactly(tiny_dir, tmp_path):
     ma = [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "straight")]
     mb = [{k: v for k, v in m.items() if not k.startswith("perf/")} for m in read_metrics(tmp_path / "resumed")]
     assert ma == mb and all("opsd/identity_pearson" in m for m in ma if "reward/mean" in m)
+
+
+def test_gsm8k_worked_solutions_convert_and_train_with_the_teacher_shown_them(tiny_dir, tmp_path):
+    """Issue 58: real GSM8K train rows ("#### N" answers) through `rlpr data convert`, then `rlpr train`
+    with the teacher shown each row's worked solution (opsd.context=solution)."""
+    from helpers import shared_data
+    from rlpr.data.loading import load_examples
+    from rlpr.train.trainer import Trainer
+
+    source = shared_data("gsm8k/train.jsonl")  # skips with one line when ../shared/data is absent
+    data = tmp_path / "gsm8k_train.parquet"
+    assert main(["data", "convert", "--format", "gsm8k", "--input", str(source), "--output", str(data),
+                 "--template", "steps", "--limit", "12"]) == 0
+    rows = load_examples(data, "steps")
+    first = rows[0].extra_info["solution"]
+    assert first.endswith(f"\nAnswer: {rows[0].reference}") and "<<" not in first and "####" not in first
+    extra = [f"data.train={data}", "reward.kind=opsd", "opsd.context=solution", "data.max_prompt_tokens=256",
+             "opsd.recipe=authors_current", "rollout.max_new_tokens=6"]
+    cfg = small_cfg(tiny_dir, tmp_path, "gsm8k", *extra)
+    trainer = Trainer(cfg, tmp_path / "gsm8k")
+    text = trainer.tokenizer.decode(trainer.distiller.teacher_prompt_ids(0))
+    example = trainer.train_prompts[0].example
+    assert example.extra_info["solution"] in text and "Here is a reference solution to the problem below:" in text
+    args = [f"model.path={tiny_dir}", f"trainer.output_dir={tmp_path}", "trainer.name=gsm8k_cli", *SMALL, *extra,
+            "trainer.max_steps=2"]
+    assert main(["train", *args]) == 0
+    steps = [m for m in read_metrics(tmp_path / "gsm8k_cli") if "reward/mean" in m]
+    assert [m["step"] for m in steps] == [1, 2] and all(m["opsd/skipped_frac"] == 0.0 for m in steps)
+    assert all(math.isfinite(m["opsd/jsd"]) and 0.0 <= m["opsd/jsd_clip_frac"] <= 1.0 for m in steps)
+
+
+def test_demo_families_without_solutions_are_refused_for_the_solution_teacher(tiny_dir, tmp_path):
+    from rlpr.errors import ConfigError
+    from rlpr.train.trainer import Trainer
+
+    with pytest.raises(ConfigError, match="data.demo_families: .* mix short-answer and reasoning families"):
+        small_cfg(tiny_dir, tmp_path, "bare", "data.demo_families=[capital,add_two_digit]")
+    with pytest.raises(ConfigError, match="the demo family capital has no worked solutions"):
+        Trainer(small_cfg(tiny_dir, tmp_path, "bare2", "reward.kind=opsd", "opsd.context=solution",
+                          "data.demo_families=[capital]", "data.demo_val_size=5"), tmp_path / "bare2")
+    cfg = small_cfg(tiny_dir, tmp_path, "solved", "reward.kind=opsd", "opsd.context=solution", "data.template=steps",
+                    "data.demo_families=[add_two_digit,weekday_steps]", "data.max_prompt_tokens=256",
+                    "data.demo_val_size=5")
+    trainer = Trainer(cfg, tmp_path / "solved")
+    text = trainer.tokenizer.decode(trainer.distiller.teacher_prompt_ids(0))
+    assert trainer.train_prompts[0].example.extra_info["solution"] in text and "After understanding" in text

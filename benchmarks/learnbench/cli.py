@@ -52,6 +52,11 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
                         help="re-grade the saved responses of the runs in the .jsonl (these settings) with the "
                              "current grader, rewrite their rows, then summarise; trains nothing")
     parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
+    parser.add_argument("--teacher-gap", action="store_true",
+                        help="only measure the preset's families: base greedy, Avg@k, pass@k and the self-teacher "
+                             "gap (the model shown each question's worked solution), to "
+                             "results/self_teacher_gap.{md,json} (learnbench/teacher_gap.py)")
+    parser.add_argument("--gap-questions", type=int, default=24, help="--teacher-gap: training questions per family")
     if "--quick" in argv:  # smaller defaults; flags given explicitly still win
         parser.set_defaults(seeds=1, steps=4, heldout=40, transfer_questions=20, samples=2, variants="rlpr",
                             curve_every=2, curve_questions=10, output=str(RESULTS / "learning_quick"))
@@ -164,6 +169,10 @@ def write_summary(args, settings: dict, log_path: Path) -> None:
 
 def main(description: str = "The learning benchmark", argv: list[str] | None = None) -> int:
     args = parse_args(description, argv)
+    if args.teacher_gap:
+        from .teacher_gap import main as teacher_gap
+
+        return teacher_gap(args)
     if args.list_variants:
         print(describe())
         return 0

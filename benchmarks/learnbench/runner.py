@@ -47,6 +47,21 @@ def model_name(trainer) -> str:
     return f"{name}-{params / 1e6:.0f}M"
 
 
+def run_facts(cfg) -> dict:
+    """What a row records of its run's setting (issue 58): the track (short_answer or reasoning, by the
+    demo families' kind; custom for other data), the response length, and OPSD's teacher template,
+    context and recipe (null where the reward kind has no teacher)."""
+    from rlpr.data.demo_tasks import family_kind
+    from rlpr.reward.kinds import REWARD_KINDS
+
+    teacher = REWARD_KINDS[cfg.reward.kind].token_signal == "teacher"
+    return {"track": family_kind(cfg.data.demo_families) if cfg.data.train == "demo" else "custom",
+            "max_new_tokens": cfg.rollout.max_new_tokens,
+            "teacher_template": cfg.opsd.template if teacher else None,
+            "teacher_context": cfg.opsd.context if teacher else None,
+            "opsd_recipe": (cfg.opsd.recipe or None) if teacher else None}
+
+
 def transfer_prompts(trainer, limit: int) -> dict[str, list]:
     """Each transfer set's prompts, built as the trainer builds its held-out prompts (the preset's
     template and prefill); the first `limit` questions of each (0: all)."""
@@ -192,7 +207,7 @@ def run_base(preset: str, overrides: list[str], curve_questions: int, transfer_q
     transfer["model"] = model_name(trainer)
     return {"variant": "base", "seed": None, "steps": 0, "n_heldout": ev["eval/questions"],
             **summary_of(ev, "before"), **summary_of(ev, "after"), **transfer, **after, "curve": curve,
-            "eval_schedule": EVAL_SCHEDULE, "seconds": time.time() - start}
+            "eval_schedule": EVAL_SCHEDULE, **run_facts(trainer.cfg), "seconds": time.time() - start}
 
 
 def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: int, curve_every: int,
@@ -237,4 +252,5 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
             # the reward's own cost per step (score B and A, or the label-free kind's forward)
             "reward_s": statistics.fmean(t["perf/reward_s"] for t in train), "model": model_name(trainer),
             "device": trainer.device.type,  # rows of one table may come from a CPU and a GPU: the report says which
-            "eval_s": evaluating, "eval_schedule": EVAL_SCHEDULE, "seconds": time.time() - start}
+            "eval_s": evaluating, "eval_schedule": EVAL_SCHEDULE, **run_facts(trainer.cfg),
+            "seconds": time.time() - start}

@@ -11,8 +11,9 @@ RESULTS = BENCHMARKS / "results"
 EXAMPLES = BENCHMARKS.parent / "examples"
 
 # what a variant is in the summary: the method under test, an ablation of it, a control of RLPR (same
-# estimator, filter and update, only the reward differs), an OPSD method, or a control of OPSD
-ROLES = ("method", "ablation", "control", "opsd", "opsd_control")
+# estimator, filter and update, only the reward differs), an OPSD method, a control of OPSD, or an
+# OPSD row of the teacher template its student never matched (issue 58: kept, labeled, out of the verdict)
+ROLES = ("method", "ablation", "control", "opsd", "opsd_control", "opsd_mismatched")
 
 
 @dataclass(frozen=True)
@@ -101,6 +102,25 @@ register("opsd_context_only", ["reward.kind=opsd", "opsd.context=none"], "opsd_c
          doc="the teacher template without the reference")
 register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", first=True,
          doc="a fixed negative advantage on the lowest-probability tokens, no teacher forward")
+# The same four with the teacher template rlpr used before issue 58 (opsd.template=reference_code: "now
+# articulate your own step-by-step reasoning", while the short-answer student is asked a plain question
+# and given 32 tokens; sampled as a policy, that teacher answered 3.9% right against its student's 20.3%).
+# Their rows ran as opsd, opsd_hybrid, op2sd and opsd_context_only and were renamed (docs/opsd.md).
+for _name in ("opsd", "opsd_hybrid", "op2sd", "opsd_context_only"):
+    register(f"{_name}_refcode_template", [*REGISTRY[_name].overrides, "opsd.template=reference_code"],
+             "opsd_mismatched", by_name=True, doc=f"{_name} with the reference code's fixed teacher wording")
+# OPSD at its authors' current recipe (opsd.recipe=authors_current: forward KL, the per-token clip 0.05,
+# sampling at 1.1 / top-p 0.95, the initial teacher shown the worked solution), for tracks whose
+# questions have worked solutions (the reasoning track); evaluated at the other rows' temperature 1.0
+_RECIPE = ["opsd.recipe=authors_current", "trainer.eval_temperature=1.0", "trainer.eval_top_p=1.0"]
+register("opsd_recipe", ["reward.kind=opsd", *_RECIPE], "opsd", by_name=True,
+         doc="OPSD, the authors' current recipe, the teacher shown the worked solution")
+register("opsd_hybrid_recipe", ["reward.kind=opsd_hybrid", *_RECIPE], "opsd", by_name=True,
+         doc="RLPR's sequence advantage plus the recipe's clipped forward-KL distillation")
+register("op2sd_recipe", ["reward.kind=opsd", "reward.shuffle_references=true", *_RECIPE], "opsd_control",
+         by_name=True, doc="the recipe, the teacher shown another question's worked solution")
+register("opsd_context_only_recipe", ["reward.kind=opsd", *_RECIPE, "opsd.context=none"], "opsd_control",
+         by_name=True, doc="the recipe, the teacher block without the solution")
 # precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
 # score B continues that copy's bf16 keys/values by default (reward.score_b_from_cache=always: B moves
 # by up to 2e-2 against fp32) and the update runs under bf16 autocast (whose gradient missed one

@@ -6,6 +6,7 @@ question (stop-gradient). At response position t, s_t = S(. | q, o_<t) and u_t =
 - `generalized_jsd`: JSD_beta(u, s) = beta KL(u || m) + (1 - beta) KL(s || m), m = beta u + (1 - beta) s,
   with the reference code's ends (siyan-zhao/OPSD, opsd_trainer.py `generalized_jsd_loss`, from
   TRL's GKD): beta = 0 is the forward KL(u || s), beta = 1 the reverse KL(s || u).
+- `clip_token_divergence`: min(JSD_t, c), the reference code's per-token clip (jsd_token_clip).
 - `top_k_rows`: the teacher's k most likely tokens, renormalised over those k (the student is
   gathered at the same indices and renormalised too, as the reference code does).
 - `sampled_token_advantage`: a_t = clip(log u_t(o_t) - log s_t(o_t), -c, c) (the reference code's
@@ -70,6 +71,13 @@ def jsd_from_logits(student_logits: torch.Tensor, teacher_logp: torch.Tensor, in
     """JSD_beta(u_t, s_t) [N] from the student's logits [N, V] (temperature applied) and the teacher's
     rows [N, K] (`student_rows` matches them: the full vocabulary, or the teacher's top-k `indices`)."""
     return generalized_jsd(teacher_logp.float(), student_rows(student_logits, indices), beta)
+
+
+def clip_token_divergence(divergence: torch.Tensor, clip: float) -> torch.Tensor:
+    """min(JSD_t, clip) per token [N] (clip 0: unchanged): the reference code's jsd_token_clip, so
+    that a few tokens whose divergence is many times the mean (style words such as "wait") cannot
+    carry the loss; a token past the clip adds `clip` and no gradient."""
+    return divergence.clamp(max=clip) if clip > 0 else divergence
 
 
 def sampled_token_advantage(teacher_logp: torch.Tensor, student_logp: torch.Tensor, clip: float) -> torch.Tensor:

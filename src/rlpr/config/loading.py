@@ -166,14 +166,28 @@ def build_config(preset: str = "demo", overrides: list | None = None, base: dict
     if preset:
         data = read_yaml(preset_path(preset))
         data.pop("preset", None)
+        opsd = data.get("opsd")
+        apply_recipe(cfg, opsd.get("recipe") if isinstance(opsd, dict) else None)
         apply(cfg, data)
         cfg.preset = Path(preset).stem
     if base:
-        apply(cfg, base)
-    for item in overrides or []:
-        key, value = override_value(cfg, item) if isinstance(item, str) else item
+        apply(cfg, base)  # a resumed run's config holds its recipe's values: nothing is expanded again
+    pairs = [override_value(cfg, item) if isinstance(item, str) else item for item in overrides or []]
+    apply_recipe(cfg, next((value for key, value in reversed(pairs) if key == "opsd.recipe"), None))
+    for key, value in pairs:
         _set(cfg, key, value)
     return cfg
+
+
+def apply_recipe(cfg: Config, name) -> None:
+    """Set the keys of the recipe `name` (config/recipes.py; None or "": nothing)."""
+    from rlpr.config.recipes import RECIPES
+
+    if not name:
+        return
+    if name not in RECIPES:
+        raise ConfigError(f"opsd.recipe: {name!r} is not one of {', '.join(RECIPES)}")
+    apply(cfg, RECIPES[name])
 
 
 def load_config(preset: str = "demo", overrides: list | None = None, base: dict | None = None, *,

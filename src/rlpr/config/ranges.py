@@ -42,7 +42,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "opsd.beta": (0, 1, True, True), "opsd.top_k": (0, INF, True, False), "opsd.clip": (0, INF, False, True),
     "opsd.ema_decay": (0, 1, True, True), "opsd.hybrid_lambda": (0, INF, True, False),
     "opsd.no_teacher_rho": (0, 1, False, True), "opsd.no_teacher_delta": (0, INF, True, False),
-    "opsd.identity_every": (0, INF, True, False),
+    "opsd.identity_every": (0, INF, True, False), "opsd.jsd_token_clip": (0, INF, True, False),
     "trainer.prompts_per_step": (1, INF, True, False), "trainer.mini_batch_prompts": (1, INF, True, False),
     "trainer.micro_batch_sequences": (1, INF, True, False),
     "trainer.micro_batch_tokens": (0, INF, True, False), "trainer.epochs_per_step": (1, INF, True, False),
@@ -51,7 +51,8 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "trainer.grad_clip": (0, INF, False, True),  # 0 would zero every gradient; inf: no clipping
     "trainer.warmup_steps": (0, INF, True, False), "trainer.max_steps": (1, INF, True, False),
     "trainer.eval_every": (0, INF, True, False), "trainer.eval_max_new_tokens": (0, INF, True, False),
-    "trainer.eval_samples": (0, INF, True, False), "trainer.sample_every": (0, INF, True, False),
+    "trainer.eval_samples": (0, INF, True, False), "trainer.eval_temperature": (0, INF, True, False),
+    "trainer.eval_top_p": (0, 1, True, True), "trainer.sample_every": (0, INF, True, False),
     "trainer.length_warn_ratio": (0, 1, True, True),
     "trainer.save_every": (0, INF, True, False), "trainer.keep_last": (1, INF, True, False),
 }

@@ -19,7 +19,8 @@ def choices() -> dict[str, tuple]:
     from rlpr.algorithms.opsd import CONTEXTS, LOSSES, TEACHERS
     from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS,
                                         ROLLOUT_IS, SFT_WEIGHTS)
-    from rlpr.data.templates import TEMPLATES
+    from rlpr.config.recipes import RECIPES
+    from rlpr.data.templates import TEMPLATES, TRANSITIONS
     from rlpr.parallel.distributed import DEVICES
     from rlpr.parallel.sharding import STRATEGIES
     from rlpr.reward.kinds import REWARD_KINDS
@@ -69,6 +70,8 @@ def choices() -> dict[str, tuple]:
         "opsd.loss": LOSSES,
         "opsd.teacher": TEACHERS,
         "opsd.context": CONTEXTS,
+        "opsd.transition": TRANSITIONS,
+        "opsd.recipe": ("", *RECIPES),
         "trainer.mixed_precision": (*MIXED_PRECISION, AUTO),
         "trainer.pack_responses": PACK_MODES,
         "trainer.strategy": tuple(STRATEGIES),

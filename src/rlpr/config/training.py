@@ -115,11 +115,6 @@ class AlgorithmConfig:
     """Upper bound of rho (TRL's default 3; verl's TIS uses 2)."""
 
 
-OPSD_TEMPLATE = ("Here is a reference solution to the problem below:\n{reference}\n\nAfter understanding the "
-                 "reference solution and the rationale behind each step, now articulate your own step-by-step "
-                 "reasoning that derives the same final answer to the problem below:\n\n{question}")
-
-
 @dataclass
 class OpsdConfig:
     """On-policy self-distillation with the reference (reward.kind=opsd, opsd_hybrid, opsd_no_teacher;
@@ -158,10 +153,29 @@ class OpsdConfig:
     solution_column: str = "solution"
     """context=solution: the column (flat files) or field (verl rows: top level or extra_info) that
     holds each row's worked solution."""
-    template: str = OPSD_TEMPLATE
-    """The teacher's user turn: {reference} and {question} (the prompt's last user turn, instructions
-    included) replaced, the rest of the chat as the student's (the reference code's wording, with the
-    reference placed before the question)."""
+    template: str = "matched"
+    """The teacher's user turn (docs/opsd.md lists each text): matched (the student's own turn after a
+    block showing the reference, "Here is a reference answer to the question below:", or with
+    context=solution the worked solution, "Here is a reference solution to the problem below:"; the
+    rest of the chat and the pre-fill as the student's), reference_code (the reference code's fixed
+    wording, which asks every student for step-by-step reasoning: the default before issue 58), or a
+    text of its own with {reference} and {question} (the prompt's last user turn, instructions
+    included)."""
+    transition: str = "auto"
+    """template=matched: whether the reference code's transition sentence ("After understanding the
+    reference solution ..., now articulate your own step-by-step reasoning ...") follows the block:
+    auto (only where the student's chat itself asks for reasoning: step by step, reason, think),
+    always, or never. A teacher asked for something its student is not asked for distills that
+    mismatch, not the reference."""
+    jsd_token_clip: float = 0.0
+    """loss=jsd: each response token's divergence is clipped at this value before averaging,
+    min(JSD_t, c) (a token past c adds c and no gradient), so a few style tokens cannot carry the
+    loss (the reference code's jsd_token_clip, 0.05 at 1.7B); 0: no clip."""
+    recipe: str = ""
+    """A named group of keys applied before the command line's overrides (which still win):
+    authors_current (the reference code's recipe after its 2026 update: opsd.loss=jsd, opsd.beta=0,
+    opsd.jsd_token_clip=0.05, rollout.temperature=1.1, rollout.top_p=0.95, opsd.teacher=initial,
+    opsd.context=solution) or "" (none). Recorded in the run's config; a resumed run keeps the values."""
     hybrid_lambda: float = 1.0
     """reward.kind=opsd_hybrid: the weight of the OPSD signal beside RLPR's sequence advantage
     (sampled_token: A_RLPR + lambda a_t per token; jsd: the PPO loss on A_RLPR + lambda JSD)."""
@@ -245,6 +259,11 @@ class TrainerConfig:
     eval_samples: int = 0
     """k > 0: also k samples per held-out question at the rollout temperature (Avg@k accuracy,
     pass@k); 0: greedy only."""
+    eval_temperature: float = 0.0
+    """The temperature of the held-out samples (eval_samples) (0: rollout.temperature), so that runs
+    trained at other temperatures are evaluated alike."""
+    eval_top_p: float = 0.0
+    """The nucleus of the held-out samples (0: rollout.top_p)."""
     sample_every: int = 1
     """Write sampled generations every N steps (0: never)."""
     length_warn_ratio: float = 0.5

@@ -142,22 +142,23 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
 
 def validate_opsd(cfg: Config) -> None:
     """The opsd section's cross-field checks (only when reward.kind uses a teacher)."""
+    from rlpr.data.templates import TEACHER_TEMPLATES
     from rlpr.reward.kinds import REWARD_KINDS
     from rlpr.reward.lagged import LAGGED_STRATEGIES
 
     o = cfg.opsd
     if REWARD_KINDS[cfg.reward.kind].token_signal != "teacher":
         return
-    if "{question}" not in o.template:
-        raise ConfigError("opsd.template: must contain {question} (where the prompt's question goes)")
-    if o.context != "none" and "{reference}" not in o.template:
+
+    own = o.template not in TEACHER_TEMPLATES  # a text of the user's own: it must place both
+    if own and "{question}" not in o.template:
+        raise ConfigError(f"opsd.template: must be one of {', '.join(TEACHER_TEMPLATES)} or contain {{question}} "
+                          f"(where the prompt's question goes)")
+    if own and o.context != "none" and "{reference}" not in o.template:
         raise ConfigError(f"opsd.template: must contain {{reference}} (opsd.context={o.context} shows the teacher "
                           f"a reference)")
     if o.context == "solution" and not o.solution_column.strip():
         raise ConfigError("opsd.solution_column: opsd.context=solution needs the data column that holds the solutions")
-    if o.context == "solution" and cfg.data.train == "demo":
-        raise ConfigError("opsd.context=solution: the demo tasks have no worked solutions; use data.train=FILE with a "
-                          "solution column (opsd.solution_column)")
     if o.teacher == "ema" and cfg.trainer.strategy not in LAGGED_STRATEGIES:
         raise ConfigError(f"opsd.teacher=ema swaps the averaged weights into the policy, which "
                           f"trainer.strategy={cfg.trainer.strategy} shards: use trainer.strategy=ddp")

@@ -123,11 +123,15 @@ class _Row:
 
 
 def _gsm8k(r: _Row) -> Example:
-    _, sep, final = r.text("answer").rpartition("####")
+    """GSM8K's answer is a worked solution ending in "#### N": N is the reference, and the solution
+    (its calculator annotations <<48/2=24>> taken out, the "#### N" line as "Answer: N") is kept as the
+    row's `solution` for OPSD's teacher (opsd.context=solution)."""
+    worked, sep, final = r.text("answer").rpartition("####")
     reference = final.strip().replace(",", "")
     if not sep or not reference:
         raise r.error("answer", "has no final '#### <number>' line")
-    return r.example(r.text("question"), reference)
+    solution = re.sub(r"<<[^<>]*>>", "", worked).strip()
+    return r.example(r.text("question"), reference, solution=f"{solution}\nAnswer: {reference}")
 
 
 def _math(r: _Row) -> Example:

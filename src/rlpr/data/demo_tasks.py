@@ -16,146 +16,16 @@ from collections import deque
 from functools import lru_cache
 from typing import Callable
 
+from rlpr.data.demo_tables import (  # noqa: F401 (re-exported: tests and benchmarks read them here)
+    ALIASES, ANIMAL_SOUNDS, ANTONYMS, CAPITALS, COLORS, COUNT_WORDS, ELEMENT_SYMBOLS, ITEMS, LANGUAGES, MONTHS,
+    NAMES, PLURALS, SORT_WORDS, UNIT_FACTORS, VOWELS, WEEKDAYS)
+from rlpr.data.reasoning_tasks import REASONING_FAMILIES
 from rlpr.data.records import Example
 from rlpr.data.templates import build_messages
 
 SPLITS = ("train", "val")
 VAL_EVERY = 8  # about one question in 8 is held out for validation
 DRAWS_PER_FAMILY = 600  # exhausts the small fact tables; leaves room above n=2000 train, 300 val
-
-# --- embedded fact tables (kept small; every entry was checked to have one obvious answer) ---
-
-CAPITALS = {
-    "France": "Paris", "Germany": "Berlin", "Italy": "Rome", "Spain": "Madrid",
-    "Portugal": "Lisbon", "Japan": "Tokyo", "China": "Beijing", "India": "New Delhi",
-    "Russia": "Moscow", "Canada": "Ottawa", "Australia": "Canberra", "Brazil": "Brasilia",
-    "Argentina": "Buenos Aires", "Mexico": "Mexico City", "Egypt": "Cairo", "Kenya": "Nairobi",
-    "Greece": "Athens", "Norway": "Oslo", "Sweden": "Stockholm", "Finland": "Helsinki",
-    "Denmark": "Copenhagen", "Poland": "Warsaw", "Austria": "Vienna", "Ireland": "Dublin",
-    "Hungary": "Budapest", "the Czech Republic": "Prague", "Turkey": "Ankara",
-    "Thailand": "Bangkok", "Vietnam": "Hanoi", "South Korea": "Seoul", "Peru": "Lima",
-    "Chile": "Santiago", "Colombia": "Bogota", "Cuba": "Havana", "Iran": "Tehran",
-    "Iraq": "Baghdad", "the Philippines": "Manila", "Belgium": "Brussels", "Ukraine": "Kyiv",
-    "Morocco": "Rabat", "Nigeria": "Abuja", "Ethiopia": "Addis Ababa",
-    "Saudi Arabia": "Riyadh", "Pakistan": "Islamabad", "New Zealand": "Wellington",
-    "the United Kingdom": "London", "Iceland": "Reykjavik", "Romania": "Bucharest",
-    "Venezuela": "Caracas",
-}
-
-ELEMENT_SYMBOLS = {
-    "hydrogen": "H", "helium": "He", "lithium": "Li", "carbon": "C", "nitrogen": "N",
-    "oxygen": "O", "fluorine": "F", "neon": "Ne", "sodium": "Na", "magnesium": "Mg",
-    "aluminum": "Al", "silicon": "Si", "phosphorus": "P", "sulfur": "S", "chlorine": "Cl",
-    "argon": "Ar", "potassium": "K", "calcium": "Ca", "iron": "Fe", "nickel": "Ni",
-    "copper": "Cu", "zinc": "Zn", "silver": "Ag", "tin": "Sn", "iodine": "I", "gold": "Au",
-    "mercury": "Hg", "lead": "Pb", "uranium": "U",
-}
-
-# Directed pairs: "light" -> ? or "lose" -> ? have two fair answers, so only one direction is kept.
-ANTONYMS = {
-    "hot": "cold", "cold": "hot", "up": "down", "down": "up", "fast": "slow", "slow": "fast",
-    "happy": "sad", "sad": "happy", "day": "night", "night": "day", "early": "late",
-    "full": "empty", "empty": "full", "wet": "dry", "dry": "wet", "tall": "short",
-    "long": "short", "rich": "poor", "poor": "rich", "strong": "weak", "weak": "strong",
-    "push": "pull", "pull": "push", "win": "lose", "true": "false", "false": "true",
-    "above": "below", "below": "above", "inside": "outside", "outside": "inside",
-    "heavy": "light", "dark": "light", "buy": "sell", "sell": "buy", "love": "hate",
-    "hate": "love", "black": "white", "white": "black", "north": "south", "south": "north",
-    "east": "west", "west": "east", "first": "last", "before": "after", "after": "before",
-    "remember": "forget", "forget": "remember", "friend": "enemy", "enemy": "friend",
-    "always": "never", "never": "always", "increase": "decrease", "decrease": "increase",
-    "asleep": "awake", "awake": "asleep", "clean": "dirty", "dirty": "clean",
-    "cheap": "expensive", "expensive": "cheap", "young": "old", "maximum": "minimum",
-    "minimum": "maximum", "inhale": "exhale", "exhale": "inhale", "odd": "even",
-    "positive": "negative", "negative": "positive", "possible": "impossible",
-    "visible": "invisible", "forward": "backward", "top": "bottom", "bottom": "top",
-    "sunrise": "sunset", "sunset": "sunrise", "male": "female", "female": "male",
-    "big": "small", "small": "big", "open": "closed", "closed": "open",
-}
-
-PLURALS = {
-    "child": "children", "mouse": "mice", "foot": "feet", "tooth": "teeth", "goose": "geese",
-    "man": "men", "woman": "women", "ox": "oxen", "leaf": "leaves", "knife": "knives",
-    "wife": "wives", "wolf": "wolves", "half": "halves", "loaf": "loaves", "shelf": "shelves",
-    "thief": "thieves", "calf": "calves", "life": "lives", "box": "boxes", "bus": "buses",
-    "fox": "foxes", "church": "churches", "dish": "dishes", "glass": "glasses",
-    "watch": "watches", "city": "cities", "baby": "babies", "story": "stories",
-    "lady": "ladies", "party": "parties", "potato": "potatoes", "tomato": "tomatoes",
-    "hero": "heroes", "sheep": "sheep", "deer": "deer", "moose": "moose", "crisis": "crises",
-    "criterion": "criteria", "phenomenon": "phenomena", "cat": "cats", "key": "keys",
-    "toy": "toys",
-}
-
-COLORS = {
-    "the sky on a clear day": "blue", "fresh grass": "green", "fresh snow": "white",
-    "coal": "black", "blood": "red", "a ripe banana": "yellow", "a ripe lemon": "yellow",
-    "milk": "white", "a ripe tomato": "red", "a carrot": "orange", "milk chocolate": "brown",
-    "a lime": "green", "an emerald": "green", "a ruby": "red", "a crow": "black",
-    "a flamingo": "pink", "a ripe strawberry": "red", "a pumpkin": "orange",
-    "an egg yolk": "yellow", "a polar bear's fur": "white", "a stop sign": "red",
-    "a school bus in the United States": "yellow",
-}
-
-ANIMAL_SOUNDS = {
-    "moo": "cow", "oink": "pig", "baa": "sheep", "meow": "cat", "woof": "dog", "quack": "duck",
-    "neigh": "horse", "cluck": "chicken", "hoot": "owl", "ribbit": "frog", "gobble": "turkey",
-    "cock-a-doodle-doo": "rooster", "hee-haw": "donkey", "squeak": "mouse", "caw": "crow",
-}
-
-LANGUAGES = {
-    "France": "French", "Germany": "German", "Italy": "Italian", "Spain": "Spanish",
-    "Portugal": "Portuguese", "Brazil": "Portuguese", "Japan": "Japanese", "Russia": "Russian",
-    "Greece": "Greek", "Poland": "Polish", "the Netherlands": "Dutch", "Sweden": "Swedish",
-    "Norway": "Norwegian", "Denmark": "Danish", "Turkey": "Turkish", "Mexico": "Spanish",
-    "Argentina": "Spanish", "Hungary": "Hungarian", "South Korea": "Korean", "Thailand": "Thai",
-    "Vietnam": "Vietnamese", "Iran": "Persian", "Egypt": "Arabic", "Saudi Arabia": "Arabic",
-    "the Czech Republic": "Czech", "Ukraine": "Ukrainian", "Israel": "Hebrew", "China": "Chinese",
-}
-
-# Other spellings or names a grader should also accept, keyed by the reference answer.
-ALIASES = {
-    "Brasilia": ["Brasília"], "Bogota": ["Bogotá"], "Kyiv": ["Kiev"], "Reykjavik": ["Reykjavík"],
-    "aluminum": ["aluminium"], "sulfur": ["sulphur"], "small": ["little"], "big": ["large"],
-    "closed": ["shut"], "backward": ["backwards"], "chicken": ["hen"], "rooster": ["cockerel"],
-    "Persian": ["Farsi"], "Chinese": ["Mandarin"], "woof": ["bark", "bow-wow"], "meow": ["miaow", "mew"],
-    "oink": ["grunt"], "baa": ["bleat"], "neigh": ["whinny"], "hee-haw": ["bray"], "ribbit": ["croak"],
-}
-
-# (unit asked for, unit given, how many of the first are in one of the second)
-UNIT_FACTORS = [
-    ("centimeters", "meters", 100), ("millimeters", "centimeters", 10),
-    ("meters", "kilometers", 1000), ("grams", "kilograms", 1000),
-    ("milliliters", "liters", 1000), ("inches", "feet", 12), ("minutes", "hours", 60),
-    ("seconds", "minutes", 60), ("hours", "days", 24), ("days", "weeks", 7),
-    ("months", "years", 12),
-]
-
-WEEKDAYS = list(calendar.day_name)  # Monday .. Sunday
-MONTHS = list(calendar.month_name)[1:]  # January .. December
-
-COUNT_WORDS = [
-    "banana", "apple", "letter", "balloon", "coffee", "committee", "bookkeeper", "pepper",
-    "success", "address", "tomato", "potato", "elephant", "giraffe", "umbrella", "window",
-    "garden", "kitchen", "pencil", "computer", "mountain", "river", "bottle", "cheese",
-    "butter", "rabbit", "dinner", "paper", "summer", "winter", "teacher", "doctor", "school",
-    "orange", "lemon", "cherry", "chocolate", "bicycle", "library", "television", "teapot",
-    "cabbage", "penguin", "dolphin", "octopus", "volcano", "rainbow", "pyramid",
-    "hammer", "ladder", "mirror", "pillow", "blanket", "candle", "guitar", "piano", "violin",
-    "jacket", "bread", "honey", "onion", "island", "forest", "desert", "planet", "rocket",
-]
-
-SORT_WORDS = [
-    "apple", "pear", "fig", "plum", "grape", "lime", "kiwi", "mango", "peach", "melon",
-    "cat", "dog", "owl", "fox", "bear", "lion", "wolf", "deer", "duck", "frog", "goat",
-    "hat", "cup", "pen", "book", "desk", "lamp", "door", "rug", "sock", "boat",
-]
-
-NAMES = [("Tom", "he"), ("Mia", "she"), ("Sam", "he"), ("Lily", "she"), ("Ben", "he"),
-         ("Emma", "she"), ("Max", "he"), ("Zoe", "she"), ("Leo", "he"), ("Ava", "she")]
-ITEMS = ["apples", "pencils", "stickers", "marbles", "books", "cookies", "balloons", "cards",
-         "shells", "coins"]
-
-VOWELS = "aeiou"
 
 # --- task families ---
 
@@ -392,7 +262,7 @@ def split_of(question: str, val_every: int = VAL_EVERY) -> str:
     return "val" if _stable_int(question) % val_every == 0 else "train"
 
 
-def _interleave(by_family: dict[str, list[tuple[str, str]]], rng: random.Random) -> tuple:
+def _interleave(by_family: dict[str, list[tuple]], rng: random.Random) -> tuple:
     """Round-robin over families (in a shuffled order each round) until every family runs dry."""
     queues = {name: deque(items) for name, items in by_family.items() if items}
     out = []
@@ -406,32 +276,51 @@ def _interleave(by_family: dict[str, list[tuple[str, str]]], rng: random.Random)
     return tuple(out)
 
 
+# the two kinds of family, each drawing a pool of its own (the short-answer pool is the same as before
+# the reasoning families existed: its questions, splits and order never depend on them)
+REGISTRIES = {"short_answer": FAMILIES, "reasoning": REASONING_FAMILIES}
+ALL_FAMILIES = {**FAMILIES, **REASONING_FAMILIES}
+
+
 @lru_cache(maxsize=8)
-def _pool(seed: int, val_every: int = VAL_EVERY) -> dict[str, tuple[tuple[str, str, str], ...]]:
-    """Every unique (family, question, answer) for a seed, per split, in mixed order."""
+def _pool(seed: int, val_every: int = VAL_EVERY, kind: str = "short_answer"
+          ) -> dict[str, tuple[tuple[str, str, str, str], ...]]:
+    """Every unique (family, question, answer, worked solution or "") of one kind of family for a
+    seed, per split, in mixed order."""
     seen: set[str] = set()
-    by_split: dict[str, dict[str, list[tuple[str, str]]]] = {s: {} for s in SPLITS}
-    for name, fn in FAMILIES.items():
+    by_split: dict[str, dict[str, list[tuple]]] = {s: {} for s in SPLITS}
+    for name, fn in REGISTRIES[kind].items():
         rng = random.Random(_stable_int(f"{seed}:{name}"))
         for _ in range(DRAWS_PER_FAMILY):
-            question, answer = fn(rng)
+            question, answer, *solution = fn(rng)
             if question not in seen:
                 seen.add(question)
-                by_split[split_of(question, val_every)].setdefault(name, []).append((question, answer))
+                by_split[split_of(question, val_every)].setdefault(name, []).append(
+                    (question, answer, solution[0] if solution else ""))
     return {s: _interleave(by_split[s], random.Random(_stable_int(f"{seed}:{s}:order")))
             for s in SPLITS}
+
+
+def family_kind(families) -> str:
+    """Which pool `families` draw from: short_answer (also for none: all the short-answer families)
+    or reasoning; a list that mixes the two is refused."""
+    kinds = {kind for kind, registry in REGISTRIES.items() for f in families or () if f in registry}
+    if len(kinds) > 1:
+        raise ValueError(f"demo task families {', '.join(families)} mix short-answer and reasoning families "
+                         f"(reasoning: {', '.join(REASONING_FAMILIES)}); train on one kind at a time")
+    return kinds.pop() if kinds else "short_answer"
 
 
 def _questions(split: str, seed: int, families, val_every: int = VAL_EVERY) -> tuple:
     if split not in SPLITS:
         raise ValueError(f"unknown demo split {split!r}; choose 'train' or 'val'")
-    unknown = sorted(set(families or ()) - set(FAMILIES))
+    unknown = sorted(set(families or ()) - set(ALL_FAMILIES))
     if unknown:
         raise ValueError(f"unknown demo task famil{'ies' if len(unknown) > 1 else 'y'} {', '.join(unknown)}; "
-                         f"choose from {', '.join(FAMILIES)}")
+                         f"choose from {', '.join(ALL_FAMILIES)}")
     if val_every < 2:
         raise ValueError(f"val_every must be at least 2, got {val_every}")
-    pool = _pool(seed, val_every)[split]
+    pool = _pool(seed, val_every, family_kind(families))[split]
     return tuple(q for q in pool if q[0] in families) if families else pool
 
 
@@ -442,9 +331,10 @@ def pool_size(split: str, seed: int = 0, families: list[str] | tuple = (), val_e
 
 
 def demo_examples(split: str = "train", n: int = 200, seed: int = 0, template: str = "r1",
-                  families: list[str] | tuple = (), val_every: int = VAL_EVERY) -> list[Example]:
+                  families: list[str] | tuple = (), val_every: int = VAL_EVERY,
+                  solution_key: str = "solution") -> list[Example]:
     """The first `n` demo examples of `split` for `seed` (of `families` only, when given), as
-    chat-prompted Examples.
+    chat-prompted Examples; a reasoning family's worked solution is kept in extra_info[solution_key].
 
     Deterministic for (split, n, seed, families); a smaller n gives a prefix of a larger one, and
     the val split is the same whatever train n is asked for.
@@ -461,6 +351,7 @@ def demo_examples(split: str = "train", n: int = 200, seed: int = 0, template: s
             data_source=f"demo/{family}",
             ability="general",
             acceptable=acceptable_answers(answer),
+            extra_info={solution_key: solution} if solution else {},
         )
-        for i, (family, question, answer) in enumerate(questions[:n])
+        for i, (family, question, answer, solution) in enumerate(questions[:n])
     ]

@@ -24,7 +24,8 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
     """Held-out evaluation of a Trainer's policy on its `val_prompts` (each rank its share; every
     rank calls it, it holds collectives): greedy responses (probability reward with
     `trainer.eval_reward`, score B, greedy accuracy, format, length) and, with
-    `trainer.eval_samples` = k > 0, k samples per question at the rollout temperature: Avg@k
+    `trainer.eval_samples` = k > 0, k samples per question at `trainer.eval_temperature` (default: the
+    rollout temperature): Avg@k
     accuracy (spec section 7) and pass@k. Standard errors are binomial over the questions,
     sqrt(p (1 - p) / n).
 
@@ -57,7 +58,8 @@ def evaluate(trainer, responses: list | None = None, score: bool = True) -> dict
             rewards = trainer.score(prompts, rollouts, trainer.eval_reward)
             release_memory()
         samples = engine.generate([p.token_ids for p in prompts], k, max_new_tokens=max_new,
-                                  temperature=cfg.rollout.temperature, top_p=cfg.rollout.top_p,
+                                  temperature=cfg.trainer.eval_temperature or cfg.rollout.temperature,
+                                  top_p=cfg.trainer.eval_top_p or cfg.rollout.top_p,
                                   seeds=[EVAL_SEED + p.index for p in prompts]) if k else []
     if score:
         correct = [bool(o.correct) for o in rewards]

@@ -14,6 +14,7 @@ until the update.
 
 from __future__ import annotations
 
+import logging
 import math
 import time
 from contextlib import contextmanager
@@ -25,12 +26,15 @@ from rlpr.config import Config
 from rlpr.data.prompts import Prompt, chat_text
 from rlpr.data.records import Example
 from rlpr.data.templates import teacher_messages
+from rlpr.errors import TrainingError
 from rlpr.model.forward import PrefixState, causal_lm, eval_mode, head_logits
 from rlpr.parallel import distributed as dist
 from rlpr.reward.kinds import REWARD_KINDS
 from rlpr.reward.lagged import LaggedWeights, NoLagged
 from rlpr.reward.score_a import initial_policy
 from rlpr.train.update import DistillTarget, Sample, micro_batches, prefix_runs, shares_prefix
+
+log = logging.getLogger("rlpr.train")
 
 
 class Distiller:
@@ -50,6 +54,7 @@ class Distiller:
                     else NoLagged())
         self.max_length = getattr(causal_lm(policy).config, "max_position_embeddings", None)
         self._teacher_ids: dict[int, list[int]] = {}
+        self.warned_skipped = False
         # a list to collect the identity's (step, OPSD sum, RLPR's log reward) of every response (a benchmark)
         self.pairs: list[tuple[int, float, float]] | None = None
 
@@ -65,7 +70,8 @@ class Distiller:
             prompt, target = self.prompts[index], self.targets[index]
             shown = {"reference": target.reference, "none": "",
                      "solution": target.extra_info.get(self.o.solution_column, "")}[self.o.context]
-            text = chat_text(self.tokenizer, teacher_messages(prompt.example.prompt, self.o.template, shown))
+            text = chat_text(self.tokenizer, teacher_messages(prompt.example.prompt, self.o.template, shown,
+                                                              context=self.o.context, transition=self.o.transition))
             self._teacher_ids[index] = self.tokenizer(text + prompt.prefill, add_special_tokens=False)["input_ids"]
         return self._teacher_ids[index]
 
@@ -156,7 +162,7 @@ class Distiller:
             s = samples[i]
             ratio = u - s.old_logp
             if jsd:
-                s.distill = DistillTarget(rows[1], rows[0], self.o.beta, self.weight)
+                s.distill = DistillTarget(rows[1], rows[0], self.o.beta, self.weight, self.o.jsd_token_clip)
             else:
                 a = sampled_token_advantage(u, s.old_logp, self.o.clip)
                 s.token_advantages = self.weight * a
@@ -168,6 +174,7 @@ class Distiller:
         keys = list(sums)
         total = dict(zip(keys + ["responses", "skipped"], dist.sum_values(
             [sums[k] for k in keys] + [len(samples), len(samples) - len(probes)])))
+        self._check_skipped(int(total["skipped"]), int(total["responses"]), step)
         n = total["tokens"] or float("nan")
         metrics = {"opsd/teacher_logp_mean": total["u"] / n, "opsd/log_ratio_mean": total["ratio"] / n,
                    "opsd/skipped_frac": total["skipped"] / max(total["responses"], 1)}
@@ -179,6 +186,23 @@ class Distiller:
             metrics.update(self.identity([samples[i] for i in owners], [t[0] for t in teacher], step))
             metrics["perf/identity_s"] = time.perf_counter() - tick
         return metrics
+
+    def _check_skipped(self, skipped: int, responses: int, step: int) -> None:
+        """Responses whose teacher prompt plus response exceed the model's context get no teacher
+        signal: one warning the first time (as the probability reward's too-long responses), and a
+        stop when a step has none left to distill (it would train on nothing, issue 60 S2)."""
+        if not skipped:
+            return
+        if skipped == responses:
+            raise TrainingError(
+                f"step {step}: none of the {responses} responses fits the model's context ({self.max_length} tokens) "
+                f"after its teacher prompt (the {self.o.context} block, the question and the response): OPSD has "
+                f"nothing to distill; shorten data.max_prompt_tokens, rollout.max_new_tokens or the references")
+        if not self.warned_skipped:
+            self.warned_skipped = True
+            log.warning("%d of %d responses do not fit the model's context (%d tokens) after their teacher prompt: "
+                        "they get no teacher signal (opsd/skipped_frac counts them each step)", skipped, responses,
+                        self.max_length)
 
     # -- the identity --------------------------------------------------------------------------
     def identity(self, samples: list[Sample], teacher_logps: list[torch.Tensor], step: int) -> dict:

@@ -35,16 +35,23 @@ def load_examples_for(cfg: Config, split: str):
     source = cfg.data.train if split == "train" else cfg.data.val
     if not source:
         return []
-    if source == "demo":
-        from rlpr.data.demo_tasks import demo_examples
-
-        n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
-        return demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
-                             families=cfg.data.demo_families, val_every=cfg.data.demo_val_every)
     from rlpr.reward.kinds import REWARD_KINDS
 
     solution = (cfg.opsd.solution_column if split == "train" and cfg.opsd.context == "solution"
                 and REWARD_KINDS[cfg.reward.kind].token_signal == "teacher" else "")  # the OPSD teacher's
+    if source == "demo":
+        from rlpr.data.demo_tasks import demo_examples
+
+        n = cfg.data.demo_train_size if split == "train" else cfg.data.demo_val_size
+        examples = demo_examples(split, n=n, seed=cfg.data.demo_seed, template=cfg.data.template,
+                                 families=cfg.data.demo_families, val_every=cfg.data.demo_val_every,
+                                 solution_key=cfg.opsd.solution_column)
+        bare = sorted({e.data_source.split("/")[1] for e in examples if solution and solution not in e.extra_info})
+        if bare:
+            raise ConfigError(f"opsd.context=solution: the demo famil{'ies' if len(bare) > 1 else 'y'} "
+                              f"{', '.join(bare)} {'have' if len(bare) > 1 else 'has'} no worked solutions (the "
+                              f"reasoning families have: data.demo_families, docs/learning.md)")
+        return examples
     mapping = ColumnMapping(cfg.data.question_column, cfg.data.answer_column, cfg.data.choices_column, solution)
     # a folder with several splits: training falls back to "train"; held-out data must name its split
     return load_examples(source, cfg.data.template, mapping, default_split="train" if split == "train" else None)

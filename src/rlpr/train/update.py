@@ -15,7 +15,7 @@ import torch
 from rlpr.parallel import distributed as dist
 from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, SFT_WEIGHTS, Normaliser, aggregate_loss,
                                    ppo_clip_token_loss, ref_sft_loss, rollout_is_weights)
-from rlpr.algorithms.opsd import jsd_from_logits
+from rlpr.algorithms.opsd import clip_token_divergence, jsd_from_logits
 from rlpr.config import AlgorithmConfig
 from rlpr.model.batching import similar_widths, split_batches
 from rlpr.model.forward import (PrefixState, eval_mode, hidden_states, project_logprobs, project_rows,
@@ -37,6 +37,7 @@ class DistillTarget:
     indices: torch.Tensor | None
     beta: float
     weight: float
+    token_clip: float = 0.0  # opsd.jsd_token_clip: each token's JSD clipped at it (0: none)
 
 
 @dataclass
@@ -141,8 +142,9 @@ class MicroBatch:
 
 def distill_divergence(model, mb: MicroBatch, hidden: torch.Tensor, temperature: float
                        ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor] | None:
-    """OPSD's JSD_beta(teacher, student) per response token [N] (0 where a response has no teacher rows),
-    its weight [N] and which tokens have teacher rows [N] (bool), or None when no sample of `mb` has."""
+    """OPSD's JSD_beta(teacher, student) per response token [N] (0 where a response has no teacher rows;
+    clipped at opsd.jsd_token_clip), its weight [N], which tokens have teacher rows [N] (bool) and which
+    were past the clip [N] (bool), or None when no sample of `mb` has."""
     targets = [s.distill for s in mb.samples]
     if all(d is None for d in targets):
         return None
@@ -153,10 +155,14 @@ def distill_divergence(model, mb: MicroBatch, hidden: torch.Tensor, temperature:
     if given[0].indices is not None:
         rows.append(torch.cat([d.indices for d in given]).to(hidden.device))
     fn = functools.partial(jsd_from_logits, beta=given[0].beta)
-    values = project_rows(model, hidden[chosen], fn, *rows, temperature=temperature)
+    raw = project_rows(model, hidden[chosen], fn, *rows, temperature=temperature)
+    clip = given[0].token_clip
+    values = clip_token_divergence(raw, clip)
     jsd = torch.zeros(hidden.shape[0], dtype=values.dtype, device=hidden.device).masked_scatter(chosen, values)
+    past = raw.detach() > clip if clip > 0 else torch.zeros_like(raw, dtype=torch.bool)
+    at_clip = torch.zeros_like(chosen).masked_scatter(chosen, past)
     weight = torch.cat([torch.full((n,), d.weight if d is not None else 0.0) for n, d in zip(lengths, targets)])
-    return jsd, weight.to(hidden.device), chosen
+    return jsd, weight.to(hidden.device), chosen, at_clip
 
 
 def reasoning_tokens(tokenizer, token_ids: list[int], response: str, prefill_chars: int, mode: str) -> int | None:
@@ -312,9 +318,10 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
         loss = loss + cfg.kl_coef * agg(kl)
         kl_sum = kl.detach().sum().item()
     if distill is not None:  # opsd.loss=jsd: the teacher's distribution, distilled token by token
-        jsd, jsd_weight, chosen = distill
+        jsd, jsd_weight, chosen, at_clip = distill
         loss = loss + agg(jsd * jsd_weight)
-        gap.update(opsd_jsd=jsd.detach().sum().item(), opsd_tokens=float(chosen.sum().item()))
+        gap.update(opsd_jsd=jsd.detach().sum().item(), opsd_tokens=float(chosen.sum().item()),
+                   opsd_clipped=float(at_clip.sum().item()))
     stats = {"pg_loss": pg.detach().sum().item(), "clipped": clipped.sum().item(),
              "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
              "ratio_gap": (logp.detach() - old).abs().sum().item(), **gap}
@@ -323,7 +330,8 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 
 # The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
 UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
-               "gap_tokens", "is_weight", "is_outside", "micro_batches", "opsd_jsd", "opsd_tokens")
+               "gap_tokens", "is_weight", "is_outside", "micro_batches", "opsd_jsd", "opsd_tokens",
+               "opsd_clipped")
 
 
 def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool = False) -> dict:
@@ -337,7 +345,8 @@ def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool 
         out["rollout/is_weight_mean"] = sums["is_weight"] / tokens
         out["rollout/is_outside_frac"] = sums["is_outside"] / tokens
     if sums.get("opsd_tokens"):  # opsd.loss=jsd: the mean JSD to the teacher per token, before the step
-        out["opsd/jsd"] = sums["opsd_jsd"] / sums["opsd_tokens"]
+        out["opsd/jsd"] = sums["opsd_jsd"] / sums["opsd_tokens"]  # after opsd.jsd_token_clip
+        out["opsd/jsd_clip_frac"] = sums.get("opsd_clipped", 0.0) / sums["opsd_tokens"]
     return out
 
 

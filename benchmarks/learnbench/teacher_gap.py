@@ -1,0 +1,106 @@
+"""The reasoning track's families, chosen by measurement (issue 58): per family, the untrained model's
+greedy accuracy, Avg@k and pass@k at the track's settings (its prompt, length and temperature), and the
+self-teacher gap: the same model's Avg@k when shown the family's worked solution in OPSD's teacher
+context (the matched template, opsd.context=solution) minus its Avg@k without it. OPSD's gain has been
+reported to grow with that gap; RL has room where pass@k clearly exceeds Avg@k.
+
+Questions come from the training split (the held-out questions are never looked at to choose), the
+same for both prompts, graded by the rule graders as the learning benchmark grades.
+
+    python benchmarks/learning.py --teacher-gap --preset reasoning [--gap-questions 24] [--samples 8] [--threads 1]
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import statistics
+import tempfile
+import time
+from pathlib import Path
+
+from .runner import evaluation, make_trainer
+from .variants import RESULTS
+
+
+def _family(prompt) -> str:
+    return prompt.example.data_source.split("/", 1)[1]
+
+
+def _numbers(kept: list[dict]) -> dict:
+    n = len(kept)
+    return {"greedy": sum(q["greedy_correct"] for q in kept) / n,
+            "avg": statistics.fmean(statistics.fmean(map(float, q["samples_correct"])) for q in kept),
+            "pass": sum(any(q["samples_correct"]) for q in kept) / n,
+            "len": statistics.fmean(len(s.split()) for q in kept for s in q["samples"])}
+
+
+def measure(preset: str, questions: int, samples: int, threads: int, workdir: Path) -> dict:
+    """Every family of the preset's data.demo_families: the student's and the teacher's numbers."""
+    from rlpr.config import load_config
+    from rlpr.data.demo_tasks import demo_examples, pool_size
+    from rlpr.data.prompts import prepare_prompts
+    from rlpr.data.templates import teacher_messages
+
+    cfg = load_config(preset)
+    d = cfg.data
+    examples = [e for f in d.demo_families for e in demo_examples(
+        "train", n=min(questions, pool_size("train", d.demo_seed, [f], d.demo_val_every)), seed=d.demo_seed,
+        template=d.template, families=[f], val_every=d.demo_val_every)]
+    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
+        trainer = make_trainer(preset, [f"model.threads={threads}", f"trainer.eval_samples={samples}"], Path(tmp))
+        tok = trainer.tokenizer
+        student = prepare_prompts(examples, tok, d.max_prompt_tokens, d.prefill)[0]
+        shown = [dataclasses.replace(e, prompt=teacher_messages(e.prompt, cfg.opsd.template, e.extra_info["solution"],
+                                                                context="solution", transition=cfg.opsd.transition))
+                 for e in examples]
+        teacher = prepare_prompts(shown, tok, d.max_prompt_tokens, d.prefill)[0]
+        out = {}
+        for name, prompts in (("student", student), ("teacher", teacher)):
+            kept: list[dict] = []
+            tick = time.time()
+            evaluation(trainer, prompts=prompts, keep=kept, score=False)
+            print(f"{name}: {len(kept)} questions in {time.time() - tick:.0f} s", flush=True)
+            out[name] = kept
+    families = {}
+    for f in d.demo_families:
+        s = _numbers([q for q in out["student"] if _family(q["prompt"]) == f])
+        t = _numbers([q for q in out["teacher"] if _family(q["prompt"]) == f])
+        families[f] = {"questions": sum(_family(q["prompt"]) == f for q in out["student"]),
+                       "greedy": s["greedy"], "avg": s["avg"], "pass": s["pass"], "len_words": s["len"],
+                       "teacher_greedy": t["greedy"], "teacher_avg": t["avg"], "teacher_pass": t["pass"],
+                       "gap": t["avg"] - s["avg"], "room": s["pass"] - s["avg"]}
+    example = next(q for q in out["teacher"])
+    return {"preset": preset, "samples": samples, "max_new_tokens": cfg.trainer.eval_max_new_tokens
+            or cfg.rollout.max_new_tokens, "temperature": cfg.rollout.temperature, "template": d.template,
+            "teacher_template": cfg.opsd.template, "families": families,
+            "teacher_prompt_example": example["prompt"].text, "student_example": out["student"][0]["samples"][:2]}
+
+
+def write(result: dict, prefix: Path) -> str:
+    k = result["samples"]
+    lines = [f"# Self-teacher gap per reasoning family (preset `{result['preset']}`)", "",
+             f"The untrained embedded model on training-split questions: template `{result['template']}`, "
+             f"{result['max_new_tokens']} new tokens, temperature {result['temperature']}, {k} samples + greedy. "
+             f"Teacher: the same model shown the family's worked solution (opsd.template="
+             f"{result['teacher_template']}, context solution). Gap = teacher Avg@{k} - student Avg@{k}; "
+             f"room = pass@{k} - Avg@{k} (%).", "",
+             f"| family | questions | greedy | Avg@{k} | pass@{k} | room | teacher Avg@{k} | teacher greedy | gap | "
+             "words per response |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for f, r in result["families"].items():
+        lines.append(f"| {f} | {r['questions']} | {100 * r['greedy']:.1f} | {100 * r['avg']:.1f} | "
+                     f"{100 * r['pass']:.1f} | {100 * r['room']:+.1f} | {100 * r['teacher_avg']:.1f} | "
+                     f"{100 * r['teacher_greedy']:.1f} | {100 * r['gap']:+.1f} | {r['len_words']:.0f} |")
+    lines += ["", "A teacher prompt (the first question):", "", "```", result["teacher_prompt_example"], "```", ""]
+    text = "\n".join(lines)
+    prefix.with_suffix(".md").write_text(text)
+    prefix.with_suffix(".json").write_text(json.dumps(result, indent=1))
+    return text
+
+
+def main(args) -> int:
+    workdir = Path(args.workdir)
+    workdir.mkdir(parents=True, exist_ok=True)
+    result = measure(args.preset, args.gap_questions, args.samples, args.threads, workdir)
+    print(write(result, RESULTS / "self_teacher_gap"))
+    return 0
