@@ -44,7 +44,7 @@ def one_line_error(call, exception=ValueError) -> str:
      "unknown advantage 'ppo'; choose one of grpo, rloo, dr_grpo, reinforce_pp, reinforce"),
     (lambda: grade("essay", "x", "y"), "unknown grader 'essay'; choose one of multiple_choice, math, short_answer"),
     (lambda: make_strategy("zero", None), "unknown trainer.strategy 'zero'; choose one of ddp, fsdp, deepspeed"),
-    (lambda: build_messages("Q", "chatml"), "unknown template 'chatml'; choose one of r1, r1_nothink, r1_user, plain"),
+    (lambda: build_messages("Q", "chatml"), "unknown template 'chatml'; choose one of r1, r1_nothink, r1_user, plain, steps"),
 ], ids=["parse", "format", "decode_loop", "rollout_dtype", "mixed_precision", "autocast", "advantage",
         "compute_advantages", "grader", "strategy", "template"])
 def test_unknown_names_fail_with_the_known_ones(call, message):

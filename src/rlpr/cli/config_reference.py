@@ -41,13 +41,14 @@ def _literal(value) -> str:
 
 def allowed_values() -> dict[str, str]:
     """What each key accepts beyond its type: the registries' names and the numeric ranges."""
-    from rlpr.data.demo_tasks import FAMILIES
+    from rlpr.data.demo_tasks import FAMILIES, REASONING_FAMILIES
     from rlpr.reward.shaping import SHAPINGS
 
     out = {key: ", ".join(map(str, values)) for key, values in choices().items()}
     out["reward.shaping"] = ", ".join(SHAPINGS) + " (T, K: numbers; N: an integer)"
     out["trainer.zero_stage"] = ", ".join(map(str, ZERO_STAGES))
-    out["data.demo_families"] = "any of " + ", ".join(FAMILIES)
+    out["data.demo_families"] = (f"any of {', '.join(FAMILIES)} (short answers), or of {', '.join(REASONING_FAMILIES)} "
+                                 "(reasoning, with worked solutions); not both")
     for key, bounds in RANGES.items():
         out[key] = interval(bounds)
         if SAMPLING_RANGES[key] != bounds:

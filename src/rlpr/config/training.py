@@ -41,7 +41,8 @@ class DataConfig:
     demo_val_every: int = 8
     """One demo question in this many is held out (by a hash of its text)."""
     demo_families: list[str] = field(default_factory=list)
-    """Demo task families to use (empty: all of them; see rlpr/data/demo_tasks.py FAMILIES)."""
+    """Demo task families to use (empty: all the short-answer ones; rlpr/data/demo_tasks.py FAMILIES, and the
+    reasoning families with worked solutions, rlpr/data/reasoning_tasks.py: one kind per run)."""
     val_limit: int = 0
     """Evaluate on at most this many held-out examples (0: all)."""
     max_prompt_tokens: int = 1024
