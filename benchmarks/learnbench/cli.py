@@ -31,7 +31,7 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--heldout", type=int, default=203,
                         help="held-out questions (demo val split; the small preset holds out 203)")
     parser.add_argument("--transfer-questions", type=int, default=0,
-                        help="questions per transfer set (the first N of each file; 0: all)")
+                        help="questions per transfer set (the first N of each file; 0: all; -1: none)")
     parser.add_argument("--samples", type=int, default=8, help="k of Avg@k and pass@k")
     parser.add_argument("--curve-every", type=int, default=10, help="held-out curve point every N steps (0: none)")
     parser.add_argument("--curve-questions", type=int, default=50)
@@ -149,8 +149,9 @@ def write_summary(args, settings: dict, log_path: Path) -> None:
         runs += done
         total += sum(r["seconds"] for r in done)
         plot(done, Path(summary + ("" if model == "smollm2" else f"_{model}") + ".png"))
-    transfer = (f"; transfer: {', '.join(f'{SET_TITLES[s]} ({TRANSFER[s].name})' for s in TRANSFER)}"
-                f"{f', first {args.transfer_questions} questions of each' if args.transfer_questions else ''}")
+    transfer = "; no transfer sets" if args.transfer_questions < 0 else (
+        f"; transfer: {', '.join(f'{SET_TITLES[s]} ({TRANSFER[s].name})' for s in TRANSFER)}"
+        f"{f', first {args.transfer_questions} questions of each' if args.transfer_questions else ''}")
     header = (f"Learning benchmark: preset `{args.preset}` {' '.join(args.set)}, {args.steps} steps per run, "
               f"{args.heldout} held-out questions x {args.samples} samples (Avg@{args.samples}) + greedy{transfer}; "
               f"graded with grader version {settings['grader_version']}; "

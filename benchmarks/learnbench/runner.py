@@ -64,12 +64,15 @@ def run_facts(cfg) -> dict:
 
 def transfer_prompts(trainer, limit: int) -> dict[str, list]:
     """Each transfer set's prompts, built as the trainer builds its held-out prompts (the preset's
-    template and prefill); the first `limit` questions of each (0: all)."""
+    template and prefill); the first `limit` questions of each (0: all; -1: no transfer sets, as on the
+    reasoning track, whose prompt format they were not written for)."""
     from rlpr.data.loading import load_examples
     from rlpr.data.prompts import prepare_prompts
 
     d = trainer.cfg.data
     out = {}
+    if limit < 0:
+        return out
     for name, path in TRANSFER.items():
         examples = load_examples(path, template=d.template)
         out[name] = prepare_prompts(examples[:limit] if limit else examples, trainer.tokenizer,
