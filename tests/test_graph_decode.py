@@ -149,9 +149,9 @@ def test_a_step_never_waits_on_the_host(tiny_model, tokenizer):
         bool(s.done.any())
 
 
-def test_auto_takes_the_graph_loop_on_a_gpu_only_and_never_for_sliding_windows(tiny_model):
+def test_auto_takes_the_graph_loop_on_a_gpu_only(tiny_model):
     """`auto` (the default) means rlpr's eager loop on a CPU and the graph loop on CUDA; a model with
-    sliding-window layers (Gemma 3) stays on the eager loop."""
+    sliding-window layers (Gemma 3) takes the graph loop too (tests/test_graph_windows.py)."""
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     assert resolve_loop("auto", tiny_model) == "rlpr"
@@ -159,7 +159,8 @@ def test_auto_takes_the_graph_loop_on_a_gpu_only_and_never_for_sliding_windows(t
     gemma = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=16,
                                                sliding_window=8))
-    assert resolve_loop("graph", gemma) == "rlpr"
+    assert resolve_loop("graph", gemma) == "graph"
+    assert resolve_loop("auto", gemma) == "rlpr"  # on a CPU
     assert resolve_loop("generate", gemma) == "generate"
 
 

@@ -72,8 +72,9 @@ class RolloutConfig:
     """Prefill each prompt once and repeat its KV cache for its n rows (fp32: identical samples)."""
     decode_loop: str = "auto"
     """auto (graph on a GPU, rlpr elsewhere), rlpr (preallocated KV cache, finished rows leave the
-    batch), graph (static shapes, each step replayed as a CUDA graph on a GPU; models with
-    sliding-window layers take rlpr) or generate (HF's); the same samples from each."""
+    batch), graph (static shapes, each step replayed as a CUDA graph on a GPU; full-attention and
+    sliding-window layers, e.g. Gemma 2/3 and Mistral; models with chunked or linear-attention layers
+    take rlpr) or generate (HF's); the same samples from each."""
     prepacked_weights: str = "auto"
     """engine=hf on CPU: the rollout copy's Linear layers multiply decode-sized inputs (up to 128 rows)
     by weights laid out once for oneDNN instead of at every call, laid out again when a sync changes

@@ -34,12 +34,19 @@ BOOL_MASK_ATTENTION = ("sdpa", "rlpr_sdpa")
 
 def attention_windows(model) -> list[int | None] | None:
     """Per decoder layer, the keys its attention sees: None (every earlier position) or a sliding
-    window's size; None (the list) where a layer is neither (linear attention, chunked, ...)."""
+    window's size; None (the list) where a layer is neither (linear attention, chunked, ...).
+    Chunked attention (Llama 4) is told apart by the config: transformers caches it in the same
+    sliding-window layer, only its mask differs."""
     from transformers import DynamicCache
     from transformers.cache_utils import DynamicLayer, DynamicSlidingWindowLayer
 
+    config = causal_lm(model).config
+    text = config.get_text_config(decoder=True)
+    if getattr(text, "attention_chunk_size", None) or any(
+            t not in ("full_attention", "sliding_attention") for t in getattr(text, "layer_types", None) or ()):
+        return None
     try:
-        layers = DynamicCache(config=causal_lm(model).config).layers
+        layers = DynamicCache(config=config).layers
     except Exception:  # a config transformers cannot build a cache from
         return None
     kinds = {DynamicLayer: lambda layer: None, DynamicSlidingWindowLayer: lambda layer: int(layer.sliding_window)}

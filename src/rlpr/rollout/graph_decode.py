@@ -19,8 +19,16 @@ captured once as a CUDA graph and replayed:
 
 One graph per (batch bucket, attention span bucket) is captured when first needed and kept with the
 engine's rollout copy (weights are synced in place, so graphs stay valid). On a CPU the same code
-runs without graphs; tests there prove its tokens equal the eager loop's. Models with sliding-window
-or other non-standard cache layers (Gemma 3) take the eager loop.
+runs without graphs; tests there prove its tokens equal the eager loop's, for every family
+(tests/test_graph_windows.py).
+
+Sliding-window layers (Gemma 2 and 3, Mistral, Qwen2 with use_sliding_window) keep every position in
+the same static buffers as full-attention layers; each step derives one more additive mask per window
+size from the step's mask (the positions at or before `pos - window` hidden, transformers'
+`kv_idx > q_idx - window`), and the attention of a sliding layer reads it instead of the step's mask.
+Their attention therefore spans the whole bucket, not just the window: exact, and for a 270M model at
+a few thousand tokens the extra reads are small beside the weights. Other special layers (chunked,
+linear attention) take the eager loop.
 """
 
 from __future__ import annotations
@@ -35,7 +43,7 @@ from transformers import AttentionInterface
 from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rlpr.model.forward import cache_kwargs, output_cache, position_ids_from_mask
-from rlpr.rollout.kept_cache import full_attention_cache
+from rlpr.model.packing import attention_windows
 from rlpr.rollout.sampling import inverse_cdf
 
 log = logging.getLogger(__name__)
@@ -45,15 +53,29 @@ SPAN_STEP = 256  # attention span buckets: a step attends over the smallest mult
 CHECK_EVERY = 16  # decode steps between looks at the rows' state (one host synchronisation each)
 
 
+class _Windows:
+    """The sliding windows of the step being run: per layer its window (None: full attention), and per
+    window the step's additive mask with the positions outside it hidden (set by `_step`, read by
+    `grouped_decode_attention`, which transformers calls with the layer's module only)."""
+
+    layers: list = []
+    masks: dict = {}
+
+
 def grouped_decode_attention(module, query, key, value, attention_mask, scaling=None, dropout=0.0, softcap=None,
                              sliding_window=None, **kwargs):
     """transformers' eager attention for a few new queries over a static cache, without `repeat_kv`.
 
     query [B, H, q, D], key/value [B, Hkv, L, D] (query head h reads KV head h // (H / Hkv), as
-    `repeat_kv` maps them), attention_mask additive [B, 1, q, L]. Returns ([B, q, H, D], None).
-    Softmax in fp32, as transformers' eager path."""
-    if sliding_window is not None:
-        raise ValueError("the static decode loop handles full-attention layers only")
+    `repeat_kv` maps them), attention_mask additive [B, 1, q, L]; a sliding-window layer reads its
+    window's mask of the step instead (`_Windows`). Returns ([B, q, H, D], None). Softmax in fp32, as
+    transformers' eager path."""
+    window = _Windows.layers[module.layer_idx] if _Windows.layers else None
+    if sliding_window is not None and sliding_window != window:
+        raise ValueError(f"layer {getattr(module, 'layer_idx', '?')} slides over {sliding_window} positions, "
+                         f"but the static decode loop set it up with {window}")
+    if window is not None:
+        attention_mask = _Windows.masks[window]
     b, h, q, d = query.shape
     hkv = key.shape[1]
     group = h // hkv
@@ -71,9 +93,9 @@ AttentionInterface.register(DECODE_ATTENTION, grouped_decode_attention)
 
 
 def supports_static_decode(model) -> bool:
-    """Whether every cache layer of `model` is a plain full-attention one (no sliding window, no
-    linear attention): what `StaticLayer` replaces."""
-    return full_attention_cache(model)
+    """Whether the static loop can decode `model`: its cache layers are full-attention or sliding-window
+    ones (`packing.attention_windows`; not chunked or linear attention)."""
+    return attention_windows(model) is not None
 
 
 class StaticLayer(DynamicLayer):
@@ -111,6 +133,7 @@ class DecodeState:
     uniforms: torch.Tensor  # [R_out + 1, T] float64: each output row's uniform draw per step
     out: torch.Tensor  # [R_out + 1, T] long: the new tokens of each output row (pad after its end)
     pos: torch.Tensor  # [1] long: the cache position the next step writes
+    slots: torch.Tensor  # [C] long: 0..C-1, the cache positions (sliding windows' masks compare them with pos)
     step: torch.Tensor  # [1] long: the next step's index
     rows: int = 0  # the batch bucket the next step runs (host side)
     span: int = 0  # the attention span the next step reads (host side)
@@ -193,6 +216,7 @@ def _ensure_buffers(dec: StaticDecoder, model, batch: int, capacity: int, steps:
         uniforms=torch.zeros(batch + 1, steps, dtype=torch.float64, device=dev),
         out=torch.zeros(batch + 1, steps, dtype=torch.long, device=dev),
         pos=torch.zeros(1, dtype=torch.long, device=dev),
+        slots=torch.arange(capacity, device=dev),
         step=torch.zeros(1, dtype=torch.long, device=dev))
     dec.batch, dec.capacity, dec.steps = batch, capacity, steps
 
@@ -207,13 +231,18 @@ class StepSpec:
     min_new_tokens: int
     temperature: float  # 0: greedy
     top_p: float
+    windows: tuple = ()  # the distinct sliding windows of the model's layers
 
 
 def _step(model, cache, s: DecodeState, spec: StepSpec, stop: torch.Tensor, probabilities):
     """One decode step on the first `s.rows` rows, device tensors only (no host synchronisation)."""
     b = s.rows
     s.mask[:b].index_fill_(-1, s.pos, 0.0)  # the position written now becomes visible
-    logits = model(input_ids=s.tokens[:b, None], attention_mask=s.mask[:b, :, :, :s.span],
+    mask = s.mask[:b, :, :, :s.span]
+    # a sliding layer sees the positions after pos - window (transformers: kv_idx > q_idx - window)
+    _Windows.masks = {w: mask.masked_fill(s.slots[:s.span] <= s.pos - w, torch.finfo(mask.dtype).min)
+                      for w in spec.windows}
+    logits = model(input_ids=s.tokens[:b, None], attention_mask=mask,
                    position_ids=s.positions[:b], **cache_kwargs(model, cache), use_cache=True,
                    logits_to_keep=1).logits[:, -1]
     scores = logits.float()
@@ -265,8 +294,9 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
     full = dec.batch
     # -- the state of the first step: prompts' KV, masks, positions, the rows' draws
     for k, v, layer in zip(dec.keys, dec.values, prefilled):
-        k[:batch, :, :width - 1].copy_(layer.keys)
-        v[:batch, :, :width - 1].copy_(layer.values)
+        kept = layer.keys.shape[2]  # width - 1, or a sliding layer's last window - 1 positions
+        k[:batch, :, width - 1 - kept:width - 1].copy_(layer.keys)
+        v[:batch, :, width - 1 - kept:width - 1].copy_(layer.values)
     neg = torch.finfo(s.mask.dtype).min
     s.mask.fill_(neg)
     s.mask[:batch, 0, 0, :width] = torch.where(attn.bool(), 0.0, neg).to(s.mask.dtype)
@@ -285,8 +315,12 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
     s.pos.fill_(width - 1)
     s.step.zero_()
     s.length = width - 1
+    windows = attention_windows(model)
+    if windows is None:
+        raise ValueError(f"the static decode loop cannot decode {type(model).__name__}: a cache layer is neither "
+                         "full attention nor a sliding window")
     spec = StepSpec(eos, pad, tuple(ends), min_new_tokens, sampler.temperature if sampler is not None else 0.0,
-                    sampler.top_p if sampler is not None else 1.0)
+                    sampler.top_p if sampler is not None else 1.0, tuple(sorted({w for w in windows if w})))
     stop = torch.tensor([eos, *ends], dtype=torch.long, device=device)
     probabilities = sampler.probabilities if sampler is not None else None
     static = DynamicCache(config=model.config)
@@ -295,6 +329,7 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
     s.rows = min(b for b in buckets(full) if b >= batch)
     previous = model.config._attn_implementation
     model.config._attn_implementation = DECODE_ATTENTION
+    _Windows.layers = windows if spec.windows else []
     try:
         for step in range(max_new_tokens):
             s.span = _span(s.length + 1, dec.capacity)
@@ -318,6 +353,7 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
                     _compact(dec, s, smaller)
     finally:
         model.config._attn_implementation = previous
+        _Windows.layers, _Windows.masks = [], {}
     if keep is not None:
         _keep(dec, s, keep, torch.arange(s.rows, device=device), max_new_tokens)
     return s.out[:batch, :max_new_tokens].clone()

@@ -175,7 +175,8 @@ AUTO = "auto"  # rollout.decode_loop's default: graph on a GPU where the model a
 
 def resolve_loop(name: str, model) -> str:
     """The decode loop `name` means for the rollout copy `model`: `auto` is `graph` on CUDA and `rlpr`
-    elsewhere; `graph` on a model with sliding-window (or other special) cache layers is `rlpr`."""
+    elsewhere; `graph` on a model with cache layers other than full attention and sliding windows
+    (chunked or linear attention) is `rlpr`."""
     from rlpr.rollout.graph_decode import supports_static_decode
 
     device = next(model.parameters()).device
