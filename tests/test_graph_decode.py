@@ -141,10 +141,14 @@ def test_a_step_never_waits_on_the_host(tiny_model, tokenizer):
     cache.layers = [graph_decode.StaticLayer(k, v, s) for k, v in zip(dec.keys, dec.values)]
     stop = torch.tensor([2, 5], device="meta")
     sampler = PerRowSampler([1, 2, 3, 4], temperature=0.7, top_p=0.9)
-    for temperature in (0.7, 0.0):
+    from rlpr.rollout.fused_step import fused_step
+
+    fused = fused_step(model)  # q/k/v and gate/up fused (tests/test_fused_step.py): as capturable
+    assert fused is not None
+    for temperature, forward in ((0.7, None), (0.0, None), (0.7, fused)):
         spec = graph_decode.StepSpec(eos=2, pad=0, stops=(5,), min_new_tokens=2, temperature=temperature, top_p=0.9)
         model.config._attn_implementation = graph_decode.DECODE_ATTENTION
-        graph_decode._step(model, cache, s, spec, stop, sampler.probabilities)
+        graph_decode._step(model, cache, s, spec, stop, sampler.probabilities, forward)
     with pytest.raises(Exception):  # the check is not vacuous: a synchronisation fails on meta
         bool(s.done.any())
 

@@ -164,3 +164,26 @@ def test_layers_other_than_full_and_sliding_take_the_eager_loop(family, tokenize
     with pytest.raises(ValueError, match="neither full attention nor a sliding window"):
         graph_decode.static_sample(chunked, torch.ones(1, 3, dtype=torch.long), torch.ones(1, 3, dtype=torch.long),
                                    None, max_new_tokens=2, eos=0, pad=0)
+
+
+def test_a_windowed_step_never_waits_on_the_host(family, tokenizer):
+    """The windows' masks are made on the device (a CUDA graph holds no host synchronisation): one
+    Gemma 3 step on the meta device, where `.item()`, `bool(tensor)` or `.cpu()` would raise."""
+    model = copy.deepcopy(family("gemma3")).to("meta")
+    dec = graph_decode.StaticDecoder()
+    graph_decode._ensure_buffers(dec, model, 4, 16, 8, 2, 16)
+    s = dec.state
+    s.rows, s.span, s.length = 4, 16, 3
+    cache = graph_decode.DynamicCache(config=model.config)
+    cache.layers = [graph_decode.StaticLayer(k, v, s) for k, v in zip(dec.keys, dec.values)]
+    spec = graph_decode.StepSpec(eos=2, pad=0, stops=(), min_new_tokens=0, temperature=0.0, top_p=1.0,
+                                 windows=(WINDOW,))
+    previous = model.config._attn_implementation
+    model.config._attn_implementation = graph_decode.DECODE_ATTENTION
+    graph_decode._Windows.layers = graph_decode.attention_windows(model)
+    try:
+        graph_decode._step(model, cache, s, spec, torch.tensor([2], device="meta"), None)
+        assert set(graph_decode._Windows.masks) == {WINDOW}
+    finally:
+        graph_decode._Windows.layers, graph_decode._Windows.masks = [], {}
+        model.config._attn_implementation = previous

@@ -44,6 +44,7 @@ from transformers.cache_utils import DynamicCache, DynamicLayer
 
 from rlpr.model.forward import cache_kwargs, output_cache, position_ids_from_mask
 from rlpr.model.packing import attention_windows
+from rlpr.rollout.fused_step import fused_step
 from rlpr.rollout.sampling import inverse_cdf
 
 log = logging.getLogger(__name__)
@@ -234,17 +235,20 @@ class StepSpec:
     windows: tuple = ()  # the distinct sliding windows of the model's layers
 
 
-def _step(model, cache, s: DecodeState, spec: StepSpec, stop: torch.Tensor, probabilities):
-    """One decode step on the first `s.rows` rows, device tensors only (no host synchronisation)."""
+def _step(model, cache, s: DecodeState, spec: StepSpec, stop: torch.Tensor, probabilities, forward=None):
+    """One decode step on the first `s.rows` rows, device tensors only (no host synchronisation).
+    `forward`: a `fused_step` of the model (None: the model's own forward)."""
     b = s.rows
     s.mask[:b].index_fill_(-1, s.pos, 0.0)  # the position written now becomes visible
     mask = s.mask[:b, :, :, :s.span]
     # a sliding layer sees the positions after pos - window (transformers: kv_idx > q_idx - window)
     _Windows.masks = {w: mask.masked_fill(s.slots[:s.span] <= s.pos - w, torch.finfo(mask.dtype).min)
                       for w in spec.windows}
-    logits = model(input_ids=s.tokens[:b, None], attention_mask=mask,
-                   position_ids=s.positions[:b], **cache_kwargs(model, cache), use_cache=True,
-                   logits_to_keep=1).logits[:, -1]
+    if forward is not None:
+        logits = forward(s.tokens[:b, None], mask, s.positions[:b], cache)
+    else:
+        logits = model(input_ids=s.tokens[:b, None], attention_mask=mask, position_ids=s.positions[:b],
+                       **cache_kwargs(model, cache), use_cache=True, logits_to_keep=1).logits[:, -1]
     scores = logits.float()
     if spec.min_new_tokens > 0:
         blocked = torch.where(s.step < spec.min_new_tokens, float("-inf"), scores[:, spec.eos])
@@ -323,6 +327,7 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
                     sampler.top_p if sampler is not None else 1.0, tuple(sorted({w for w in windows if w})))
     stop = torch.tensor([eos, *ends], dtype=torch.long, device=device)
     probabilities = sampler.probabilities if sampler is not None else None
+    forward = fused_step(model)  # q/k/v and gate/up in one product each (Llama-shaped families), else None
     static = DynamicCache(config=model.config)
     static.layers = [StaticLayer(k, v, s) for k, v in zip(dec.keys, dec.values)]
     live = batch
@@ -334,11 +339,11 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
         for step in range(max_new_tokens):
             s.span = _span(s.length + 1, dec.capacity)
             dec.shapes.add((s.rows, s.span))
-            run = _graph(dec, model, static, spec, stop, probabilities) if use_graphs and not dec.failed else None
+            run = _graph(dec, model, static, spec, stop, probabilities, forward) if use_graphs and not dec.failed else None
             if run is not None:
                 run.replay()
             else:
-                _step(model, static, s, spec, stop, probabilities)
+                _step(model, static, s, spec, stop, probabilities, forward)
             s.length += 1
             if step == max_new_tokens - 1:
                 break
@@ -383,12 +388,12 @@ def _compact(dec: StaticDecoder, s: DecodeState, rows: int) -> None:
     s.rows = rows
 
 
-def _graph(dec: StaticDecoder, model, cache, spec: StepSpec, stop, probabilities):
+def _graph(dec: StaticDecoder, model, cache, spec: StepSpec, stop, probabilities, forward=None):
     """The CUDA graph of one step for the state's (rows, span) and `spec`: captured the first time
     (after a warm-up step whose effects are undone), replayed after. None when capture failed: the
     loop then runs the same step eagerly (logged once)."""
     s = dec.state
-    key = (s.rows, s.span, spec)
+    key = (s.rows, s.span, spec, forward is not None)
     graph = dec.graphs.get(key)
     if graph is not None:
         return graph
@@ -398,7 +403,7 @@ def _graph(dec: StaticDecoder, model, cache, spec: StepSpec, stop, probabilities
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):
-            _step(model, cache, s, spec, stop, probabilities)  # warm-up: cuBLAS handles, allocator
+            _step(model, cache, s, spec, stop, probabilities, forward)  # warm-up: cuBLAS handles, allocator
         torch.cuda.current_stream().wait_stream(side)
         for t, old in zip((s.tokens, s.positions, s.mask, s.done, s.out, s.pos, s.step), saved):
             t.copy_(old)
@@ -406,7 +411,7 @@ def _graph(dec: StaticDecoder, model, cache, spec: StepSpec, stop, probabilities
             dec.pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=dec.pool):
-            _step(model, cache, s, spec, stop, probabilities)
+            _step(model, cache, s, spec, stop, probabilities, forward)
     except Exception as exc:  # a model whose step cannot be captured: the same step, eagerly
         torch.cuda.synchronize()
         for t, old in zip((s.tokens, s.positions, s.mask, s.done, s.out, s.pos, s.step), saved):
