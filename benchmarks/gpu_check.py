@@ -275,7 +275,7 @@ def main(argv=None) -> int:
 
                 report["decode"] = part("decode", decode_part, 60 if cuda else 5, device, None,
                                         tuple(args.decode_rows or (32, 128, 256) if cuda else args.decode_rows or (8,)),
-                                        args.decode_tokens)
+                                        args.decode_tokens, None, max(0.0, left()))
             elif name == "learning_cuda":
                 from gpu_learning import learning_part
 

@@ -4,7 +4,17 @@ and 256 rows of 1024 new tokens (responses forced to full length), and each figu
 the HBM floor of a decode step: the rollout copy's weight bytes over the device's measured copy
 bandwidth (bytes read + written per second by a device-to-device copy), the time one step needs
 just to read every weight once. Also: what capturing the graphs cost, and whether the two loops draw
-the same tokens on this GPU in fp32.
+the same tokens on this GPU in fp32. Issue 63 adds, each skipped with its reason when the part's budget
+would not hold it:
+
+- `vllm`: the 32-row step beside vLLM's published decode time for Qwen2.5-0.5B-Instruct (VLLM_PUBLISHED);
+- `profile`: inside a decode step (rlpr/rollout/step_profile.py): kernels per step, ms per class
+  (projections, attention, norms, rotary, sampling, copies, ...), the share that is not matrix work,
+  and on a GPU the graph replays' wall time against the kernels' busy time;
+- `gemma`: the Gemma 3 270M shape (random weights; 5 of 6 layers slide over 512 positions) in the graph
+  loop against the eager loop, and their fp32 tokens compared;
+- `compile` (CUDA only): torch.compile(mode="reduce-overhead") of the same step against the
+  hand-captured graphs, on the same 32 rows and one span bucket.
 
     python benchmarks/gpu_check.py --parts decode --out DIR          # on a GPU
     python benchmarks/gpu_check.py --device cpu --parts decode ...   # the CPU dry run (a tiny shape, no graphs)
@@ -17,6 +27,21 @@ import time
 ROWS = (32, 128, 256)
 PROMPT_TOKENS = 128
 GROUP = 8  # responses per prompt (the shared prefill repeats a prompt's cache for its rows)
+# vLLM's own measurement (PR 53060, its benchmark of Qwen2.5-0.5B-Instruct decode, one H100 PCIe): ms per
+# decode step (one token for every row) at batch 32, by context length
+VLLM_PUBLISHED = {"model": "Qwen2.5-0.5B-Instruct", "card": "H100 PCIe", "rows": 32, "source": "vLLM PR 53060",
+                  "ms_per_step": {"128": 2.148, "4096": 2.885}}
+# Gemma 3 270M's published config.json numbers (google/gemma-3-270m); the rest are Gemma3TextConfig's
+# defaults, as its own: 5 of 6 layers slide (local RoPE 10k, global 1M), tied embeddings, GELU-tanh
+GEMMA_SHAPES = {
+    "gemma-3-270m": dict(vocab_size=262144, hidden_size=640, intermediate_size=2048, num_hidden_layers=18,
+                         num_attention_heads=4, num_key_value_heads=1, head_dim=256, sliding_window=512,
+                         max_position_embeddings=32768, query_pre_attn_scalar=256, rms_norm_eps=1e-6),
+    # the CPU dry run: a window of 16 under 128-token prompts
+    "tiny-gemma": dict(vocab_size=4096, hidden_size=64, intermediate_size=128, num_hidden_layers=6,
+                       num_attention_heads=4, num_key_value_heads=1, head_dim=16, sliding_window=16,
+                       max_position_embeddings=2048, query_pre_attn_scalar=16, rms_norm_eps=1e-6),
+}
 
 
 def copy_bandwidth(device, nbytes: int = 2 << 30, repeats: int = 10) -> float:
@@ -87,21 +112,64 @@ def agreement(policy, tokenizer, device, rows: int = 16, tokens: int = 128) -> d
     return out
 
 
-def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: int | None = None,
-                eager_tokens: dict | None = None) -> dict:
-    """The `decode` section of gpu_check.json."""
+def loop_row(policy, tokenizer, device, n: int, tokens: int, eager_tokens: int, bandwidth: float) -> dict:
+    """One row count: the graph loop's tokens/s (a first call that captures, then a timed one) against the
+    eager loop's, each as a fraction of the step's HBM floor (`bandwidth`: bytes read + written per s)."""
     import gc
 
+    import torch
+
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+
+    row = {"rows": n}
+    prompts = _prompts(n, len(tokenizer), seed=n)
+    graph = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=n, loop="graph")
+    weights = sum(p.numel() * p.element_size() for p in graph.model.parameters())  # tied: counted once
+    row["weight_bytes"] = weights
+    step_floor = weights / bandwidth
+    first_s, _ = timed_generate(graph, prompts, tokens, device)
+    dec = graph_decode.decoder_for(graph.model)
+    row.update(graph_first_call_s=first_s, capture_s=dec.capture_s, graphs=len(dec.graphs), graph_failed=dec.failed)
+    seconds, made = timed_generate(graph, prompts, tokens, device)
+    row.update(graph_s=seconds, graph_tokens=made, graph_tok_s=made / seconds, graph_step_ms=1e3 * seconds / tokens,
+               step_floor_ms=1e3 * step_floor, graph_floor_fraction=step_floor / (seconds / tokens))
+    del graph
+    gc.collect()
+    eager = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=n, loop="rlpr")
+    timed_generate(eager, prompts[:1], 8, device)  # warm-up: kernels, allocator
+    seconds, made = timed_generate(eager, prompts, eager_tokens, device)
+    row.update(eager_tokens=eager_tokens, eager_s=seconds, eager_tok_s=made / seconds,
+               eager_step_ms=1e3 * seconds / eager_tokens, eager_floor_fraction=step_floor / (seconds / eager_tokens))
+    row["speedup"] = row["graph_tok_s"] / row["eager_tok_s"]
+    del eager
+    gc.collect()
+    if device.type == "cuda":
+        torch.cuda.empty_cache()
+        from gpu_train import GiB
+
+        row["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / GiB
+    return row
+
+
+def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: int | None = None,
+                eager_tokens: dict | None = None, budget_s: float | None = None) -> dict:
+    """The `decode` section of gpu_check.json; `budget_s`: the seconds it may take (the arms after the
+    row counts are skipped, with the reason, when what is left would not hold them)."""
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
     from gpu_models import SHAPES, synthetic_tokenizer
-    from gpu_train import GiB
-    from rlpr.rollout import graph_decode
-    from rlpr.rollout.hf import HFRollout
 
+    start = time.perf_counter()
     device = torch.device(device_name)
     cuda = device.type == "cuda"
+
+    def fits(need_s: float) -> str | None:
+        """None when `need_s` seconds are left of the budget, else why the arm is skipped."""
+        left = float("inf") if budget_s is None else budget_s - (time.perf_counter() - start)
+        return None if left >= need_s else f"not started: {left:.0f} s of the part's budget left, {need_s:.0f} s needed"
+
     shape = shape or ("qwen2.5-0.5b" if cuda else "tiny")
     tokens = tokens or (1024 if cuda else 24)
     # the eager loop is Python-bound (~27 ms a step whatever the rows): 1024 tokens at 32 rows, fewer at
@@ -118,40 +186,170 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     result["agreement_fp32"] = agreement(policy, tokenizer, device, tokens=min(tokens, 128))
     runs = []
     for n in rows:
-        row = {"rows": n}
-        prompts = _prompts(n, len(tokenizer), seed=n)
-        graph = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=n, loop="graph")
-        weights = sum(p.numel() * p.element_size() for p in graph.model.parameters())  # tied: counted once
-        row["weight_bytes"] = weights
-        step_floor = weights / (result["copy_bandwidth_gbs"] * 1e9)
-        first_s, _ = timed_generate(graph, prompts, tokens, device)
-        dec = graph_decode.decoder_for(graph.model)
-        row.update(graph_first_call_s=first_s, capture_s=dec.capture_s, graphs=len(dec.graphs),
-                   graph_failed=dec.failed)
-        seconds, made = timed_generate(graph, prompts, tokens, device)
-        row.update(graph_s=seconds, graph_tokens=made, graph_tok_s=made / seconds,
-                   graph_step_ms=1e3 * seconds / tokens, step_floor_ms=1e3 * step_floor,
-                   graph_floor_fraction=step_floor / (seconds / tokens))
-        del graph
-        gc.collect()
-        e_tokens = eager_tokens.get(n, tokens)
-        eager = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=n, loop="rlpr")
-        timed_generate(eager, prompts[:1], 8, device)  # warm-up: kernels, allocator
-        seconds, made = timed_generate(eager, prompts, e_tokens, device)
-        row.update(eager_tokens=e_tokens, eager_s=seconds, eager_tok_s=made / seconds,
-                   eager_step_ms=1e3 * seconds / e_tokens, eager_floor_fraction=step_floor / (seconds / e_tokens))
-        row["speedup"] = row["graph_tok_s"] / row["eager_tok_s"]
-        del eager
-        gc.collect()
-        if cuda:
-            torch.cuda.empty_cache()
-            row["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / GiB
+        row = loop_row(policy, tokenizer, device, n, tokens, eager_tokens.get(n, tokens),
+                       result["copy_bandwidth_gbs"] * 1e9)
         runs.append(row)
         print(f"decode: {n} rows: graph {row['graph_tok_s']:.0f} tok/s ({row['graph_step_ms']:.2f} ms/step, "
               f"{row['graph_floor_fraction']:.0%} of the floor), eager {row['eager_tok_s']:.0f} tok/s: "
               f"{row['speedup']:.1f}x; capture {row['capture_s']:.1f} s for {row['graphs']} graphs", flush=True)
     result["runs"] = runs
+    result["vllm"] = vllm_comparison(shape, runs, device)
+    arms = (("profile", 45, lambda: profile_arm(policy, tokenizer, device, rows[0], 32 if cuda else 4)),
+            ("gemma", 60, lambda: gemma_arm(device, tokens if cuda else 12, rows[0],
+                                            eager_tokens.get(rows[0], tokens) if cuda else 12)),
+            ("compile", 200, lambda: compile_arm(policy, tokenizer, device, rows[0])))
+    for name, need, arm in arms:
+        tick = time.perf_counter()
+        try:
+            result[name] = {"skipped": why} if (why := fits(need if cuda else 1)) else arm()
+        except Exception as e:  # noqa: BLE001 - an arm's failure is its finding; the rows above are kept
+            import traceback
+
+            result[name] = {"error": f"{type(e).__name__}: {e}", "traceback": traceback.format_exc()[-3000:]}
+        result[name]["arm_s"] = time.perf_counter() - tick
+        print(f"decode: {name}: {result[name].get('skipped') or result[name].get('error') or 'done'} "
+              f"({result[name]['arm_s']:.0f} s)", flush=True)
     return result
+
+
+def vllm_comparison(shape: str, runs: list[dict], device) -> dict:
+    """The graph loop's step at vLLM's published batch beside vLLM's time (comparable only for the
+    Qwen2.5-0.5B shape at 32 rows on a GPU; the prompts here are 128 tokens, vLLM's short context)."""
+    out = {"published": VLLM_PUBLISHED}
+    row = next((r for r in runs if r["rows"] == VLLM_PUBLISHED["rows"]), None)
+    if shape != "qwen2.5-0.5b" or device.type != "cuda" or row is None:
+        out["comparable"] = False
+        out["why"] = f"{shape} shape at rows {[r['rows'] for r in runs]} on {device.type}"
+        return out
+    published = VLLM_PUBLISHED["ms_per_step"]["128"]
+    # rlpr's mean step runs from a 128-token context to 128 + new tokens: its context is longer on average
+    out.update(comparable=True, rlpr_ms_per_step=row["graph_step_ms"], ratio=row["graph_step_ms"] / published,
+               at_or_under=row["graph_step_ms"] <= published,
+               note=f"rlpr's steps attend over 128 to {128 + row.get('graph_tokens', 0) // max(1, row['rows'])} "
+                    "positions; vLLM's figure is for a 128-token context on an H100 PCIe")
+    return out
+
+
+def _rows_batch(tokenizer, device, rows: int):
+    """Left-padded ids and mask of `rows` rows (GROUP per prompt), as the engine hands the loop."""
+    import torch
+
+    prompts = _prompts(rows, len(tokenizer), seed=rows)
+    ids = torch.tensor([p for p in prompts for _ in range(GROUP)][:rows], device=device)
+    return ids, torch.ones_like(ids)
+
+
+def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
+    """step_profile on the bf16 rollout copy (the same copy the rows above ran)."""
+    import torch
+
+    from rlpr.rollout.hf import HFRollout
+    from rlpr.rollout.sampling import PerRowSampler
+    from rlpr.rollout.step_profile import profile_decode
+
+    from rlpr.rollout import fused_step
+
+    # (a CPU copy's prepacked layers would keep the products apart: off, so the dry run profiles the GPU's path)
+    model = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph",
+                      prepacked_weights="off").model
+    ids, attn = _rows_batch(tokenizer, device, rows)
+
+    def run():
+        return profile_decode(model, ids, attn, lambda: PerRowSampler(list(range(rows))), steps=steps,
+                              eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id)
+
+    out = run()
+    out.update(dtype="bfloat16", fused_projections=fused_step.fused_step(model) is not None)
+    fused_step.ENABLED = False  # the same step on the model's own forward: what fusing q/k/v and gate/up saved
+    try:
+        plain = run()
+    finally:
+        fused_step.ENABLED = True
+    out["unfused"] = {k: plain.get(k) for k in ("kernels_per_step", "ops_per_step", "matrix_products_per_step",
+                                                 "busy_ms_per_step",
+                                                 "non_matrix_share", "class_ms_per_step", "graph") if k in plain}
+    return out
+
+
+def gemma_arm(device, tokens: int, rows: int, eager_tokens: int) -> dict:
+    """The Gemma 3 270M shape's graph loop against its eager loop (and the fp32 tokens of both)."""
+    import torch
+    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
+
+    from gpu_models import synthetic_tokenizer
+    from rlpr.model.packing import attention_windows
+
+    cuda = device.type == "cuda"
+    shape = "gemma-3-270m" if cuda else "tiny-gemma"
+    tokenizer = synthetic_tokenizer(GEMMA_SHAPES[shape]["vocab_size"])
+    config = Gemma3TextConfig(**GEMMA_SHAPES[shape], eos_token_id=tokenizer.eos_token_id,
+                              pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
+    torch.manual_seed(0)
+    with torch.device(device):
+        policy = Gemma3ForCausalLM(config).eval()
+    windows = attention_windows(policy)
+    out = {"shape": shape, "sliding_layers": sum(w is not None for w in windows), "layers": len(windows),
+           "window": GEMMA_SHAPES[shape]["sliding_window"], "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens}
+    out["agreement_fp32"] = agreement(policy, tokenizer, device, tokens=min(tokens, 128))
+    out["run"] = loop_row(policy, tokenizer, device, rows, tokens, eager_tokens, copy_bandwidth(device))
+    return out
+
+
+def compile_arm(policy, tokenizer, device, rows: int, tokens: int = 128) -> dict:
+    """torch.compile(mode="reduce-overhead") of the static loop's step (its CUDA graphs are inductor's
+    cudagraph trees) against the hand-captured graphs, on the same rows and one span bucket (128-token
+    prompts, `tokens` new: every step in the 256-position span, so one compiled shape). The state and
+    KV buffers are marked static, so that the step's in-place writes do not keep cudagraphs off."""
+    if device.type != "cuda":
+        return {"skipped": "CUDA only: reduce-overhead mode captures CUDA graphs, which the CPU dry run has none of"}
+    import logging
+
+    import torch
+
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+    from rlpr.rollout.sampling import PerRowSampler
+    from rlpr.rollout.step_profile import _prefill
+
+    model = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph").model
+    ids, attn = _rows_batch(tokenizer, device, rows)
+    cache = _prefill(model, ids, attn)
+    kw = dict(eos=tokenizer.eos_token_id, pad=tokenizer.pad_token_id, cache=cache, max_new_tokens=tokens,
+              min_new_tokens=tokens)
+
+    def timed(graphs: bool):
+        torch.cuda.synchronize()
+        tick = time.perf_counter()
+        out = graph_decode.static_sample(model, ids, attn, PerRowSampler(list(range(rows))), graphs=graphs, **kw)
+        torch.cuda.synchronize()
+        return time.perf_counter() - tick, out
+
+    timed(True)  # capture
+    hand_s, hand = timed(True)
+    notes = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if "cudagraph" in record.getMessage().lower():
+                notes.append(record.getMessage()[:300])
+
+    handler = Keep()
+    logging.getLogger("torch._inductor").addHandler(handler)
+    step = graph_decode._step
+    dec = graph_decode.decoder_for(model)
+    for t in (*dec.keys, *dec.values, *(v for v in vars(dec.state).values() if isinstance(v, torch.Tensor))):
+        torch._dynamo.mark_static_address(t)
+    graph_decode._step = torch.compile(step, mode="reduce-overhead")
+    try:
+        first_s, _ = timed(False)
+        compiled_s, compiled = timed(False)
+    finally:
+        graph_decode._step = step
+        logging.getLogger("torch._inductor").removeHandler(handler)
+    return {"rows": rows, "new_tokens": tokens, "hand_graph_step_ms": 1e3 * hand_s / tokens,
+            "compiled_first_call_s": first_s, "compiled_step_ms": 1e3 * compiled_s / tokens,
+            "compiled_over_hand": compiled_s / hand_s, "same_tokens_rows": int((hand == compiled).all(-1).sum()),
+            "inductor_cudagraph_notes": notes[:5]}
 
 
 def report_lines(d: dict) -> list[str]:
@@ -177,4 +375,68 @@ def report_lines(d: dict) -> list[str]:
     failed = {r["graph_failed"] for r in d["runs"] if r.get("graph_failed")}
     if failed:
         lines.append(f"- **graph capture failed** (the loop ran eagerly): {'; '.join(failed)}")
+    return lines + [""] + arm_lines(d)
+
+
+def arm_lines(d: dict) -> list[str]:
+    """The issue-63 arms of the section: vLLM's figure, the profile, Gemma, torch.compile."""
+    from gpu_report import fmt, unfinished
+
+    lines = []
+    v = d.get("vllm")
+    if v:
+        p = v["published"]
+        lines.append(f"- vLLM's published decode step ({p['model']}, {p['rows']} rows, {p['card']}, {p['source']}): "
+                     f"{p['ms_per_step']['128']} ms at a 128-token context, {p['ms_per_step']['4096']} ms at 4k; "
+                     + (f"rlpr's graph loop {v['rlpr_ms_per_step']:.2f} ms ({v['ratio']:.2f}x; "
+                        f"{'at or under' if v['at_or_under'] else 'over'} it; {v['note']})" if v.get("comparable")
+                        else f"not comparable here ({v['why']})"))
+    if "profile" in d:
+        lines += ["", "### Inside a decode step (torch.profiler)", ""]
+        p = d["profile"]
+        if note := unfinished(p):
+            lines += note
+        else:
+            unit = "kernels" if p["device"] == "cuda" else "ops called from Python"
+            count = p.get("kernels_per_step", p.get("ops_per_step"))
+            lines += [f"{p['rows']} rows, {p['context']}-token prompts, {p['steps']} steps, {p.get('dtype', '')}; "
+                      f"{p['mode']}: {count:.0f} {unit} per step, {p['busy_ms_per_step']:.2f} ms busy per step, "
+                      f"{p['non_matrix_share']:.0%} of it not matrix products.", "",
+                      "| class | ms/step | share |", "|---|---:|---:|"]
+            lines += [f"| {k} | {ms:.3f} | {p['class_share'][k]:.1%} |" for k, ms in p["class_ms_per_step"].items()]
+            lines.append("")
+            lines.append("- top ops: " + "; ".join(f"{o['op']} {o['ms_per_step']:.3f} ms" for o in p["top_ops"][:8]))
+            if u := p.get("unfused"):
+                lines.append(f"- without the fused q/k/v and gate/up products (the model's own forward): "
+                             f"{u.get('kernels_per_step', u.get('ops_per_step')):.0f} {unit} per step "
+                             f"({u['matrix_products_per_step']:.0f} matrix products against {p['matrix_products_per_step']:.0f}), "
+                             f"{u['busy_ms_per_step']:.2f} ms busy" + (f", graph replays {u['graph']['wall_ms_per_step']:.2f} "
+                                                                       "ms per step" if u.get("graph") else ""))
+            if g := p.get("graph"):
+                lines.append(f"- graph replays: {g['wall_ms_per_step']:.2f} ms per step, {g['kernels_seen_per_step']:.0f} "
+                             f"kernels seen per step, busy {fmt(g['kernel_busy_ms_per_step'], '.2f')} ms "
+                             f"(idle share {fmt(g['idle_share'], '.0%')})")
+    if "gemma" in d:
+        lines += ["", "### Gemma 3 in the graph loop", ""]
+        g = d["gemma"]
+        if note := unfinished(g):
+            lines += note
+        else:
+            r = g["run"]
+            lines += [f"{g['shape']} shape (random weights; {g['sliding_layers']} of {g['layers']} layers slide over "
+                      f"{g['window']} positions), {r['rows']} rows, {g['prompt_tokens']}-token prompts, "
+                      f"{g['new_tokens']} new tokens: graph {r['graph_tok_s']:.0f} tok/s ({r['graph_step_ms']:.2f} ms/step), "
+                      f"eager {r['eager_tok_s']:.0f} tok/s ({r['eager_step_ms']:.1f} ms/step, {r['eager_tokens']} tokens): "
+                      f"**{r['speedup']:.1f}x**; capture {r['capture_s']:.2f} s ({r['graphs']} graphs)"
+                      + (f"; capture failed: {r['graph_failed']}" if r["graph_failed"] else "")]
+            lines += [f"- fp32, {name}: {a['identical_rows']} of {a['rows']} rows identical between the loops"
+                      for name, a in g["agreement_fp32"].items()]
+    if "compile" in d:
+        c = d["compile"]
+        lines += ["", "### torch.compile(mode=\"reduce-overhead\") against the hand-captured graphs", ""]
+        lines += unfinished(c) or [
+            f"{c['rows']} rows, {c['new_tokens']} new tokens: hand-captured {c['hand_graph_step_ms']:.2f} ms/step, "
+            f"compiled {c['compiled_step_ms']:.2f} ms/step ({c['compiled_over_hand']:.2f}x; first call with the "
+            f"compile {c['compiled_first_call_s']:.0f} s); {c['same_tokens_rows']} of {c['rows']} rows the same "
+            "tokens (bf16)" + (f"; inductor: {' | '.join(c['inductor_cudagraph_notes'])}" if c["inductor_cudagraph_notes"] else "")]
     return lines + [""]

@@ -80,7 +80,10 @@ def test_weights_stay_the_copys_own_and_sync_reaches_the_fused_tensors(tokenizer
     """The q/k/v parameters become views of the fused tensor (no second copy of the weights); the
     engine's sync writes through them, and a parameter replaced outright is fused again."""
     policy = _model("qwen2")
-    engine = HFRollout(policy, tokenizer, torch.float32, batch_sequences=6, loop="graph")
+    prepacked = HFRollout(policy, tokenizer, torch.float32, batch_sequences=6, loop="graph", prepacked_weights="auto")
+    if prepacked.prepacked:  # a CPU copy's prepacked layers keep their own (faster there) products
+        assert fused_step.fused_step(prepacked.model) is None
+    engine = HFRollout(policy, tokenizer, torch.float32, batch_sequences=6, loop="graph", prepacked_weights="off")
     model = engine.model
     assert fused_step.fused_step(model) is not None
     a = model.model.layers[0].self_attn

@@ -56,9 +56,24 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
     assert run["speedup"] > 0 and 0 < run["graph_floor_fraction"] < 1
     for name in ("greedy", "seeded"):  # fp32: the two loops draw the same tokens
         assert d["agreement_fp32"][name]["identical_rows"] == d["agreement_fp32"][name]["rows"] == 16
+    assert d["vllm"]["comparable"] is False and d["vllm"]["published"]["ms_per_step"]["128"] == 2.148
+    profile = d["profile"]  # inside a decode step: ops per step, ms per class, the non-matrix share
+    assert profile["device"] == "cpu" and profile["ops_per_step"] > 50 and profile["busy_ms_per_step"] > 0
+    for cls in ("projections", "output_layer", "attention", "norms", "rotary", "sampling", "copies"):
+        assert profile["class_ms_per_step"][cls] > 0, cls
+    assert abs(sum(profile["class_share"].values()) - 1) < 1e-6 and 0 < profile["non_matrix_share"] < 1
+    # fused q/k/v and gate/up: 3 fewer products a layer (2 layers) than the model's own forward
+    assert profile["fused_projections"]
+    assert profile["unfused"]["matrix_products_per_step"] - profile["matrix_products_per_step"] == 3 * 2
+    gemma = d["gemma"]  # Gemma 3's sliding windows in the graph loop, its tokens the eager loop's
+    assert gemma["sliding_layers"] == 5 and gemma["run"]["graph_failed"] == "" and gemma["run"]["speedup"] > 0
+    for name in ("greedy", "seeded"):
+        assert gemma["agreement_fp32"][name]["identical_rows"] == gemma["agreement_fp32"][name]["rows"] == 16
+    assert d["compile"]["skipped"].startswith("CUDA only")
 
     md = (tmp_path / "gpu_check.md").read_text()
-    for heading in ("## CUDA tests", "## tiny: `--preset paper`", "## Score B", "## Resume", "## Decode"):
+    for heading in ("## CUDA tests", "## tiny: `--preset paper`", "## Score B", "## Resume", "## Decode",
+                    "### Inside a decode step", "### Gemma 3 in the graph loop", "### torch.compile"):
         assert heading in md
 
 

@@ -133,7 +133,7 @@ def _scope(event) -> tuple[str | None, bool]:
 def classify(events, steps: int, cuda: bool) -> dict:
     """Per step: time per class (ms), ops (CPU) or kernels (CUDA), the non-matrix share, the top ops."""
     per_class, per_op, count = defaultdict(float), defaultdict(lambda: [0.0, 0]), 0
-    matrix = 0.0
+    matrix, products = 0.0, 0
     for e in events:
         if e.device_type != torch.autograd.DeviceType.CPU:
             continue
@@ -154,6 +154,7 @@ def classify(events, steps: int, cuda: bool) -> dict:
         per_op[e.name][1] += n
         if e.name in MATRIX_OPS:
             matrix += t
+            products += 1
     busy = sum(v for k, v in per_class.items() if k != "host")
     total = busy + per_class.get("host", 0.0)
     ms = {k: per_class.get(k, 0.0) / 1e3 / steps for k in CLASSES if k in per_class}
@@ -163,6 +164,7 @@ def classify(events, steps: int, cuda: bool) -> dict:
             "class_ms_per_step": ms,
             "class_share": {k: v * 1e3 * steps / total for k, v in ms.items()} if total else {},
             "matrix_ms_per_step": matrix / 1e3 / steps,
+            "matrix_products_per_step": products / steps,
             "non_matrix_share": 1 - matrix / busy if busy else None,
                     "top_ops": [{"op": name, "ms_per_step": t / 1e3 / steps, ("kernels" if cuda else "calls") + "_per_step": n / steps}
                         for name, (t, n) in top]}
