@@ -16,6 +16,7 @@ from rlpr.rollout.sampling import PerRowSampler
 pytestmark = pytest.mark.unit
 
 VOCAB = 256
+DECODE = graph_decode.DECODE_ATTENTION
 
 
 def _model(name):
@@ -43,7 +44,7 @@ def _batch():
 def test_fused_step_tokens_equal_the_model_forward(name, monkeypatch):
     model = _model(name)
     ids, attn = _batch()
-    assert fused_step.fused_step(model) is not None
+    assert fused_step.fused_step(model, DECODE) is not None
     out = {}
     for enabled in (True, False):
         monkeypatch.setattr(fused_step, "ENABLED", enabled)
@@ -69,7 +70,7 @@ def test_one_fused_step_gives_the_forward_logits():
         previous = model.config._attn_implementation
         model.config._attn_implementation = graph_decode.DECODE_ATTENTION
         try:
-            ours = fused_step.fused_step(model)(ids[:, -1:], mask, positions[:, -1:],
+            ours = fused_step.fused_step(model, DECODE)(ids[:, -1:], mask, positions[:, -1:],
                                                 copy.deepcopy(prefix.past_key_values))
         finally:
             model.config._attn_implementation = previous
@@ -82,10 +83,10 @@ def test_weights_stay_the_copys_own_and_sync_reaches_the_fused_tensors(tokenizer
     policy = _model("qwen2")
     prepacked = HFRollout(policy, tokenizer, torch.float32, batch_sequences=6, loop="graph", prepacked_weights="auto")
     if prepacked.prepacked:  # a CPU copy's prepacked layers keep their own (faster there) products
-        assert fused_step.fused_step(prepacked.model) is None
+        assert fused_step.fused_step(prepacked.model, DECODE) is None
     engine = HFRollout(policy, tokenizer, torch.float32, batch_sequences=6, loop="graph", prepacked_weights="off")
     model = engine.model
-    assert fused_step.fused_step(model) is not None
+    assert fused_step.fused_step(model, DECODE) is not None
     a = model.model.layers[0].self_attn
     weight, bias, sizes = a.rlpr_qkv
     assert a.q_proj.weight.data_ptr() == weight.data_ptr() and a.v_proj.bias.data_ptr() == bias[-sizes[2]:].data_ptr()
@@ -95,7 +96,7 @@ def test_weights_stay_the_copys_own_and_sync_reaches_the_fused_tensors(tokenizer
     engine.sync(policy)
     assert torch.equal(weight[sizes[0]:sizes[0] + sizes[1]], policy.model.layers[0].self_attn.k_proj.weight)
     a.k_proj.weight = torch.nn.Parameter(torch.zeros_like(a.k_proj.weight), requires_grad=False)
-    fused_step.fused_step(model)
+    fused_step.fused_step(model, DECODE)
     assert a.rlpr_qkv[0] is not weight and torch.equal(a.rlpr_qkv[0][sizes[0]:sizes[0] + sizes[1]], a.k_proj.weight)
     assert sum(p.numel() for p in model.parameters()) == params
 
@@ -105,9 +106,9 @@ def test_other_families_and_hooked_modules_take_the_model_forward(tiny_model):
 
     gemma = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=16))
-    assert fused_step.fused_step(gemma) is None
+    assert fused_step.fused_step(gemma, DECODE) is None
     model = copy.deepcopy(tiny_model)
     handle = model.model.layers[1].mlp.up_proj.register_forward_hook(lambda *a: None)
-    assert fused_step.fused_step(model) is None
+    assert fused_step.fused_step(model, DECODE) is None
     handle.remove()
-    assert fused_step.fused_step(model) is not None
+    assert fused_step.fused_step(model, DECODE) is not None

@@ -68,7 +68,7 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
     gemma = d["gemma"]  # Gemma 3's sliding windows in the graph loop, its tokens the eager loop's
     assert gemma["sliding_layers"] == 5 and gemma["run"]["graph_failed"] == "" and gemma["run"]["speedup"] > 0
     for name in ("greedy", "seeded"):
-        assert gemma["agreement_fp32"][name]["identical_rows"] == gemma["agreement_fp32"][name]["rows"] == 16
+        assert gemma["agreement_fp32"][name]["identical_rows"] == gemma["agreement_fp32"][name]["rows"] == 8
     assert d["compile"]["skipped"].startswith("CUDA only")
 
     md = (tmp_path / "gpu_check.md").read_text()

@@ -143,7 +143,7 @@ def test_a_step_never_waits_on_the_host(tiny_model, tokenizer):
     sampler = PerRowSampler([1, 2, 3, 4], temperature=0.7, top_p=0.9)
     from rlpr.rollout.fused_step import fused_step
 
-    fused = fused_step(model)  # q/k/v and gate/up fused (tests/test_fused_step.py): as capturable
+    fused = fused_step(model, graph_decode.DECODE_ATTENTION)  # q/k/v and gate/up fused (tests/test_fused_step.py): as capturable
     assert fused is not None
     for temperature, forward in ((0.7, None), (0.0, None), (0.7, fused)):
         spec = graph_decode.StepSpec(eos=2, pad=0, stops=(5,), min_new_tokens=2, temperature=temperature, top_p=0.9)

@@ -10,7 +10,7 @@ since) is fused again before the next call. Everything else is the model's own m
 model's order, with the static loop's attention function: the logits differ from the model forward's
 only by the rounding of a wider product (tests/test_fused_step.py: the same tokens, greedy and seeded).
 
-`fused_step(model)` gives the step, or None where the model's forward runs instead: another family,
+`fused_step(model, attention)` gives the step, or None where the model's forward runs instead: another family,
 sliding-window layers (those take the model's own masks per layer type), projections other than plain
 `nn.Linear` (a CPU copy's prepacked layers), hooks on the modules whose work the fused products
 replace, or `ENABLED` off (benchmarks compare both)."""
@@ -33,8 +33,9 @@ def _scope(label: str):
     return SCOPE(label) if SCOPE is not None else contextlib.nullcontext()
 
 
-def fused_step(model):
-    """`step(tokens [B, 1], mask [B, 1, 1, L] additive, positions [B, 1], cache) -> logits [B, V]`, or None."""
+def fused_step(model, attention: str):
+    """`step(tokens [B, 1], mask [B, 1, 1, L] additive, positions [B, 1], cache) -> logits [B, V]`, or None.
+    `attention`: the registered attention function the step calls (graph_decode.DECODE_ATTENTION)."""
     if not ENABLED or type(model).__name__ not in FAMILIES:
         return None
     layers = model.model.layers[:model.config.num_hidden_layers]
@@ -54,7 +55,7 @@ def fused_step(model):
         return None  # some biased, some not: a fused bias would be a copy that a sync does not reach
     for owner, name, linears in groups:
         setattr(owner, name, _fused(getattr(owner, name, None), linears))
-    return _FusedStep(model, sys.modules[type(model).__module__].apply_rotary_pos_emb)
+    return _FusedStep(model, sys.modules[type(model).__module__].apply_rotary_pos_emb, attention)
 
 
 def _views_of(fused, linears) -> bool:
@@ -91,16 +92,14 @@ def _fused(fused, linears):
 
 
 class _FusedStep:
-    def __init__(self, model, rotary):
-        self.model, self.rotary = model, rotary
+    def __init__(self, model, rotary, attention: str):
+        self.model, self.rotary, self.attention = model, rotary, attention
         self.head = model.get_output_embeddings()
 
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        from rlpr.rollout.graph_decode import DECODE_ATTENTION
-
-        attention = ALL_ATTENTION_FUNCTIONS[DECODE_ATTENTION]
+        attention = ALL_ATTENTION_FUNCTIONS[self.attention]  # looked up per call: step_profile wraps it
         m = self.model.model
         hidden = m.embed_tokens(tokens)
         cos, sin = m.rotary_emb(hidden, positions)

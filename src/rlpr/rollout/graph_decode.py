@@ -327,7 +327,7 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
                     sampler.top_p if sampler is not None else 1.0, tuple(sorted({w for w in windows if w})))
     stop = torch.tensor([eos, *ends], dtype=torch.long, device=device)
     probabilities = sampler.probabilities if sampler is not None else None
-    forward = fused_step(model)  # q/k/v and gate/up in one product each (Llama-shaped families), else None
+    forward = fused_step(model, DECODE_ATTENTION)  # q/k/v and gate/up in one product each (Llama's shape), or None
     static = DynamicCache(config=model.config)
     static.layers = [StaticLayer(k, v, s) for k, v in zip(dec.keys, dec.values)]
     live = batch
@@ -339,7 +339,8 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
         for step in range(max_new_tokens):
             s.span = _span(s.length + 1, dec.capacity)
             dec.shapes.add((s.rows, s.span))
-            run = _graph(dec, model, static, spec, stop, probabilities, forward) if use_graphs and not dec.failed else None
+            graphed = use_graphs and not dec.failed
+            run = _graph(dec, model, static, spec, stop, probabilities, forward) if graphed else None
             if run is not None:
                 run.replay()
             else:

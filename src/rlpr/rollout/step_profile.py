@@ -159,6 +159,7 @@ def classify(events, steps: int, cuda: bool) -> dict:
     total = busy + per_class.get("host", 0.0)
     ms = {k: per_class.get(k, 0.0) / 1e3 / steps for k in CLASSES if k in per_class}
     top = sorted(per_op.items(), key=lambda kv: -kv[1][0])[:12]
+    per = ("kernels" if cuda else "calls") + "_per_step"
     return {"kernels_per_step" if cuda else "ops_per_step": count / steps,
             "busy_ms_per_step": busy / 1e3 / steps,
             "class_ms_per_step": ms,
@@ -166,8 +167,7 @@ def classify(events, steps: int, cuda: bool) -> dict:
             "matrix_ms_per_step": matrix / 1e3 / steps,
             "matrix_products_per_step": products / steps,
             "non_matrix_share": 1 - matrix / busy if busy else None,
-                    "top_ops": [{"op": name, "ms_per_step": t / 1e3 / steps, ("kernels" if cuda else "calls") + "_per_step": n / steps}
-                        for name, (t, n) in top]}
+                    "top_ops": [{"op": name, "ms_per_step": t / 1e3 / steps, per: n / steps} for name, (t, n) in top]}
 
 
 def _sync(device) -> None:
