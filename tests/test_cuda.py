@@ -241,3 +241,32 @@ def test_graph_decode_on_cuda_recaptures_after_its_buffers_grow(model_dir):
     engine.generate([short], 4, max_new_tokens=8, temperature=0.0)
     assert dec.keys[0] is not first and dec.failed == "" and dec.graphs, dec.failed
     torch.randn(4, device=CUDA)  # CUDA's generator is not left in capture mode
+
+
+@pytest.mark.parametrize("name", ["gemma3", "mistral"])
+def test_sliding_windows_decode_in_captured_graphs_as_the_eager_loop(name):
+    """Sliding-window families (issue 63) in the graph loop on CUDA: captured (no failure) and, in fp32,
+    the eager loop's tokens, seeded and greedy, with a window of 8 under ~55-position sequences (the
+    CPU test's tiny models; the check's own tokenizer, whose EOS is id 2 as SmolLM2's)."""
+    from test_graph_windows import _family, eos_prone, prompts
+
+    tokenizer = gpu_check.synthetic_tokenizer(4096)
+    assert tokenizer.eos_token_id == 2
+
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+
+    torch.manual_seed(0)
+    model = eos_prone(_family(name, tokenizer).eval(), tokenizer).to(CUDA)
+
+    def run(loop, **kw):
+        engine = HFRollout(model, tokenizer, dtype=torch.float32, batch_sequences=12, loop=loop)
+        assert engine.loop == loop
+        out = engine.generate(prompts(tokenizer), 4, max_new_tokens=20, seeds=[1, 2, 3], **kw)
+        return engine, [r.token_ids for r in out]
+
+    for kw in (dict(temperature=1.0), dict(temperature=0.0)):
+        engine, graph = run("graph", **kw)
+        dec = graph_decode.decoder_for(engine.model)
+        assert dec.failed == "" and dec.graphs, dec.failed
+        assert graph == run("rlpr", **kw)[1]
