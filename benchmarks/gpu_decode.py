@@ -13,6 +13,8 @@ would not hold it:
   and on a GPU the graph replays' wall time against the kernels' busy time;
 - `gemma`: the Gemma 3 270M shape (random weights; 5 of 6 layers slide over 512 positions) in the graph
   loop against the eager loop, and their fp32 tokens compared;
+- `attention_kernel`: the graph loop's attention as grouped matmuls (the default) against torch's
+  scaled_dot_product_attention over the grouped heads, same rows;
 - `compile` (CUDA only): torch.compile(mode="reduce-overhead") of the same step against the
   hand-captured graphs, on the same 32 rows and one span bucket.
 
@@ -197,6 +199,7 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     arms = (("profile", 45, lambda: profile_arm(policy, tokenizer, device, rows[0], 32 if cuda else 4)),
             ("gemma", 60, lambda: gemma_arm(device, tokens if cuda else 12, rows[0],
                                             eager_tokens.get(rows[0], tokens) if cuda else 12)),
+            ("attention_kernel", 20, lambda: kernel_arm(policy, tokenizer, device, rows[0], 256 if cuda else 12)),
             ("compile", 200, lambda: compile_arm(policy, tokenizer, device, rows[0])))
     for name, need, arm in arms:
         tick = time.perf_counter()
@@ -307,6 +310,33 @@ def gemma_arm(device, tokens: int, rows: int, eager_tokens: int) -> dict:
            "window": GEMMA_SHAPES[shape]["sliding_window"], "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens}
     out["agreement_fp32"] = agreement(policy, tokenizer, device, rows=16 if cuda else GROUP, tokens=min(tokens, 128))
     out["run"] = loop_row(policy, tokenizer, device, rows, tokens, eager_tokens, copy_bandwidth(device))
+    return out
+
+
+def kernel_arm(policy, tokenizer, device, rows: int, tokens: int) -> dict:
+    """The graph loop's step with its attention as grouped matmuls (graph_decode.KERNEL="matmul", the
+    default) and as torch's scaled_dot_product_attention (enable_gqa), on the same rows and tokens."""
+    import torch
+
+    from rlpr.rollout import graph_decode
+    from rlpr.rollout.hf import HFRollout
+
+    prompts = _prompts(rows, len(tokenizer), seed=rows)
+    out = {"rows": rows, "new_tokens": tokens}
+    tokens_of = {}
+    for kernel in ("matmul", "sdpa"):
+        graph_decode.KERNEL = kernel
+        try:
+            engine = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph")
+            timed_generate(engine, prompts, tokens, device)  # capture
+            seconds, _ = timed_generate(engine, prompts, tokens, device)
+            tokens_of[kernel] = [r.token_ids for r in engine.generate(prompts, GROUP, max_new_tokens=8, temperature=0.0)]
+        finally:
+            graph_decode.KERNEL = "matmul"
+        out[f"{kernel}_step_ms"] = 1e3 * seconds / tokens
+        out[f"{kernel}_graph_failed"] = graph_decode.decoder_for(engine.model).failed
+    out["sdpa_over_matmul"] = out["sdpa_step_ms"] / out["matmul_step_ms"]
+    out["same_greedy_rows"] = sum(a == b for a, b in zip(tokens_of["matmul"], tokens_of["sdpa"]))
     return out
 
 
@@ -446,6 +476,15 @@ def arm_lines(d: dict) -> list[str]:
                       + (f"; capture failed: {r['graph_failed']}" if r["graph_failed"] else "")]
             lines += [f"- fp32, {name}: {a['identical_rows']} of {a['rows']} rows identical between the loops"
                       for name, a in g["agreement_fp32"].items()]
+    if "attention_kernel" in d:
+        k = d["attention_kernel"]
+        lines += ["", "### Attention kernel of the graph loop's step", ""]
+        lines += unfinished(k) or [
+            f"{k['rows']} rows, {k['new_tokens']} new tokens: grouped matmuls {k['matmul_step_ms']:.2f} ms/step, "
+            f"SDPA (enable_gqa) {k['sdpa_step_ms']:.2f} ms/step ({k['sdpa_over_matmul']:.2f}x); "
+            f"{k['same_greedy_rows']} of {k['rows']} rows the same 8 greedy tokens (bf16)"
+            + "".join(f"; {n} capture failed: {k[n + '_graph_failed']}" for n in ("matmul", "sdpa")
+                      if k[n + "_graph_failed"])]
     if "compile" in d:
         c = d["compile"]
         lines += ["", "### torch.compile(mode=\"reduce-overhead\") against the hand-captured graphs", ""]

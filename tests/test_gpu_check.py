@@ -69,11 +69,14 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
     assert gemma["sliding_layers"] == 5 and gemma["run"]["graph_failed"] == "" and gemma["run"]["speedup"] > 0
     for name in ("greedy", "seeded"):
         assert gemma["agreement_fp32"][name]["identical_rows"] == gemma["agreement_fp32"][name]["rows"] == 8
+    kernel = d["attention_kernel"]  # SDPA against the grouped matmuls: both ran, the same greedy tokens in bf16 here
+    assert kernel["matmul_step_ms"] > 0 and kernel["sdpa_step_ms"] > 0 and kernel["same_greedy_rows"] == 8
     assert d["compile"]["skipped"].startswith("CUDA only")
 
     md = (tmp_path / "gpu_check.md").read_text()
     for heading in ("## CUDA tests", "## tiny: `--preset paper`", "## Score B", "## Resume", "## Decode",
-                    "### Inside a decode step", "### Gemma 3 in the graph loop", "### torch.compile"):
+                    "### Inside a decode step", "### Gemma 3 in the graph loop", "### Attention kernel",
+                    "### torch.compile"):
         assert heading in md
 
 

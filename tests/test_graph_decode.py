@@ -129,7 +129,7 @@ def test_grouped_attention_equals_transformers_eager_attention(heads, kv_heads, 
     torch.testing.assert_close(ours, theirs, rtol=1e-5, atol=1e-6)
 
 
-def test_a_step_never_waits_on_the_host(tiny_model, tokenizer):
+def test_a_step_never_waits_on_the_host(tiny_model, tokenizer, monkeypatch):
     """A CUDA graph cannot hold a host synchronisation (`.item()`, `bool(tensor)`, `.cpu()`): one decode
     step runs here on the meta device, where each of those raises."""
     model = copy.deepcopy(tiny_model).to("meta")
@@ -145,9 +145,11 @@ def test_a_step_never_waits_on_the_host(tiny_model, tokenizer):
 
     fused = fused_step(model, graph_decode.DECODE_ATTENTION)  # q/k/v and gate/up fused (tests/test_fused_step.py): as capturable
     assert fused is not None
-    for temperature, forward in ((0.7, None), (0.0, None), (0.7, fused)):
+    for temperature, forward, kernel in ((0.7, None, "matmul"), (0.0, None, "matmul"), (0.7, fused, "matmul"),
+                                         (0.7, fused, "sdpa")):
         spec = graph_decode.StepSpec(eos=2, pad=0, stops=(5,), min_new_tokens=2, temperature=temperature, top_p=0.9)
         model.config._attn_implementation = graph_decode.DECODE_ATTENTION
+        monkeypatch.setattr(graph_decode, "KERNEL", kernel)
         graph_decode._step(model, cache, s, spec, stop, sampler.probabilities, forward)
     with pytest.raises(Exception):  # the check is not vacuous: a synchronisation fails on meta
         bool(s.done.any())

@@ -187,3 +187,13 @@ def test_a_windowed_step_never_waits_on_the_host(family, tokenizer):
     finally:
         graph_decode._Windows.layers, graph_decode._Windows.masks = [], {}
         model.config._attn_implementation = previous
+
+
+@pytest.mark.parametrize("name", ["qwen2", "gemma3", "mistral"])
+def test_sdpa_attention_kernel_draws_the_same_tokens(family, tokenizer, small_buckets, monkeypatch, name):
+    """graph_decode.KERNEL="sdpa" (torch's fused attention over the grouped heads, which the GPU check
+    measures against the grouped matmuls): the eager loop's tokens too, windows and all."""
+    monkeypatch.setattr(graph_decode, "KERNEL", "sdpa")
+    for kw in (dict(temperature=1.0), dict(temperature=0.0)):
+        kw.update(max_new_tokens=20)
+        assert run(family(name), tokenizer, "graph", **kw) == run(family(name), tokenizer, "rlpr", **kw)

@@ -52,6 +52,10 @@ log = logging.getLogger(__name__)
 DECODE_ATTENTION = "rlpr_decode"
 SPAN_STEP = 256  # attention span buckets: a step attends over the smallest multiple of this that holds its length
 CHECK_EVERY = 16  # decode steps between looks at the rows' state (one host synchronisation each)
+# how a decode step attends: "matmul" (grouped matmuls, softmax in fp32: transformers' eager numerics)
+# or "sdpa" (torch's scaled_dot_product_attention over the grouped heads, enable_gqa: one fused kernel
+# where the GPU has one for a float mask); benchmarks/gpu_decode.py measures both on a GPU
+KERNEL = "matmul"
 
 
 class _Windows:
@@ -77,6 +81,10 @@ def grouped_decode_attention(module, query, key, value, attention_mask, scaling=
                          f"but the static decode loop set it up with {window}")
     if window is not None:
         attention_mask = _Windows.masks[window]
+    if KERNEL == "sdpa" and softcap is None:
+        out = torch.nn.functional.scaled_dot_product_attention(
+            query, key, value, attn_mask=attention_mask.to(query.dtype), scale=scaling, enable_gqa=True)
+        return out.transpose(1, 2).contiguous(), None
     b, h, q, d = query.shape
     hkv = key.shape[1]
     group = h // hkv
@@ -394,7 +402,7 @@ def _graph(dec: StaticDecoder, model, cache, spec: StepSpec, stop, probabilities
     (after a warm-up step whose effects are undone), replayed after. None when capture failed: the
     loop then runs the same step eagerly (logged once)."""
     s = dec.state
-    key = (s.rows, s.span, spec, forward is not None)
+    key = (s.rows, s.span, spec, forward is not None, KERNEL)
     graph = dec.graphs.get(key)
     if graph is not None:
         return graph
