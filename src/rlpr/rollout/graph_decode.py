@@ -289,6 +289,10 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
     batch, width = ids.shape
     if max_new_tokens <= 0:
         return torch.full((batch, max(max_new_tokens, 0)), pad, dtype=torch.long)
+    windows = attention_windows(model)
+    if windows is None:
+        raise ValueError(f"the static decode loop cannot decode {type(model).__name__}: a cache layer is neither "
+                         "full attention nor a sliding window")
     device = ids.device
     use_graphs = device.type == "cuda" if graphs is None else graphs
     check_every = check_every or CHECK_EVERY
@@ -327,10 +331,6 @@ def static_sample(model, ids: torch.Tensor, attn: torch.Tensor, sampler, *, max_
     s.pos.fill_(width - 1)
     s.step.zero_()
     s.length = width - 1
-    windows = attention_windows(model)
-    if windows is None:
-        raise ValueError(f"the static decode loop cannot decode {type(model).__name__}: a cache layer is neither "
-                         "full attention nor a sliding window")
     spec = StepSpec(eos, pad, tuple(ends), min_new_tokens, sampler.temperature if sampler is not None else 0.0,
                     sampler.top_p if sampler is not None else 1.0, tuple(sorted({w for w in windows if w})))
     stop = torch.tensor([eos, *ends], dtype=torch.long, device=device)
