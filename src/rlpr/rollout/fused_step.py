@@ -99,7 +99,10 @@ class _FusedStep:
     def __call__(self, tokens: torch.Tensor, mask: torch.Tensor, positions: torch.Tensor, cache) -> torch.Tensor:
         from transformers.modeling_utils import ALL_ATTENTION_FUNCTIONS
 
-        attention = ALL_ATTENTION_FUNCTIONS[self.attention]  # looked up per call: step_profile wraps it
+        with _scope("model"):  # (step_profile: what no inner scope claims is the model's, not sampling)
+            return self._forward(tokens, mask, positions, cache, ALL_ATTENTION_FUNCTIONS[self.attention])
+
+    def _forward(self, tokens, mask, positions, cache, attention) -> torch.Tensor:
         m = self.model.model
         hidden = m.embed_tokens(tokens)
         cos, sin = m.rotary_emb(hidden, positions)

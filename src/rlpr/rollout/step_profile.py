@@ -61,7 +61,7 @@ def module_label(model, module) -> str | None:
 
 def op_class(op: str, scope: str | None) -> str:
     """The class of an op `op` whose innermost labelled scope is `scope`."""
-    if scope in ("projections", "output_layer", "attention", "norms", "rotary", "other"):
+    if scope in ("projections", "output_layer", "attention", "norms", "rotary", "copies", "other"):
         return scope
     copy = op in COPY_OPS
     if scope == "attention_module":
@@ -167,7 +167,7 @@ def classify(events, steps: int, cuda: bool) -> dict:
             "matrix_ms_per_step": matrix / 1e3 / steps,
             "matrix_products_per_step": products / steps,
             "non_matrix_share": 1 - matrix / busy if busy else None,
-                    "top_ops": [{"op": name, "ms_per_step": t / 1e3 / steps, per: n / steps} for name, (t, n) in top]}
+            "top_ops": [{"op": name, "ms_per_step": t / 1e3 / steps, per: n / steps} for name, (t, n) in top]}
 
 
 def _sync(device) -> None:
