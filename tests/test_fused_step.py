@@ -26,10 +26,12 @@ def _model(name):
                 num_key_value_heads=2, initializer_range=0.1, eos_token_id=2, pad_token_id=0)
     torch.manual_seed(0)
     if name == "llama":
-        return tf.LlamaForCausalLM(tf.LlamaConfig(**base)).eval()
-    if name == "qwen2":
-        return tf.Qwen2ForCausalLM(tf.Qwen2Config(**base)).eval()
-    return tf.Qwen3ForCausalLM(tf.Qwen3Config(**base, head_dim=16)).eval()
+        model = tf.LlamaForCausalLM(tf.LlamaConfig(**base))
+    elif name == "qwen2":
+        model = tf.Qwen2ForCausalLM(tf.Qwen2Config(**base))
+    else:
+        model = tf.Qwen3ForCausalLM(tf.Qwen3Config(**base, head_dim=16))
+    return model.eval().requires_grad_(False)  # a frozen copy, as the rollout engine's
 
 
 def _batch():
@@ -101,13 +103,15 @@ def test_weights_stay_the_copys_own_and_sync_reaches_the_fused_tensors(tokenizer
     assert sum(p.numel() for p in model.parameters()) == params
 
 
-def test_other_families_and_hooked_modules_take_the_model_forward(tiny_model):
+def test_other_families_trainable_and_hooked_modules_take_the_model_forward(tiny_model):
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
     gemma = Gemma3ForCausalLM(Gemma3TextConfig(vocab_size=64, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
                                                num_attention_heads=2, num_key_value_heads=1, head_dim=16))
     assert fused_step.fused_step(gemma, DECODE) is None
     model = copy.deepcopy(tiny_model)
+    assert fused_step.fused_step(model, DECODE) is None  # trainable: a policy, not a rollout copy
+    model.requires_grad_(False)
     handle = model.model.layers[1].mlp.up_proj.register_forward_hook(lambda *a: None)
     assert fused_step.fused_step(model, DECODE) is None
     handle.remove()

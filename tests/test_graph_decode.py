@@ -132,7 +132,7 @@ def test_grouped_attention_equals_transformers_eager_attention(heads, kv_heads, 
 def test_a_step_never_waits_on_the_host(tiny_model, tokenizer, monkeypatch):
     """A CUDA graph cannot hold a host synchronisation (`.item()`, `bool(tensor)`, `.cpu()`): one decode
     step runs here on the meta device, where each of those raises."""
-    model = copy.deepcopy(tiny_model).to("meta")
+    model = copy.deepcopy(tiny_model).to("meta").requires_grad_(False)  # frozen, as a rollout copy
     dec = graph_decode.StaticDecoder()
     graph_decode._ensure_buffers(dec, model, 4, 16, 8, 2, 16)
     s = dec.state

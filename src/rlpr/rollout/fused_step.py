@@ -11,8 +11,9 @@ model's order, with the static loop's attention function: the logits differ from
 only by the rounding of a wider product (tests/test_fused_step.py: the same tokens, greedy and seeded).
 
 `fused_step(model, attention)` gives the step, or None where the model's forward runs instead: another family,
-sliding-window layers (those take the model's own masks per layer type), projections other than plain
-`nn.Linear` (a CPU copy's prepacked layers), hooks on the modules whose work the fused products
+sliding-window layers (those take the model's own masks per layer type), trainable weights (only a
+frozen rollout copy is rearranged), projections other than plain `nn.Linear` (a CPU copy's prepacked
+layers), hooks on the modules whose work the fused products
 replace, or `ENABLED` off (benchmarks compare both)."""
 
 from __future__ import annotations
@@ -44,6 +45,8 @@ def fused_step(model, attention: str):
         return None
     replaced = [m for layer in layers for m in (layer.self_attn.q_proj, layer.self_attn.k_proj, layer.self_attn.v_proj,
                                                  layer.mlp.gate_proj, layer.mlp.up_proj)]
+    if any(m.weight.requires_grad for m in replaced):
+        return None  # a model being trained, not a frozen rollout copy: its parameters are left as they are
     if any(type(m) is not torch.nn.Linear for m in replaced):
         return None  # e.g. a CPU copy's prepacked layers (model/prepacked.py): their own layout is faster there
     if SCOPE is None and any(m._forward_hooks or m._forward_pre_hooks for m in replaced):
