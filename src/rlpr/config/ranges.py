@@ -39,6 +39,7 @@ RANGES: dict[str, tuple[float, float, bool, bool]] = {
     "algorithm.clip_high": (0, INF, True, False), "algorithm.entropy_coef": (0, INF, True, False),
     "algorithm.kl_coef": (0, INF, True, False), "algorithm.ref_sft_coef": (0, INF, True, False),
     "algorithm.rollout_is_min": (0, INF, True, False), "algorithm.rollout_is_max": (0, INF, False, True),
+    "algorithm.early_stop_ratio": (0, INF, True, False),
     "opsd.beta": (0, 1, True, True), "opsd.top_k": (0, INF, True, False), "opsd.clip": (0, INF, False, True),
     "opsd.ema_decay": (0, 1, True, True), "opsd.hybrid_lambda": (0, INF, True, False),
     "opsd.no_teacher_rho": (0, 1, False, True), "opsd.no_teacher_delta": (0, INF, True, False),

@@ -17,6 +17,7 @@ def choices() -> dict[str, tuple]:
     `validate` checks them)."""
     from rlpr.algorithms.advantages import ADVANTAGES
     from rlpr.algorithms.opsd import CONTEXTS, LOSSES, TEACHERS
+    from rlpr.algorithms.refill import REFILL
     from rlpr.algorithms.losses import (ENTROPY_TOKENS, KL_ESTIMATORS, LOSS_AGGREGATIONS, PG_TOKENS, REF_SFT_NORMS,
                                         ROLLOUT_IS, SFT_WEIGHTS)
     from rlpr.config.recipes import RECIPES
@@ -62,6 +63,7 @@ def choices() -> dict[str, tuple]:
         "algorithm.loss_agg": tuple(LOSS_AGGREGATIONS),
         "algorithm.kl_estimator": tuple(KL_ESTIMATORS),
         "algorithm.on_insufficient": ("train", "error"),
+        "algorithm.refill": tuple(REFILL),
         "algorithm.pg_tokens": PG_TOKENS,
         "algorithm.entropy_tokens": tuple(ENTROPY_TOKENS),
         "algorithm.ref_sft_weight": tuple(SFT_WEIGHTS),

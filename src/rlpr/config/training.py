@@ -69,7 +69,14 @@ class AlgorithmConfig:
     filter_ema_decay: float = 0.99
     """Decay of the std's EMA."""
     max_sampling_tries: int = 3
-    """Rollout rounds per step for dynamic sampling (until prompts_per_step groups are kept)."""
+    """Rollout rounds per step for dynamic sampling (until prompts_per_step groups are kept): the
+    bound on what filling the batch costs, at most this many rounds of rollouts per step."""
+    refill: str = "estimate"
+    """How many prompts each extra sampling round draws: estimate (the missing groups over the step's
+    keep rate so far, at most prompts_per_step; surplus kept groups' prompts wait in the stream's
+    cache for a later step), missing (exactly the missing groups: no rollout of a kept group goes
+    unused, but a round fills only its keep rate of the gap) or full (prompts_per_step every round).
+    Every round's responses count in rollout/responses (docs/training.md, "Filling the batch")."""
     on_insufficient: str = "train"
     """When the tries keep too few groups: train (on what was kept) or error."""
     clip_low: float = 0.2
@@ -114,6 +121,12 @@ class AlgorithmConfig:
     """Lower bound of rho (0: none)."""
     rollout_is_max: float = 3.0
     """Upper bound of rho (TRL's default 3; verl's TIS uses 2)."""
+    early_stop_ratio: float = 0.0
+    """Mini-batch early stop (RLinf's early_stop_imp_ratio; 0: off): a mini-batch whose mean
+    importance ratio pi_theta / pi_old over the tokens its policy loss covers exceeds this bound is
+    dropped (its gradient discarded, no optimizer step) instead of applied; counted in
+    policy/dropped_updates. Only a step's later updates (trainer.epochs_per_step > 1, or
+    mini_batch_prompts < prompts_per_step) can move the ratio off 1. RLinf's math recipes use 5."""
 
 
 @dataclass

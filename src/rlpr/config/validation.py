@@ -117,6 +117,12 @@ def validate(cfg: Config, sections: tuple[str, ...] | None = None) -> None:
         raise ConfigError("algorithm.rollout_is corrects for the sampling engine's own log-probs, which "
                           "rollout.engine=hf does not report (it samples with the trainer's model): use rollout.engine=vllm")
     validate_opsd(cfg)
+    if 0 < a.early_stop_ratio <= 1:
+        raise ConfigError(f"algorithm.early_stop_ratio ({a.early_stop_ratio}) bounds a mean importance ratio, which "
+                          f"is 1 before a step's first update: use a bound above 1 (RLinf uses 5), or 0 for none")
+    if a.early_stop_ratio and t.strategy == "deepspeed":
+        raise ConfigError("algorithm.early_stop_ratio drops a mini-batch's gradient before the optimizer step, which "
+                          "DeepSpeed's engine takes itself: use trainer.strategy=ddp or fsdp")
     if a.rollout_is_min >= a.rollout_is_max:
         raise ConfigError(f"algorithm.rollout_is_min ({a.rollout_is_min}) must be below algorithm.rollout_is_max "
                           f"({a.rollout_is_max})")

@@ -69,6 +69,11 @@ class Replicated:
         self.optimizer.zero_grad(set_to_none=True)
         return norm
 
+    def discard(self) -> None:
+        """Drop the accumulated gradients without a step (algorithm.early_stop_ratio): the weights and
+        the optimizer's state (moments, step count) stay as they were."""
+        self.optimizer.zero_grad(set_to_none=True)
+
     def model_state(self, policy):
         """None: save the module itself."""
         return None

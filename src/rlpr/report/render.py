@@ -26,6 +26,10 @@ TRAIN_PANELS = [
     ("Accuracy (graded responses)", [("reward/accuracy", "accuracy")], "fraction"),
     ("Std filter: kept fraction", [("filter/kept_frac", "kept")], "fraction"),
     ("Std filter: threshold and EMA std", [("filter/threshold", "threshold"), ("filter/ema_std", "EMA std")], ""),
+    # what filling the batch costs and buys (algorithm.max_sampling_tries, algorithm.refill)
+    ("Groups per step", [("filter/generated_groups", "generated"), ("filter/passed_groups", "passed the filter"),
+                         ("policy/groups", "trained on")], "groups"),
+    ("Rollouts generated (cumulative)", [("rollout/responses_total", "responses")], "responses"),
     ("Response length", [("rollout/response_len_mean", "mean")], "tokens"),
     ("Entropy", [("policy/entropy", "entropy")], "nats/token"),
     # collapse monitors (rlpr.train.metrics.COLLAPSE_WARNINGS): intrinsic rewards rise, then fall
@@ -35,6 +39,7 @@ TRAIN_PANELS = [
     ("KL to the initial policy", [("policy/kl", "KL")], ""),
     ("Clip fraction", [("policy/clip_frac", "clipped")], "fraction"),
     ("Gradient norm", [("policy/grad_norm", "grad norm")], ""),
+    ("Advantage scale", [("policy/adv_abs_mean", "mean |A| over trained tokens")], ""),
     ("Peak memory", [("perf/peak_rss_gb", "peak RSS"), ("perf/peak_gpu_gb", "peak GPU")], "GiB"),
     # OPSD (reward.kind=opsd*, docs/opsd.md): the identity check and the teacher's signal
     ("OPSD identity: OPSD sum vs RLPR's log reward", [("opsd/identity_pearson", "Pearson r"),
@@ -374,7 +379,8 @@ def render_html(runs: list[RunData], figs: dict | None = None) -> str:
 
     meta = "".join(
         f"<tr><td>{html.escape(r.name)}</td><td><code>{html.escape(str(r.path))}</code></td>"
-        f"<td class=num>{r.steps}</td><td>{_text(r.config.get('preset', ''))}</td>"
+        f"<td class=num>{r.steps}</td><td class=num>{_fmt(r.first_last('rollout/responses_total')[1])}</td>"
+        f"<td>{_text(r.config.get('preset', ''))}</td>"
         f"<td><code>{_text(model_path(r), 300)}</code></td>"
         f"<td>{'interrupted' if r.summary.get('interrupted') else 'finished' if r.summary else 'running or crashed'}"
         f"</td></tr>" for r in runs)
@@ -386,7 +392,8 @@ def render_html(runs: list[RunData], figs: dict | None = None) -> str:
         f"<!doctype html><html><head><meta charset='utf-8'><title>{html.escape(title)}</title>",
         f"<style>{CSS}</style></head><body><h1>{html.escape(title)}</h1>",
         f"<p class=muted>Written {time.strftime('%Y-%m-%d %H:%M')} by <code>rlpr report</code>.</p>",
-        "<table><tr><th>run</th><th>directory</th><th>steps</th><th>preset</th><th>model</th><th>state</th></tr>",
+        ("<table><tr><th>run</th><th>directory</th><th>steps</th><th>rollouts</th><th>preset</th><th>model</th>"
+         "<th>state</th></tr>"),
         meta, "</table>",
         "<h2>Held-out evaluation, before &rarr; after</h2>", _held_out_table(runs),
     ]

@@ -86,6 +86,8 @@ def rollout_metrics(groups: list[Group]) -> dict:
             # verifier reads, normalized; no answer counts as one more), and the share of a group's
             # responses equal to its most common response (1: all identical)
             "rollout/distinct_answers": s["answers"] / max(s["groups"], 1),
+            # the responses generated this step, every sampling round's (what the step's rollouts cost)
+            "rollout/responses": int(s["count"]),
             "rollout/identical_frac": s["identical"] / max(s["groups"], 1),
             "_tokens": s["len"]}
 
@@ -99,9 +101,12 @@ def group_std_stats(groups: list[Group]) -> tuple[float, float]:
 
 
 def filter_metrics(ema: float | None, threshold: float | None, kept: int, generated: int, tries: int,
-                   mean_std: float, nonzero: float, cached: int) -> dict:
-    """filter/*: the std filter's step (global counts), its EMA and threshold (0 while it is off)."""
+                   mean_std: float, nonzero: float, cached: int, passed: int | None = None) -> dict:
+    """filter/*: the std filter's step (global counts), its EMA and threshold (0 while it is off).
+    `kept`: the groups the step trains on (at most prompts_per_step); `passed`: every group the
+    filter let through, the surplus beyond prompts_per_step included."""
     return {"filter/kept_frac": kept / max(generated, 1), "filter/kept_groups": kept,
+            "filter/passed_groups": kept if passed is None else passed,
             "filter/generated_groups": generated, "filter/tries": tries, "filter/mean_std": mean_std,
             "filter/ema_std": ema if ema is not None else float("nan"),
             "filter/threshold": threshold if threshold is not None else 0.0,

@@ -25,7 +25,7 @@ def trainer_state(trainer) -> dict:
             "stream": trainer.stream.state_dict(), "score_a_cache": trainer.score_a.state_dict(),
             "rng": rng_state(), "world_size": dist.world_size(), "strategy": trainer.cfg.trainer.strategy,
             "lagged": trainer.lagged.state_dict(), "length": trainer.length_monitor.state_dict(),
-            "opsd": trainer.distiller.state_dict()}
+            "opsd": trainer.distiller.state_dict(), "responses_total": trainer.responses_total}
 
 
 
@@ -76,6 +76,8 @@ def put_back(trainer, state: dict, mine: dict) -> None:
     set_rng_state(mine["rng"])
     keep_threads(trainer, mine.get("threads"))
     trainer.step = state["step"]
+    # a checkpoint from before the count has none: the count restarts at the resume
+    trainer.responses_total = int(state.get("responses_total", 0))
 
 
 def keep_threads(trainer, saved: int | None) -> None:

@@ -20,6 +20,7 @@ from pathlib import Path
 import torch
 
 from rlpr.algorithms.advantages import NO_MOMENTS, compute_advantages, get_advantage
+from rlpr.algorithms.refill import round_prompts
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
@@ -53,8 +54,8 @@ from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, fo
                               reference_copy, scoring_budget, seed_everything, shuffled_targets, std_filter,
                               training_prompts)
 from rlpr.train.tracking import NullTracker, Tracker
-from rlpr.train.update import (Sample, accumulate_gradients, fill_step_logprobs, shares_prefix, training_sample,
-                               update_metrics)
+from rlpr.train.update import (Sample, accumulate_gradients, fill_step_logprobs, shares_prefix, step_or_drop,
+                               training_sample, update_metrics)
 
 log = logging.getLogger("rlpr.train")
 
@@ -122,7 +123,7 @@ class Trainer:
         self.optimizer = build_optimizer(cfg, self.trainable)
         self.strategy.attach(self.optimizer, self.trainable, cfg.trainer.grad_clip)
         self.scheduler = build_scheduler(cfg, self.optimizer)
-        self.step = 0
+        self.step = self.responses_total = 0  # and the responses generated since step 1 (checkpointed)
         if dist.is_main():
             log.info("%d training prompts, %d held-out; %d steps of %d prompts x %d responses; run dir %s",
                      len(self.train_prompts), len(val_prompts), cfg.trainer.max_steps, cfg.trainer.prompts_per_step,
@@ -211,8 +212,7 @@ class Trainer:
         generated: list[Group] = []
         tries = global_kept = global_generated = 0
         while tries < cfg.algorithm.max_sampling_tries:
-            rate = global_kept / global_generated if global_generated else 1.0
-            to_roll = want if not tries else min(want, math.ceil((want - global_kept) / max(rate, 0.25)))
+            to_roll = round_prompts(cfg.algorithm.refill, want, global_kept, global_generated, tries)
             taken = list(enumerate(self.stream.take(to_roll)))[me::ranks]
             seed = (cfg.trainer.seed * SEED_MIX + step) * 101 + tries
             groups = self.rollout_groups([index for _, index in taken], seed)
@@ -234,7 +234,7 @@ class Trainer:
         threshold = self.filter.threshold(step)
         self.filter.end_step(step, mean_std)
         stats = filter_metrics(self.filter.ema, threshold, kept_count, global_generated, tries, mean_std, nonzero,
-                               len(self.stream.cache))
+                               len(self.stream.cache), global_kept)
         return kept_groups, {"generated": generated, **stats}
 
     def _first_kept(self, kept: list[tuple[tuple[int, int], Group]], want: int) -> list[Group]:
@@ -301,8 +301,8 @@ class Trainer:
             timings["perf/old_logp_s"] = time.perf_counter() - tick
             timings.update(self.distiller.prepare(all_samples, step))  # the teacher pass, each token's signal
         tick = time.perf_counter()
-        totals: dict[str, float] = {}
-        grad_norms = []
+        totals: dict[str, float] = {"groups": float(sum(1 for g in per_group if g))}  # the groups trained on
+        grad_norms, ratios = [], []
         self.policy.train()
         for _ in range(t.epochs_per_step):
             for u in range(n_updates):
@@ -312,15 +312,14 @@ class Trainer:
                                                  pad, temp, shares_prefix(cfg), lockstep=self.strategy.lockstep,
                                                  backward=self.strategy.backward, max_tokens=t.micro_batch_tokens,
                                                  pack=self.pack)
-                grad_norms.append(self.strategy.step())  # reduce, clip at grad_clip, AdamW step
-                self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
-                self.distiller.update()  # opsd.teacher=ema: the same for the teacher
-                for k, v in stats.items():
-                    totals[k] = totals.get(k, 0.0) + v
+                # reduce, clip at grad_clip, AdamW step, unless algorithm.early_stop_ratio drops the mini-batch
+                if step_or_drop(self.strategy, stats, cfg.algorithm.early_stop_ratio, totals, grad_norms, ratios):
+                    self.lagged.update()  # reward.scorer=ema: fold the new weights into the lagged copy
+                    self.distiller.update()  # opsd.teacher=ema: the same for the teacher
         self.scheduler.step()
         timings["perf/update_s"] = time.perf_counter() - tick
-        return {**update_metrics(totals, grad_norms, self.scheduler.get_last_lr()[0], cfg.algorithm),
-                **timings}
+        return {**update_metrics(totals, grad_norms, self.scheduler.get_last_lr()[0], cfg.algorithm,
+                                 len(ratios) - len(grad_norms), tuple(ratios)), **timings}
 
     # -- one step -----------------------------------------------------------------------------
     def train_step(self, step: int) -> dict:
@@ -334,6 +333,7 @@ class Trainer:
         generated = info.pop("generated")
         collect_s = time.perf_counter() - start
         metrics = {**info, **rollout_metrics(generated), **self.update(kept, step), **self.timings}
+        metrics["rollout/responses_total"] = self.responses_total = self.responses_total + metrics["rollout/responses"]
         metrics["perf/collect_s"] = collect_s
         metrics["perf/step_s"] = time.perf_counter() - start
         metrics["perf/rollout_tok_s"] = metrics.pop("_tokens") / max(metrics["perf/rollout_s"], 1e-9) \

@@ -323,6 +323,7 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
         gap.update(opsd_jsd=jsd.detach().sum().item(), opsd_tokens=float(chosen.sum().item()),
                    opsd_clipped=float(at_clip.sum().item()))
     stats = {"pg_loss": pg.detach().sum().item(), "clipped": clipped.sum().item(),
+             "adv_abs": advantages.abs().sum().item(), "ratio": torch.exp(logp.detach() - old).sum().item(),
              "entropy": entropy.detach().sum().item(), "kl": kl_sum, "tokens": float(logp.numel()),
              "ratio_gap": (logp.detach() - old).abs().sum().item(), **gap}
     return loss, stats
@@ -331,7 +332,7 @@ def micro_batch_loss(model, mb: MicroBatch, norm: Normaliser, cfg: AlgorithmConf
 # The per-token and per-sequence sums an update reports (summed over micro-batches, then ranks).
 UPDATE_SUMS = ("pg_loss", "clipped", "entropy", "kl", "tokens", "ratio_gap", "sft_logp", "sft_seqs", "logprob_gap",
                "gap_tokens", "is_weight", "is_outside", "micro_batches", "opsd_jsd", "opsd_tokens",
-               "opsd_clipped")
+               "opsd_clipped", "adv_abs", "groups", "ratio")
 
 
 def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool = False) -> dict:
@@ -350,9 +351,44 @@ def optional_metrics(sums: dict, tokens: float, ref_sft: bool, rollout_is: bool 
     return out
 
 
-def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: AlgorithmConfig) -> dict:
+def mini_batch_ratio(stats: dict) -> float:
+    """A mini-batch's mean importance ratio pi_theta / pi_old over the tokens its policy loss covered
+    (every rank's; every rank calls it), from `accumulate_gradients`' sums: what
+    algorithm.early_stop_ratio bounds (RLinf's early_stop_imp_ratio, the same statistic). 1 where it
+    covered no token."""
+    ratio, tokens = dist.sum_values([stats.get("ratio", 0.0), stats.get("tokens", 0.0)])
+    return ratio / tokens if tokens else 1.0
+
+
+def early_stop(stats: dict, bound: float) -> tuple[bool, float]:
+    """(drop the mini-batch, its mean ratio): drop when `bound` (algorithm.early_stop_ratio) is set
+    and the mean ratio exceeds it; the same answer on every rank (the sums are global)."""
+    ratio = mini_batch_ratio(stats)
+    return bool(bound) and ratio > bound, ratio
+
+
+def step_or_drop(strategy, stats: dict, bound: float, totals: dict, grad_norms: list, ratios: list) -> bool:
+    """After a mini-batch's backward passes: the optimizer step (the strategy's: reduce, clip, AdamW),
+    its gradient norm into `grad_norms` and its sums into `totals`; or, when its mean ratio exceeds
+    `bound` (algorithm.early_stop_ratio, `early_stop`), its gradient discarded with no step. Its mean
+    ratio goes into `ratios` either way. True when the step was taken."""
+    drop, ratio = early_stop(stats, bound)
+    ratios.append(ratio)
+    if drop:
+        strategy.discard()
+        return False
+    grad_norms.append(strategy.step())
+    for k, v in stats.items():
+        totals[k] = totals.get(k, 0.0) + v
+    return True
+
+
+def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: AlgorithmConfig,
+                   dropped: int = 0, ratios: tuple[float, ...] = ()) -> dict:
     """One step's policy metrics from its updates' summed statistics (summed over ranks here: every
-    rank calls it). A step with no update (every group filtered out) has no per-token values: NaN."""
+    rank calls it). A step with no update (every group filtered out) has no per-token values: NaN.
+    `totals` holds the applied mini-batches' sums; `dropped` counts those algorithm.early_stop_ratio
+    dropped and `ratios` is every mini-batch's mean importance ratio (applied or dropped)."""
     sums = dict(zip(UPDATE_SUMS, dist.sum_values([totals.get(k, 0.0) for k in UPDATE_SUMS])))
     tokens = sums["tokens"] or float("nan")
     return {**optional_metrics(sums, tokens, bool(cfg.ref_sft_coef), cfg.rollout_is != "none"),
@@ -360,6 +396,11 @@ def update_metrics(totals: dict, grad_norms: list[float], lr: float, cfg: Algori
             "policy/entropy": sums["entropy"] / tokens, "policy/kl": sums["kl"] / tokens,
             "policy/ratio_gap": sums["ratio_gap"] / tokens, "policy/grad_norm": mean(grad_norms),
             "policy/updates": len(grad_norms), "policy/lr": lr, "policy/tokens": sums["tokens"],
+            # the advantage's scale: mean |A| over the tokens the policy loss covered (OPSD's per-token
+            # signal included); the groups the update trained on (kept groups with a non-empty response)
+            "policy/adv_abs_mean": sums["adv_abs"] / tokens, "policy/groups": sums["groups"],
+            # the largest mini-batch mean importance ratio of the step (what early_stop_ratio bounds)
+            "policy/ratio_max": max(ratios, default=float("nan")), "policy/dropped_updates": dropped,
             "perf/micro_batches": sums["micro_batches"]}
 
 
