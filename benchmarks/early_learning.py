@@ -1,0 +1,147 @@
+"""Why RLPR learns slower early than the label-free rewards (issue 61, item 1): per-step accounting of
+one RLPR run and one self-certainty run at the `small` preset, from their metrics.jsonl.
+
+    python benchmarks/early_learning.py run                      # trains both, one after the other
+    python benchmarks/early_learning.py report RUN_A RUN_B ...   # the tables from finished runs
+
+Per step: groups generated, passed by the std filter, trained on; tokens trained on; the advantage's
+scale (mean |A| over trained tokens); the gradient norm (before clipping); responses generated (this
+step and so far). The comparison is of each quantity's mean over the steps before the filter starts
+(its warm-up) and after, and of the run's totals; the held-out accuracy before and after.
+Writes benchmarks/results/early_learning.{md,json}.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import yaml
+
+OUT = Path(__file__).resolve().parent / "results" / "early_learning"
+KINDS = ("probability", "self_certainty")
+# (metric key, column title, total it adds up to or None)
+COLUMNS = [("filter/generated_groups", "generated", True), ("filter/passed_groups", "passed", True),
+           ("policy/groups", "trained", True), ("policy/tokens", "tokens", True),
+           ("policy/adv_abs_mean", "mean abs A", False), ("policy/grad_norm", "grad norm", False),
+           ("filter/mean_std", "group std", False), ("reward/mean", "reward", False),
+           ("filter/nonzero_std_frac", "groups with std > 0", False), ("policy/entropy", "entropy", False),
+           ("rollout/responses", "responses", True),
+           ("rollout/responses_total", "responses so far", False)]
+
+
+def train(kind: str, steps: int, out: Path, seed: int) -> float:
+    """One `rlpr train --preset small` run of `kind` (one torch thread); its wall time in seconds."""
+    args = [sys.executable, "-m", "rlpr", "train", "--preset", "small", "model.threads=1",
+            f"trainer.max_steps={steps}", f"reward.kind={kind}", f"trainer.seed={seed}",
+            f"trainer.output_dir={out}", f"trainer.name={kind}"]
+    tick = time.time()
+    subprocess.run(args, check=True)
+    return time.time() - tick
+
+
+def load(run: Path) -> dict:
+    """A run's steps (the COLUMNS keys), its held-out accuracy before/after and its config's essentials."""
+    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines() if line.strip()]
+    cfg = yaml.safe_load((run / "config.yaml").read_text())
+    steps = [{"step": r["step"], **{k: r.get(k) for k, _, _ in COLUMNS}} for r in rows if "policy/updates" in r]
+    evals = {r["step"]: r.get("eval/accuracy") for r in rows if "eval/accuracy" in r}
+    return {"run": run.name, "kind": cfg["reward"]["kind"], "seed": cfg["trainer"]["seed"],
+            "warmup_steps": cfg["algorithm"]["filter_warmup_steps"],
+            "max_sampling_tries": cfg["algorithm"]["max_sampling_tries"],
+            "train_s": sum(r.get("perf/step_s") or 0.0 for r in rows), "steps": steps,
+            "accuracy_before": evals.get(0), "accuracy_after": evals.get(max(evals)) if evals else None}
+
+
+def mean(values) -> float:
+    values = [v for v in values if v is not None and math.isfinite(v)]
+    return sum(values) / len(values) if values else float("nan")
+
+
+def summarize(run: dict) -> dict:
+    """Means over the warm-up steps (no filter) and the filtered steps; totals over the run."""
+    w = run["warmup_steps"]
+    parts = {"warm-up": [s for s in run["steps"] if s["step"] <= w],
+             "filtered": [s for s in run["steps"] if s["step"] > w], "all": run["steps"]}
+    out = {name: {k: mean(s[k] for s in steps) for k, _, _ in COLUMNS} for name, steps in parts.items()}
+    out["total"] = {k: sum(s[k] or 0 for s in run["steps"]) for k, _, adds in COLUMNS if adds}
+    out["steps_without_update"] = sum(not s["policy/groups"] for s in run["steps"])
+    return out
+
+
+def fmt(v) -> str:
+    if v is None or (isinstance(v, float) and not math.isfinite(v)):
+        return "-"
+    return f"{v:.0f}" if abs(v) >= 100 or float(v).is_integer() else f"{v:.3g}"
+
+
+def markdown(data: dict) -> str:
+    runs = data["runs"]
+    names = [r["kind"] for r in runs]
+    lines = ["# Early learning: where RLPR's steps differ from self-certainty's (issue 61, item 1)", "",
+             data.get("note", ""), "", "## Means per step (warm-up: no filter; filtered: the filter on), totals", "",
+             "Ratio: the first run's value over the second's.", ""]
+    parts = ("warm-up", "filtered", "all", "total")
+    head = ["quantity"] + [f"{part}: {' / '.join(names)}" + (" (ratio)" if len(runs) == 2 else "") for part in parts]
+    lines += ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
+    for key, title, _ in COLUMNS[:-1]:
+        cells = [title]
+        for part in parts:
+            values = [r["summary"][part].get(key) for r in runs]
+            if any(v is None for v in values):
+                cells.append("")
+                continue
+            ratio = f" ({fmt(values[0] / values[1])})" if len(values) == 2 and values[1] else ""
+            cells.append(" / ".join(fmt(v) for v in values) + ratio)
+        lines.append("| " + " | ".join(cells) + " |")
+    lines += ["", "| run | steps without an update | held-out Avg@8 before | after | training s (steps) |",
+              "|---|---|---|---|---|"]
+    for r in runs:
+        acc = [fmt(100 * a) + "%" if a is not None else "-" for a in (r["accuracy_before"], r["accuracy_after"])]
+        lines.append(f"| {r['kind']} (seed {r['seed']}) | {r['summary']['steps_without_update']} | {acc[0]} | "
+                     f"{acc[1]} | {fmt(r['train_s'])} |")
+    for r in runs:
+        lines += ["", f"## Per step: {r['kind']}", "",
+                  "| step | " + " | ".join(t for _, t, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
+        lines += ["| " + " | ".join([str(s["step"])] + [fmt(s[k]) for k, _, _ in COLUMNS]) + " |" for s in r["steps"]]
+    if data.get("findings"):
+        lines += ["", "## What it points to", "", data["findings"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> None:
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    sub = p.add_subparsers(dest="cmd", required=True)
+    r = sub.add_parser("run", help="train RLPR and self-certainty at the small preset, then report")
+    r.add_argument("--steps", type=int, default=20)
+    r.add_argument("--seed", type=int, default=0)
+    r.add_argument("--runs", type=Path, default=Path("runs/early_learning"))
+    rep = sub.add_parser("report", help="the tables from finished run directories")
+    rep.add_argument("runs", type=Path, nargs="+")
+    for q in (r, rep):
+        q.add_argument("--note", default="", help="a paragraph under the title (machine, load, code)")
+        q.add_argument("--findings", default="", help="the conclusions, as a paragraph at the end")
+    args = p.parse_args(argv)
+    if args.cmd == "run":
+        for kind in KINDS:
+            train(kind, args.steps, args.runs, args.seed)
+        dirs = [args.runs / kind for kind in KINDS]
+    else:
+        dirs = args.runs
+    runs = [load(d) for d in dirs]
+    for run in runs:
+        run["summary"] = summarize(run)
+    data = {"runs": runs, "note": args.note, "findings": args.findings}
+    OUT.parent.mkdir(parents=True, exist_ok=True)
+    OUT.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
+    OUT.with_suffix(".md").write_text(markdown(data))
+    print(OUT.with_suffix(".md").read_text())
+
+
+if __name__ == "__main__":
+    main()
