@@ -68,3 +68,33 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
     n = len(STEP_PREFIX)
     steps = [p for p in root.glob(f"{STEP_PREFIX}*") if p.name[n:].isdigit() and is_complete(p)]
     return sorted(steps, key=lambda p: int(p.name[n:]))
+
+
+# What of a trainer state feeds a model on resume: the optimizer's moments and the EMA copies' weights
+STATE_TENSOR_KEYS = ("optimizer", "lagged", "opsd")
+
+
+def nonfinite_tensors(tree, name: str = "") -> list[str]:
+    """The names (dotted paths) of the floating-point tensors in `tree` (a tensor, or dicts, lists
+    and tuples of them) that hold a NaN or an infinity (issue 60, S1: a NaN update must never be
+    saved, nor loaded). One sum per tensor; only a sum that is not finite is checked element-wise
+    (finite values whose sum overflows are no NaN)."""
+    import torch
+
+    if isinstance(tree, torch.Tensor):
+        t = tree.to_local() if hasattr(tree, "to_local") else tree  # an FSDP shard: this process's part
+        if not t.is_floating_point() or t.numel() == 0:
+            return []
+        if bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()):
+            return []
+        return [name or "tensor"]
+    items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
+    return [bad for key, value in items for bad in nonfinite_tensors(value, f"{name}.{key}" if name else str(key))]
+
+
+def nonfinite_problem(what: str, bad: list[str]) -> str | None:
+    """`what` holds non-finite values: the line that says so (None when `bad` is empty)."""
+    if not bad:
+        return None
+    more = f" and {len(bad) - 1} more" if len(bad) > 1 else ""
+    return f"{what} holds NaN or infinite values ({bad[0]}{more}): a diverged update; it is never loaded"

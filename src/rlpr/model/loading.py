@@ -23,8 +23,9 @@ import torch
 
 from rlpr.errors import (PARSE_ERRORS, ModelError, error_reason, normal_modes, owned_temporary_prefix,
                          parse_error_reason, remove_leftovers, write_failure, write_failure_reason)
-from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, CorruptCheckpoint, is_complete,
-                                         list_checkpoints, saved_weights)
+from rlpr.model.checkpoint_files import (ADAPTER_CONFIG, ADAPTER_DIR, MODEL_DIR, STATE_FILE, STATE_TENSOR_KEYS,
+                                         CorruptCheckpoint, is_complete, list_checkpoints, nonfinite_problem,
+                                         nonfinite_tensors, saved_weights)
 from rlpr.model.gguf_fields import GGUF_READ_ERRORS, fast_gguf_loading, gguf_read_reason
 
 log = logging.getLogger(__name__)
@@ -291,6 +292,33 @@ def check_weights(ckpt: Path) -> None:
             json.loads(config.read_text(encoding="utf-8"))
         except PARSE_ERRORS as e:  # not JSON, not UTF-8, nested a thousand deep
             raise CorruptCheckpoint(f"{config}: not JSON ({parse_error_reason(e)})") from None
+    check_finite(ckpt)
+
+
+def check_finite(ckpt: Path) -> None:
+    """A CorruptCheckpoint when a checkpoint's trained weights, or its trainer state's optimizer
+    moments and EMA weights, hold a NaN or an infinity (issue 60, S1: eval, serve, score and export
+    scored or wrote a diverged model with exit 0). The weights are read tensor by tensor (memory
+    mapped); a trainer state that does not read is left to `--resume` (it is not what these load)."""
+    from safetensors import safe_open
+
+    weights = saved_weights(ckpt)
+    bad = []
+    with safe_open(str(weights), "pt") as f:
+        for key in f.keys():
+            bad += nonfinite_tensors(f.get_tensor(key), key)
+    problem = nonfinite_problem(str(weights), bad)
+    if problem:
+        raise CorruptCheckpoint(problem)
+    try:
+        state = torch.load(ckpt / STATE_FILE, map_location="cpu", weights_only=True, mmap=True)
+    except Exception:  # noqa: BLE001 - unreadable: `rlpr train --resume` names it; the weights are what loads here
+        return
+    if isinstance(state, dict):
+        problem = nonfinite_problem(f"{ckpt / STATE_FILE}", nonfinite_tensors(
+            {k: state[k] for k in STATE_TENSOR_KEYS if k in state}))
+        if problem:
+            raise CorruptCheckpoint(problem)
 
 
 def usable_checkpoint(path: str | os.PathLike) -> Path:

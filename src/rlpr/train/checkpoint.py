@@ -24,8 +24,9 @@ import torch
 from rlpr.config import Config, load_config, read_yaml
 from rlpr.errors import ConfigError, error_reason, normal_modes, write_failure, write_failure_reason
 from rlpr.model.card import checkpoint_card, write_card
-from rlpr.model.checkpoint_files import (ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, STATE_FILE, STEP_PREFIX,
-                                         CorruptCheckpoint, is_complete, list_checkpoints, step_dir, weights_file)
+from rlpr.model.checkpoint_files import (ADAPTER_DIR, CHECKPOINTS_DIR, MODEL_DIR, STATE_FILE, STATE_TENSOR_KEYS,
+                                         STEP_PREFIX, CorruptCheckpoint, is_complete, list_checkpoints,
+                                         nonfinite_problem, nonfinite_tensors, step_dir, weights_file)
 from rlpr.model.forward import causal_lm
 from rlpr.parallel import distributed as dist
 from rlpr.train.tracking import flatten
@@ -70,6 +71,7 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
     root = Path(run_dir) / CHECKPOINTS_DIR
     final = step_dir(run_dir, step)
     tmp = root / f".tmp-{final.name}"
+    _refuse_nonfinite(run_dir, step, weights if weights is not None else _trainable_state(policy), state)
     try:
         root.mkdir(parents=True, exist_ok=True)
         _check_free_space(root, state, weights if weights is not None else _trainable_state(policy))
@@ -108,6 +110,17 @@ def save_checkpoint(run_dir: Path, step: int, policy, tokenizer, state: dict, ke
     for trash in root.glob(".trash-*"):  # left by a removal that was killed midway
         shutil.rmtree(trash, ignore_errors=True)
     return final
+
+
+def _refuse_nonfinite(run_dir: Path, step: int, weights: dict, state: dict) -> None:
+    """A checkpoint never holds a NaN or an infinity (issue 60, S1): it would be "the last good
+    checkpoint" that eval scores, export writes and a resume continues from."""
+    from rlpr.train.finite import NonFiniteValue, last_good
+
+    bad = nonfinite_tensors(weights) + nonfinite_tensors({k: state.get(k) for k in STATE_TENSOR_KEYS})
+    problem = nonfinite_problem(f"checkpoint step_{step}", bad)
+    if problem:
+        raise NonFiniteValue(f"{problem}; not saved; {last_good(run_dir)}. Lower trainer.lr or trainer.grad_clip")
 
 
 def _remove(ckpt: Path) -> None:
@@ -209,6 +222,9 @@ def load_weights(policy, ckpt: Path) -> None:
         tensors = load_file(path)
     except Exception as e:  # noqa: BLE001 - safetensors' own error type, OSError, ...: unreadable all the same
         raise CorruptCheckpoint(f"{path}: unreadable weights ({error_reason(e)})") from None
+    problem = nonfinite_problem(str(path), nonfinite_tensors(tensors))  # a NaN saved by an older rlpr
+    if problem:
+        raise CorruptCheckpoint(problem)
     try:
         if is_peft(policy):
             from peft import set_peft_model_state_dict
@@ -271,6 +287,9 @@ def load_state(ckpt: Path, resumable: bool = False) -> dict:
     problem = state_shape_problem(state, ckpt)
     if problem:
         raise CorruptCheckpoint(f"{path}: not an rlpr trainer state ({problem})")
+    problem = nonfinite_problem(str(path), nonfinite_tensors({k: state.get(k) for k in STATE_TENSOR_KEYS}))
+    if problem:
+        raise CorruptCheckpoint(problem)
     return state
 
 

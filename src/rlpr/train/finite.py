@@ -8,6 +8,11 @@ score A, the reward), then the update (the logits through their entropy, the los
 gradient norm). The first that is not finite stops the run with one line naming the step, the
 phase, the value and the last good checkpoint, which the stop leaves as it was (the step's update
 is never saved). The metrics come summed over every process, so all of them stop together.
+
+The step's values can all be finite while its update is not: a learning rate of 1e308 turns every
+trained weight into NaN in `optimizer.step()` itself (issue 60, S1). So the trainable weights and
+the optimizer's state are checked too after each step (`stop_on_nonfinite_weights`), and
+`save_checkpoint` refuses to write them non-finite whatever the caller checked.
 """
 
 from __future__ import annotations
@@ -16,7 +21,8 @@ import math
 from pathlib import Path
 
 from rlpr.errors import TrainingError, command_line
-from rlpr.model.checkpoint_files import list_checkpoints
+from rlpr.model.checkpoint_files import list_checkpoints, nonfinite_tensors
+from rlpr.parallel import distributed as dist
 
 # (metric, what it measures, the phase of the step that produced it), in the order they are made
 WATCHED = (
@@ -49,14 +55,33 @@ def first_nonfinite(metrics: dict) -> tuple[str, str, str, float] | None:
     return None
 
 
+def last_good(run_dir: Path) -> str:
+    saved = list_checkpoints(run_dir)
+    return (f"the last good checkpoint, {saved[-1].name}, is kept (after fixing the cause: "
+            f"{command_line('rlpr', 'train', '--resume', str(run_dir))})" if saved else "no checkpoint was saved")
+
+
 def stop_on_nonfinite(step: int, metrics: dict, run_dir: Path) -> None:
     """Raise NonFiniteValue (one line) when a watched value of step `step` is not finite."""
     found = first_nonfinite(metrics)
     if found is None:
         return
     key, what, phase, value = found
-    saved = list_checkpoints(run_dir)
-    kept = (f"the last good checkpoint, {saved[-1].name}, is kept (after fixing the cause: "
-            f"{command_line('rlpr', 'train', '--resume', str(run_dir))})" if saved else "no checkpoint was saved")
     raise NonFiniteValue(f"step {step}, {phase} phase: {what} is {value} ({key}); training stopped without saving "
-                         f"this step; {kept}. Check the base model's weights for NaN or infinity, or lower trainer.lr")
+                         f"this step; {last_good(run_dir)}. Check the base model's weights for NaN or infinity, or lower "
+                         f"trainer.lr")
+
+
+def stop_on_nonfinite_weights(step: int, policy, optimizer, run_dir: Path) -> None:
+    """Raise NonFiniteValue (one line) when step `step`'s update left a trainable weight or the
+    optimizer's state non-finite (every process checks its own part; all stop together)."""
+    weights = {n: p.detach() for n, p in policy.named_parameters() if p.requires_grad}
+    state = getattr(optimizer, "state", None)
+    moments = list(state.values()) if isinstance(state, dict) else []
+    bad = nonfinite_tensors(weights) or [f"optimizer state {b}" for b in nonfinite_tensors(moments)]
+    if not dist.max_value(float(bool(bad))):
+        return
+    where = f" ({bad[0]}{f' and {len(bad) - 1} more' if len(bad) > 1 else ''})" if bad else " (on another process)"
+    raise NonFiniteValue(f"step {step}, update phase: the optimizer step made the trainable weights or its own state "
+                         f"NaN or infinite{where}; training stopped without saving this step; {last_good(run_dir)}. "
+                         f"Lower trainer.lr or trainer.grad_clip")

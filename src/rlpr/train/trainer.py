@@ -42,7 +42,7 @@ from rlpr.rollout.engines import build_engine, keeping_caches
 from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out, state
 from rlpr.train.checkpoint import check_space_before_training, list_checkpoints, restore_latest, resume_changes
-from rlpr.train.finite import stop_on_nonfinite
+from rlpr.train.finite import stop_on_nonfinite, stop_on_nonfinite_weights
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, filter_metrics, flag_collapse, group_std_stats,
                                 peak_rss_gb, rollout_metrics, sample_rows)
@@ -343,6 +343,7 @@ class Trainer:
             self.tracker.write_samples(step, sample_rows(generated))
         self._flag_collapse(step, metrics)
         stop_on_nonfinite(step, metrics, self.run_dir)  # NaN/inf: stop before this step is logged or saved
+        stop_on_nonfinite_weights(step, self.policy, self.optimizer, self.run_dir)  # what the update wrote
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
