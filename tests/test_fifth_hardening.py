@@ -124,3 +124,41 @@ def test_a_resume_skips_a_nonfinite_checkpoint_for_the_previous_one(tiny_dir, tm
     assert summary["step"] == 2
     assert "skipped the corrupt checkpoint" in caplog.text and "holds NaN or infinite values" in caplog.text
     assert (run / "checkpoints" / "corrupt-step_2").is_dir()
+
+
+# -- S3: every stop signal of a user's session checkpoints -------------------------------------------
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path, monkeypatch, capsys, name):
+    """SIGHUP (a closed terminal, a dropped ssh session) ended a run with 130 and no checkpoint. A
+    stand-in handler catches a signal training does not handle (the test fails instead of dying)."""
+    from rlpr.errors import STOP_SIGNALS
+    from rlpr.train.trainer import Trainer, _train
+
+    assert name in STOP_SIGNALS
+    number = getattr(signal, name)
+    original = Trainer.train_step
+
+    def signalled_in_step_1(self, step):
+        if step == 1:
+            os.kill(os.getpid(), number)
+        return original(self, step)
+
+    class Unhandled(Exception):
+        pass
+
+    def unhandled(signum, frame):
+        raise Unhandled(signal.Signals(signum).name)
+
+    monkeypatch.setattr(Trainer, "train_step", signalled_in_step_1)
+    previous = signal.signal(number, unhandled)
+    try:
+        summary = _train(tiny_cfg(tiny_dir, tmp_path, "a run", "trainer.max_steps=5", *SMALL), None)
+    finally:
+        signal.signal(number, previous)
+    run = tmp_path / "a run"
+    assert summary.get("interrupted") and summary["step"] == 1
+    assert [c.name for c in list_checkpoints(run)] == ["step_1"]
+    err = capsys.readouterr().err
+    assert f"{name}: finishing step 1" in err and f"rlpr train --resume '{run}'" in err
+    assert f"run directory: '{run}'" in err  # quoted to paste, as the resume line (S16)

@@ -102,6 +102,20 @@ class TrainingError(RuntimeError):
     """A run that cannot continue as configured (e.g. the filter keeps too few groups)."""
 
 
+# Every signal a user's session sends to stop a command: Ctrl-C (SIGINT), a scheduler's or `kill`'s
+# stop (SIGTERM), a closed terminal or dropped ssh session (SIGHUP). Each stops a command cleanly and
+# makes a training run finish its step and checkpoint (issue 60, S3: SIGHUP lost every step since the
+# last checkpoint). SIGQUIT (Ctrl-\) stays Python's hard stop: the way out when a clean one hangs.
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
+
+
+def stop_signals() -> list:
+    """STOP_SIGNALS as this platform's signal numbers (Windows has no SIGHUP)."""
+    import signal
+
+    return [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+
+
 class Interrupted(KeyboardInterrupt):
     """SIGTERM or SIGHUP, raised where the command is, as Ctrl-C (SIGINT) is: its `finally` blocks
     remove what it was writing (rlpr's main installs the handlers; `str()` is the signal's name)."""

@@ -181,13 +181,13 @@ def interrupt_on_signals() -> None:
     while it steps (rlpr/train/signals.py: finish the step, checkpoint). Off the main thread: none."""
     import signal
 
-    from rlpr.errors import Interrupted
+    from rlpr.errors import Interrupted, stop_signals
 
     def handler(signum, frame):
         raise Interrupted(signal.Signals(signum).name)
 
-    for s in (signal.SIGTERM, getattr(signal, "SIGHUP", None)):
-        if s is not None:
+    for s in stop_signals():
+        if s != signal.SIGINT:  # Python's own handler raises KeyboardInterrupt
             try:
                 signal.signal(s, handler)
             except (ValueError, OSError):

@@ -1,5 +1,6 @@
-"""Stopping a run cleanly: SIGINT/SIGTERM finish the current step, checkpoint and exit 0; during the
-final evaluation (after the final checkpoint is saved) they stop the evaluation and exit 0."""
+"""Stopping a run cleanly: every stop signal of a user's session (`errors.STOP_SIGNALS`: SIGINT,
+SIGTERM, SIGHUP) finishes the current step, checkpoints and exits 0; during the final evaluation
+(after the final checkpoint is saved) it stops the evaluation and exits 0."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import signal
 import sys
 from contextlib import contextmanager
 
-from rlpr.errors import command_line
+from rlpr.errors import command_line, stop_signals
 from rlpr.parallel import distributed as dist
 
 
@@ -17,7 +18,7 @@ class EvaluationStopped(Exception):
 
 @contextmanager
 def finish_step_on_signal(trainer):
-    """While inside, SIGINT/SIGTERM set `trainer.stop_requested` (the loop finishes the current
+    """While inside, SIGINT/SIGTERM/SIGHUP set `trainer.stop_requested` (the loop finishes the current
     step, checkpoints and exits 0); a second signal aborts. During the final evaluation
     (`end_of_run`) a signal stops it at once in a single process; under torchrun the ranks finish
     it (their collectives must meet). Off the main thread: no handlers."""
@@ -38,7 +39,7 @@ def finish_step_on_signal(trainer):
                   f"checkpoint (again to abort)", file=sys.stderr)
 
     try:
-        previous = {s: signal.signal(s, handler) for s in (signal.SIGINT, signal.SIGTERM)}
+        previous = {s: signal.signal(s, handler) for s in stop_signals()}
     except ValueError:  # not the main thread: no handlers
         previous = {}
     try:

@@ -24,7 +24,7 @@ from rlpr.algorithms.refill import round_prompts
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
-from rlpr.errors import TrainingError
+from rlpr.errors import TrainingError, command_line
 from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
@@ -442,7 +442,8 @@ def _train(cfg: Config, resume: str | None, accept_base_change: bool = False) ->
         found = list_checkpoints(run_dir)
         if found:  # the final checkpoint was saved before the final evaluation: its card gets before -> after
             refresh_card(found[-1])
-        print(f"run directory: {run_dir}" + (f"\nlast checkpoint: {found[-1]}" if found else ""), file=sys.stderr)
+        print(f"run directory: {command_line(run_dir)}" + (f"\nlast checkpoint: {command_line(found[-1])}"
+                                                           if found else ""), file=sys.stderr)  # to paste
         if cfg.trainer.report:
             report = write_run_report(run_dir)
             if report:
