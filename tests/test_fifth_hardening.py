@@ -162,3 +162,134 @@ def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path,
     err = capsys.readouterr().err
     assert f"{name}: finishing step 1" in err and f"rlpr train --resume '{run}'" in err
     assert f"run directory: '{run}'" in err  # quoted to paste, as the resume line (S16)
+
+
+# -- S4-S6: the base fingerprint covers the tokenizer, every reader checks it, and it fails closed -----
+
+@pytest.fixture
+def lora_run(tiny_model, tokenizer, tmp_path):
+    """A one-step LoRA run on a base folder of its own (which the test then changes)."""
+    from rlpr.train.trainer import train
+
+    base = tmp_path / "base"
+    tiny_model.save_pretrained(base)
+    tokenizer.save_pretrained(base)
+    train(tiny_cfg(str(base), tmp_path, "run", "trainer.max_steps=1", *SMALL))
+    return base, tmp_path / "run"
+
+
+def _change_tokenizer(base: Path) -> None:
+    """A normalizer in tokenizer.json: the same weights read other ids for the same text."""
+    import json
+
+    spec = json.loads((base / "tokenizer.json").read_text())
+    spec["normalizer"] = {"type": "Lowercase"}
+    (base / "tokenizer.json").write_text(json.dumps(spec))
+
+
+def test_a_changed_tokenizer_is_a_changed_base_for_every_reader(lora_run, tmp_path, capsys):
+    """The fingerprint covered config.json and the weights: a resume on a changed tokenizer went on
+    in silence (the adapter, score A's cache and the prompts were built with the old ids)."""
+    from rlpr.cli.main import main
+    from rlpr.model.fingerprint import check_base
+
+    base, run = lora_run
+    (base / "README.md").write_text("notes that change nothing\n")
+    check_base(run, str(base), "--resume")  # documentation is not the model
+    _change_tokenizer(base)
+    capsys.readouterr()
+    for args in (["train", "--resume", str(run), "trainer.max_steps=2"],
+                 ["eval", "--checkpoint", str(run), "--data", DATA, "--limit", "1", "--max-new-tokens", "2",
+                  "--output", str(tmp_path / "eval")],
+                 ["export", str(run), "-o", str(tmp_path / "export")]):
+        assert main(args) == 2, args
+        lines = error_lines(capsys.readouterr().err)
+        assert len(lines) == 1 and f"the base model {base} changed since the run started (tokenizer.json" in lines[0]
+    assert not (tmp_path / "eval").exists() and not (tmp_path / "export").exists()
+
+
+def test_the_chat_template_is_part_of_the_base(lora_run):
+    import json
+
+    from rlpr.errors import ConfigError
+    from rlpr.model.fingerprint import check_base
+
+    base, run = lora_run
+    config = json.loads((base / "tokenizer_config.json").read_text())
+    config["chat_template"] = "{{ messages[0]['content'] }}"
+    (base / "tokenizer_config.json").write_text(json.dumps(config))
+    (base / "chat_template.jinja").unlink(missing_ok=True)
+    with pytest.raises(ConfigError, match=r"changed since the run started \((chat_template\.jinja|tokenizer_config)"):
+        check_base(run, str(base), "--resume")
+
+
+def test_a_run_recorded_before_the_tokenizer_was_covered_still_resumes(lora_run):
+    """A version-1 base_model.yaml (config.json and the weights only) is compared on what it holds."""
+    import yaml
+
+    from rlpr.errors import ConfigError
+    from rlpr.model.fingerprint import FINGERPRINT_FILE, WEIGHT_SUFFIXES, check_base
+
+    base, run = lora_run
+    saved = yaml.safe_load((run / FINGERPRINT_FILE).read_text())
+    old = {n: v for n, v in saved["files"].items() if n == "config.json" or n.endswith(WEIGHT_SUFFIXES)}
+    (run / FINGERPRINT_FILE).write_text(yaml.safe_dump({"model": saved["model"], "files": old, "sha256": "x"}))
+    check_base(run, str(base), "--resume")  # the tokenizer was not recorded: not a change
+    (base / "model.safetensors").write_bytes((base / "model.safetensors").read_bytes()[:-4] + b"\0\0\0\1")
+    with pytest.raises(ConfigError, match=r"\(model\.safetensors"):
+        check_base(run, str(base), "--resume")
+
+
+def test_the_python_api_checks_the_base_as_the_cli_does(lora_run, caplog):
+    """rlpr.evaluate and rlpr.score with checkpoint= returned results on a changed base."""
+    from rlpr.errors import ConfigError
+
+    base, run = lora_run
+    _change_tokenizer(base)
+    cfg = rlpr.config("demo", [f"model.path={base}", "rollout.max_new_tokens=2"])
+    out = run.parent / "api-eval"
+    with pytest.raises(ConfigError, match="changed since the run started"):
+        rlpr.evaluate(cfg, [DATA], checkpoint=run, limit=1, output_dir=out)
+    with pytest.raises(ConfigError, match="changed since the run started"):
+        rlpr.score(cfg, ["What is 2+2?"], ["4"], ["4"], checkpoint=run)
+    assert not out.exists()
+    with caplog.at_level("WARNING", logger="rlpr"):
+        rows = rlpr.score(cfg, ["What is 2+2?"], ["4"], ["4"], checkpoint=run, accept_base_change=True)
+    assert len(rows) == 1 and caplog.text.count("going on with the base as it is") == 1
+
+
+@pytest.mark.parametrize("damage", ["empty", "cut", "binary", "not a mapping"])
+def test_a_damaged_base_record_fails_closed(lora_run, tmp_path, capsys, damage):
+    """An empty, cut or unreadable base_model.yaml turned the check off in silence."""
+    from rlpr.cli.main import main
+    from rlpr.model.fingerprint import FINGERPRINT_FILE
+
+    base, run = lora_run
+    record = run / FINGERPRINT_FILE
+    text = record.read_bytes()
+    record.write_bytes({"empty": b"", "cut": text[:len(text) // 3], "binary": b"\xff\xfe\x00garbage",
+                        "not a mapping": b"- 1\n- 2\n"}[damage])
+    capsys.readouterr()
+    for args in (["train", "--resume", str(run), "trainer.max_steps=2"],
+                 ["eval", "--checkpoint", str(run), "--data", DATA, "--limit", "1", "--max-new-tokens", "2",
+                  "--output", str(tmp_path / "eval")]):
+        assert main(args) == 2, args
+        lines = error_lines(capsys.readouterr().err)
+        assert len(lines) == 1 and f"{record}: " in lines[0] and "cannot tell whether the base model" in lines[0], \
+            lines
+        assert "--accept-base-change" in lines[0]
+    assert main(["eval", "--checkpoint", str(run), "--data", DATA, "--limit", "1", "--max-new-tokens", "2",
+                 "--output", str(tmp_path / "eval"), "--accept-base-change"]) == 0
+
+
+def test_the_base_record_is_written_whole_or_not_at_all(tiny_dir, tmp_path, monkeypatch):
+    from rlpr.errors import OutputError
+    from rlpr.model import fingerprint
+
+    def cut_short(*args, **kwargs):
+        raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr("rlpr.errors.os.replace", cut_short)
+    with pytest.raises(OutputError, match="base_model.yaml: No space left on device"):
+        fingerprint.write_fingerprint(tmp_path, tiny_dir)
+    assert list(tmp_path.iterdir()) == []

@@ -149,9 +149,11 @@ def test_resume_eval_and_export_refuse_a_base_whose_weights_changed(tiny_model, 
     assert (tmp_path / "export" / "model.safetensors").is_file()
 
 
-def test_a_run_s_records_yaml_cannot_read_are_not_checked(tmp_path, caplog):
+def test_a_run_s_records_yaml_cannot_read_are_one_line(tmp_path, caplog):
     """data.yaml and base_model.yaml nested a thousand deep (a damaged run folder) were a
-    RecursionError traceback; like any unreadable one they are not checked, with a warning."""
+    RecursionError traceback. data.yaml is then not checked, with a warning; base_model.yaml
+    refuses in one line (issue 60, S6: a record that proves nothing fails closed)."""
+    from rlpr.errors import ConfigError
     from rlpr.model.fingerprint import FINGERPRINT_FILE, check_base
     from rlpr.train.run_dir import check_data
 
@@ -160,7 +162,9 @@ def test_a_run_s_records_yaml_cannot_read_are_not_checked(tmp_path, caplog):
     with caplog.at_level(logging.WARNING, logger="rlpr"):
         check_data(tmp_path, {})
     assert f"{tmp_path / 'data.yaml'}: unreadable (nested too deep)" in caplog.text
-    check_base(tmp_path, "default", "--resume")  # no traceback, no refusal
+    with pytest.raises(ConfigError) as e:
+        check_base(tmp_path, "default", "--resume")
+    assert f"{tmp_path / FINGERPRINT_FILE}: unreadable (nested too deep)" in one_line(e.value)
 
 
 def test_the_fingerprint_of_a_large_file_samples_it(tmp_path):

@@ -97,11 +97,14 @@ def train(cfg: Config | str = "demo", overrides: Sequence[str] | dict | None = N
 
 
 def score(cfg: Config | str, questions: Sequence[str], responses: Sequence[str], references: Sequence[str], *,
-          checkpoint: str | os.PathLike | None = None, model=None, tokenizer=None) -> list[dict]:
+          checkpoint: str | os.PathLike | None = None, model=None, tokenizer=None,
+          accept_base_change: bool = False) -> list[dict]:
     """Probability rewards of responses to questions (chat-templated with cfg.data.template, as
     training prompts are), as `rlpr score` writes them: one dict per response with valid, format,
     score_b, score_a, delta, reward. The model is cfg.model.path with `checkpoint` applied (a run
-    directory or checkpoints/step_N), or `model`/`tokenizer` as given (e.g. one already loaded)."""
+    directory or checkpoints/step_N), or `model`/`tokenizer` as given (e.g. one already loaded). A
+    LoRA checkpoint's base must be the one its run started from, as for `rlpr eval --checkpoint`,
+    unless `accept_base_change`."""
     from rlpr.data.prompts import chat_text
     from rlpr.data.templates import build_messages
     from rlpr.reward.probability_reward import ProbabilityReward
@@ -117,7 +120,7 @@ def score(cfg: Config | str, questions: Sequence[str], responses: Sequence[str],
         raise ValueError(f"questions, responses and references differ in length "
                          f"({len(questions)}, {len(responses)}, {len(references)})")
     if model is None:
-        model, tokenizer = _load(cfg, checkpoint)
+        model, tokenizer = _load(cfg, checkpoint, accept_base_change)
     max_length = getattr(model.config, "max_position_embeddings", None)
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     prompts = [chat_text(tokenizer, build_messages(q, cfg.data.template)) for q in questions]
@@ -126,10 +129,11 @@ def score(cfg: Config | str, questions: Sequence[str], responses: Sequence[str],
 
 def evaluate(cfg: Config | str, data: Sequence[str | os.PathLike], *, checkpoint: str | os.PathLike | None = None,
              samples: int | None = None, limit: int = 0, output_dir: str | os.PathLike = "eval",
-             seed: int = 0) -> dict:
+             seed: int = 0, accept_base_change: bool = False) -> dict:
     """Avg@k accuracy on benchmark or question files, as `rlpr eval` computes it (the graders by data
     source, cfg.rollout's sampling); writes results.json/.md and samples.jsonl to `output_dir` and
-    returns the results by benchmark."""
+    returns the results by benchmark. A LoRA checkpoint's base is checked as `rlpr eval` checks it
+    (`accept_base_change`: go on, with a warning, although it changed)."""
     from rlpr.evaluation.benchmark import check_rollout, evaluate as run, load_benchmarks
     from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.engines import build_engine
@@ -149,17 +153,18 @@ def evaluate(cfg: Config | str, data: Sequence[str | os.PathLike], *, checkpoint
     cfg = _sampling_config(cfg)
     check_rollout(cfg.rollout)
     benchmarks = load_benchmarks([str(d) for d in data], samples, limit, cfg.data.template)
-    model, tokenizer = _load(cfg, checkpoint)
+    model, tokenizer = _load(cfg, checkpoint, accept_base_change)
     dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device)
     engine = build_engine(model, tokenizer, cfg.rollout, dtype)
     return run(engine, tokenizer, benchmarks, str(output_dir), cfg.rollout, None, seed=seed)
 
 
-def _load(cfg: Config, checkpoint):
+def _load(cfg: Config, checkpoint, accept_base_change: bool = False):
     from rlpr.model.loading import load_policy
     from rlpr.parallel.distributed import resolve_device
 
-    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
+    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device),
+                       accept_base_change=bool(accept_base_change))
 
 
 def _sampling_config(cfg: Config | str) -> Config:

@@ -117,20 +117,21 @@ def run_samples(args) -> int | None:
     return k
 
 
-def _load(cfg, checkpoint):
+def _load(cfg, args):
     from rlpr.model.loading import load_policy
     from rlpr.parallel.distributed import resolve_device
     from rlpr.parallel.threads import use_threads
 
     use_threads(cfg.model.threads, device=cfg.model.device)
-    return load_policy(cfg.model.path, checkpoint, device=resolve_device(cfg.model.device))
+    return load_policy(cfg.model.path, args.checkpoint, device=resolve_device(cfg.model.device),
+                       accept_base_change=getattr(args, "accept_base_change", False))
 
 
-def _engine(cfg, checkpoint):
+def _engine(cfg, args):
     from rlpr.model.precision import resolve_rollout_dtype
     from rlpr.rollout.engines import build_engine
 
-    model, tokenizer = _load(cfg, checkpoint)
+    model, tokenizer = _load(cfg, args)
     dtype = resolve_rollout_dtype(cfg.model.rollout_dtype, next(model.parameters()).device)
     return build_engine(model, tokenizer, cfg.rollout, dtype), tokenizer
 
@@ -162,7 +163,7 @@ def cmd_eval(args) -> int:
     benchmarks = load_benchmarks(args.data, args.samples, args.limit or 0, cfg.data.template,
                                  default_samples=run_samples(args))
     check_fits(benchmarks, cfg.rollout.max_new_tokens)  # --samples too many for memory: one line, not an OOM
-    engine, tokenizer = _engine(cfg, args.checkpoint)
+    engine, tokenizer = _engine(cfg, args)
     results = evaluate(engine, tokenizer, benchmarks, args.output, cfg.rollout, judge, seed=args.seed)
     for name, r in results.items():
         if name not in ("general", "all"):
@@ -197,7 +198,8 @@ def cmd_serve(args) -> int:
     quiet_libraries(args.verbose)
     serve(_sampling_config(args), args.checkpoint, host=args.host, port=args.port, fault_mode=args.fault_mode,
           fault_delay=args.fault_delay, name=args.served_name, max_prompt_tokens=args.max_prompt_tokens,
-          api_key_env=args.api_key_env, read_timeout=args.read_timeout, max_connections=args.max_connections)
+          api_key_env=args.api_key_env, read_timeout=args.read_timeout, max_connections=args.max_connections,
+          accept_base_change=args.accept_base_change)
     return 0
 
 
@@ -214,7 +216,7 @@ def cmd_reward_quality(args) -> int:
         check_not_an_input([args.output], {"--build-from": args.build_from})
         # bad rows and duplicate ids fail before the model loads
         examples = build_examples(args.build_from, limit=args.limit or 0)
-        engine, tokenizer = _engine(cfg, args.checkpoint)
+        engine, tokenizer = _engine(cfg, args)
         n = build_labeled(engine, tokenizer, examples, args.output, samples=args.samples,
                           rollout=cfg.rollout, seed=args.seed)
         print(f"wrote {n} labeled rows to {args.output}")
@@ -226,7 +228,7 @@ def cmd_reward_quality(args) -> int:
     check_output_dir(args.output)
     check_not_an_input(_in(args.output, REWARD_QUALITY_FILES), {"--input": args.input})
     rows = read_labeled(args.input, args.template)  # a bad row fails before the model loads
-    model, tokenizer = _load(cfg, args.checkpoint)
+    model, tokenizer = _load(cfg, args)
     report = reward_quality(model, tokenizer, rows, args.output, reward_cfg=cfg.reward,
                             n_boot=args.bootstrap, seed=args.seed, source=args.input)
     print(f"{report['n_mixed_groups']} mixed-correctness groups ({report['n_mixed_rows']} rows)",

@@ -45,10 +45,10 @@ from rlpr.evaluation.serve_server import (  # noqa: F401
 def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1", port: int = 8000,
           fault_mode: str = "none", fault_delay: float = 2.0, name: str | None = None, max_prompt_tokens: int = 0,
           api_key_env: str | None = None, read_timeout: float = READ_TIMEOUT_S,
-          max_connections: int = MAX_CONNECTIONS) -> None:
+          max_connections: int = MAX_CONNECTIONS, accept_base_change: bool = False) -> None:
     """Load the policy (`model.path`, `model.device`, `model.threads` of `cfg`) and serve it until
     interrupted, capping a request's max_tokens at `rollout.max_new_tokens`; prints one line once
-    it accepts requests."""
+    it accepts requests. `accept_base_change`: serve a LoRA checkpoint although its base changed."""
     from rlpr.model.loading import load_policy
     from rlpr.parallel.distributed import resolve_device
     from rlpr.parallel.threads import use_threads
@@ -67,7 +67,8 @@ def serve(cfg: Config, checkpoint: str | None = None, *, host: str = "127.0.0.1"
     _check_server_bounds(read_timeout, max_connections)
     if max_prompt_tokens < 0:
         raise ValueError("--max-prompt-tokens must be >= 0")
-    model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device))
+    model, tokenizer = load_policy(model_path, checkpoint, device=resolve_device(device),
+                                   accept_base_change=accept_base_change)
     model_name = name or str(model_path)
     engine = None  # rollout.engine=hf: the model's own generate, one request at a time
     if cfg.rollout.engine != "hf":

@@ -127,7 +127,7 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     target.check()  # before the model loads
     if (ckpt / ADAPTER_DIR).is_dir():
         check_base(run, info.base, f"export {run}", accept_base_change)
-    model, tokenizer = load_policy(info.base, ckpt)
+    model, tokenizer = load_policy(info.base, ckpt, accept_base_change=accept_base_change)
     card = model_card(info, fmt)
     marker = export_marker(run, ckpt, fmt)
     with target.staged() as tmp:

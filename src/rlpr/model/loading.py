@@ -343,14 +343,20 @@ def usable_checkpoint(path: str | os.PathLike) -> Path:
 
 
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.PathLike | None = None,
-                dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu"):
+                dtype: torch.dtype = torch.float32, device: torch.device | str = "cpu",
+                accept_base_change: bool = False):
     """(model, tokenizer) for inference on `device`: the base model with a trained checkpoint
     applied (a LoRA adapter is merged in; a full fine-tuned model replaces the base). A run
     directory's newest checkpoint that cannot be read back is skipped (`usable_checkpoint`); an
-    adapter that does not fit the base, or whose config peft cannot read, is one line naming it."""
+    adapter that does not fit the base, or whose config peft cannot read, is one line naming it; so
+    is a base that is not the one the run started from (`fingerprint.check_checkpoint_base`: every
+    reader of a checkpoint checks it), unless `accept_base_change`."""
+    from rlpr.model.fingerprint import check_checkpoint_base
+
     if checkpoint is None:
         return load_model(path, dtype, device)
     ckpt = usable_checkpoint(checkpoint)
+    check_checkpoint_base(ckpt, path, f"checkpoint {checkpoint}", accept_base_change)
     if (ckpt / MODEL_DIR).is_dir():
         return load_model(ckpt / MODEL_DIR, dtype, device)
     from peft import PeftModel

@@ -176,9 +176,9 @@ def write_config(run_dir: Path, cfg: Config, data: dict | None = None) -> None:
 
     try:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / "config.yaml").write_text(yaml.safe_dump(cfg.to_dict(), sort_keys=False))
+        write_atomic(run_dir / "config.yaml", yaml.safe_dump(cfg.to_dict(), sort_keys=False))  # whole or none
         if data is not None:
-            (run_dir / "data.yaml").write_text(yaml.safe_dump(data, sort_keys=False))
+            write_atomic(run_dir / "data.yaml", yaml.safe_dump(data, sort_keys=False))
             write_fingerprint(run_dir, cfg.model.path)
     except OSError as e:
         raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
