@@ -65,8 +65,36 @@ SAMPLING_SECTIONS = ("model", "rollout", "reward")
 SAMPLING_RANGES = {**RANGES, "rollout.temperature": (0, INF, True, False)}
 
 
+# The largest float32 (the dtype the losses, clipping and sampling compute in): a finite float key
+# above it became infinity, or "value cannot be converted to type float without overflow" at the first
+# update, after the run folder was written (issue 60, S12: algorithm.clip_high=1e39, opsd.hybrid_lambda)
+FLOAT32_MAX = 3.4028234663852886e38
+# The smallest sampling temperature other than 0 (greedy): logits divided by less can overflow to
+# infinity and the sampler draws garbage (issue 60, S8: --temperature 1e-40 was graded as real answers).
+# Below it a temperature is greedy decoding to every digit that matters; vLLM's threshold is the same.
+MIN_TEMPERATURE = 1e-5
+
+
+def temperature_problem(value: float, zero_is_greedy: bool) -> str | None:
+    """Why a sampling temperature is refused beyond its range (None when it is not): between 0 and
+    MIN_TEMPERATURE the logits divided by it overflow."""
+    if 0 < value < MIN_TEMPERATURE:
+        greedy = "; use 0 for greedy decoding" if zero_is_greedy else ""
+        return (f"{value!r} is below {MIN_TEMPERATURE:g}: the logits divided by it overflow float32 and sampling "
+                f"returns garbage{greedy}")
+    return None
+
+
+def float_keys(cfg: Config) -> set[str]:
+    """The keys whose field is a float (their values go into float32 tensor math)."""
+    return {f"{s.name}.{f.name}" for s in dataclasses.fields(cfg) if dataclasses.is_dataclass(getattr(cfg, s.name))
+            for f in dataclasses.fields(getattr(cfg, s.name)) if f.type in ("float", float)}
+
+
 def check_ranges(cfg: Config, ranges: dict = RANGES, sections: tuple[str, ...] | None = None) -> None:
-    """Every numeric key finite (but where its range reaches infinity) and inside its range."""
+    """Every numeric key finite (but where its range reaches infinity) and inside its range; every
+    float key within float32's range (`FLOAT32_MAX`); a temperature not below MIN_TEMPERATURE."""
+    floats = float_keys(cfg)
     for key, (low, high, low_in, high_in) in ranges.items():
         if sections is not None and key.split(".")[0] not in sections:
             continue
@@ -75,6 +103,12 @@ def check_ranges(cfg: Config, ranges: dict = RANGES, sections: tuple[str, ...] |
         above = value > high if high_in else value >= high
         if math.isnan(value) or below or above:
             raise ConfigError(f"{key}: must be in {interval(ranges[key])}, got {value!r}")
+        if key in floats and math.isfinite(value) and abs(value) > FLOAT32_MAX:
+            raise ConfigError(f"{key}: {value!r} is beyond float32's range ({FLOAT32_MAX:.4g}), which training and "
+                              f"sampling compute in" + ("; inf is allowed" if high == INF and high_in else ""))
+        problem = temperature_problem(value, ranges is SAMPLING_RANGES) if key == "rollout.temperature" else None
+        if problem:
+            raise ConfigError(f"{key}: {problem}")
 
 
 def check_texts(cfg: Config, sections: tuple[str, ...] | None = None) -> None:

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from rlpr.data.records import Example
 # iter_jsonl and read_rows are re-exported: callers read them from here
-from rlpr.data.sources import Table, iter_jsonl, parse_source, read_rows, read_tables  # noqa: F401
+from rlpr.data.sources import Table, check_text, iter_jsonl, parse_source, read_rows, read_tables  # noqa: F401
 from rlpr.data.templates import build_messages
 from rlpr.errors import PARSE_ERRORS, DataError, parse_error_reason
 
@@ -184,6 +184,7 @@ def examples_from_tables(tables: list[Table], template: str, mapping: ColumnMapp
             index = len(out)
             if not isinstance(row, dict):
                 raise DataError(f"{where}: expected an object with named fields")
+            check_text(row, where)  # a lone surrogate (a .json's "\ud800"): not text
             if "reward_model" in row or ("prompt" in row and mapping.question not in row):
                 out.append(_from_verl(row, where, index, mapping.solution))
             else:

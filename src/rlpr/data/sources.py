@@ -84,6 +84,35 @@ def source_exists(spec: str | Path) -> bool:
 
 # --------------------------------------------------------------------------- files
 
+def lone_surrogate(value, name: str = "") -> tuple[str, str] | None:
+    """(field, text) of the first string in a row (`value`: its fields, nested lists and mappings,
+    their keys too) that holds a lone surrogate: JSON can spell one ("\\ud800"), no tokenizer or
+    UTF-8 writer can take it (issue 60, S13: a traceback from eval and score)."""
+    if isinstance(value, str):
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            return name or "value", value
+        return None
+    items = value.items() if isinstance(value, dict) else enumerate(value) if isinstance(value, list) else ()
+    for key, item in items:
+        field = f"{name}[{key}]" if isinstance(key, int) else f"{name}.{key}" if name else str(key)
+        found = lone_surrogate(key, field) if isinstance(key, str) else None
+        found = found or lone_surrogate(item, field)
+        if found:
+            return found
+    return None
+
+
+def check_text(row, where: str) -> None:
+    """A DataError naming the row and field when a row holds a lone surrogate (`lone_surrogate`)."""
+    found = lone_surrogate(row)
+    if found:
+        field, text = found
+        raise DataError(f"{where}: field '{field.encode('utf-8', 'backslashreplace').decode()}' holds a lone "
+                        f"surrogate ({ascii(text)[:80]}), which is not text")
+
+
 def iter_jsonl(path: str | Path):
     """(where, row) per non-blank line of a JSONL file, `where` = "FILE: row N" (N = line
     number); a line that is not a JSON object raises a one-line DataError."""
@@ -107,6 +136,7 @@ def iter_jsonl(path: str | Path):
                 raise DataError(f"{where}: not valid JSON ({parse_error_reason(e)})") from None
             if not isinstance(row, dict):
                 raise DataError(f"{where}: expected a JSON object")
+            check_text(row, where)
             yield where, row
 
 

@@ -14,6 +14,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from rlpr.config import RolloutConfig
+from rlpr.config.ranges import temperature_problem
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import chat_text
 from rlpr.data.records import Example
@@ -192,6 +193,9 @@ def check_rollout(rollout: RolloutConfig) -> None:
                          "(rollout.max_new_tokens)")
     if rollout.temperature < 0:
         raise ValueError("--temperature must be >= 0 (0: greedy decoding; rollout.temperature)")
+    problem = temperature_problem(rollout.temperature, zero_is_greedy=True)
+    if problem:
+        raise ValueError(f"--temperature {problem} (rollout.temperature)")
     if not 0 < rollout.top_p <= 1:
         raise ValueError("--top-p must be in (0, 1] (rollout.top_p)")
     if rollout.batch_sequences < 1:
@@ -269,6 +273,7 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
     """Sample with the rollout settings (max_new_tokens, temperature, top_p, batch_sequences),
     grade (and judge); write results.json, results.md and samples.jsonl into `output_dir`."""
     check_fits(benchmarks, rollout.max_new_tokens)
+    too_long = skip_too_long(benchmarks, tokenizer, context_of(engine))
     out = Path(output_dir)
     out.mkdir(parents=True, exist_ok=True)
     results: dict = {}
@@ -283,7 +288,7 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
                 questions_per_call=max(1, rollout.batch_sequences // k), advance=advance)
             if judge is not None:
                 apply_judge(judge, examples, groups)
-            results[name] = benchmark_result(groups)
+            results[name] = {**benchmark_result(groups), "skipped_too_long": too_long.get(name, 0)}
             if results[name]["judge_failed"]:
                 log.warning("%s: %d of %d judgments failed; those keep the rule verdict", name,
                             results[name]["judge_failed"], results[name]["judge_calls"])
@@ -293,6 +298,35 @@ def evaluate(engine, tokenizer, benchmarks: list[Benchmark], output_dir: str | P
     results.update(summary_means({n: r["accuracy"] for n, r in results.items()}))
     write_outputs(out, results, lines)
     return results
+
+
+def context_of(engine) -> int | None:
+    """The context length of the model an engine samples from (None when it does not say)."""
+    config = getattr(getattr(engine, "model", None), "config", None)
+    context = getattr(config, "max_position_embeddings", None)
+    return context if isinstance(context, int) and context > 0 else None
+
+
+def skip_too_long(benchmarks: list[Benchmark], tokenizer, context: int | None) -> dict[str, int]:
+    """Take out of each benchmark (in place) the questions whose prompt leaves no room in the
+    model's `context` for one answer token, as training skips its over-long prompts, with a warning
+    (issue 60, S9: they were answered from a cut context and counted); {benchmark: skipped}. A
+    benchmark with no question left is one line."""
+    skipped: dict[str, int] = {}
+    if not context:
+        return skipped
+    for b in benchmarks:
+        fits = [e for e in b.examples if len(prompt_ids(tokenizer, e.prompt)) < context]
+        n = len(b.examples) - len(fits)
+        if not n:
+            continue
+        if not fits:
+            raise ValueError(f"{b.name}: every one of its {n} prompts is longer than the model's context of {context} "
+                             f"tokens; nothing to evaluate")
+        log.warning("%s: skipped %d of %d questions whose prompt is longer than the model's context of %d tokens "
+                    "(skipped_too_long in results.json)", b.name, n, len(b.examples), context)
+        b.examples, skipped[b.name] = fits, n
+    return skipped
 
 
 def write_outputs(out: Path, results: dict, sample_lines: list[str]) -> None:

@@ -15,6 +15,21 @@ from rlpr.data.prompts import chat_text
 from rlpr.evaluation.serve_protocol import Completion, RequestError
 
 
+def check_context(context: int | None, max_new_tokens: int, max_prompt_tokens: int | None) -> None:
+    """At start, one line (issue 60, S15): a --max-new-tokens that leaves no room for a prompt in the
+    model's context (a server that refuses everything), or a --max-prompt-tokens that with it runs
+    past the context (answers the model computes from positions it was never trained on)."""
+    if not context:
+        return
+    if max_new_tokens >= context:
+        raise ValueError(f"--max-new-tokens {max_new_tokens} leaves no room for a prompt in the model's context of "
+                         f"{context} tokens (rollout.max_new_tokens); lower it")
+    if max_prompt_tokens and max_prompt_tokens + max_new_tokens > context:
+        raise ValueError(f"--max-prompt-tokens {max_prompt_tokens} plus --max-new-tokens {max_new_tokens} exceed the "
+                         f"model's context of {context} tokens; keep their sum within it (0: the context minus "
+                         f"--max-new-tokens)")
+
+
 class ChatGenerator:
     """Chat messages -> one completion, with the request's sampling settings: by the model's own
     `generate`, or by a rollout engine (`engine`, e.g. rollout.engine=vllm) when one is given."""
@@ -26,6 +41,7 @@ class ChatGenerator:
         self.tokenizer = tokenizer
         self.max_new_tokens = max_new_tokens
         context = getattr(getattr(model, "config", None), "max_position_embeddings", None)
+        check_context(context, max_new_tokens, max_prompt_tokens)
         # default: what fits in the model's context beside the longest completion
         self.max_prompt_tokens = max_prompt_tokens or (context - max_new_tokens if context else None)
         self.lock = threading.Lock()

@@ -12,6 +12,8 @@ import time
 import uuid
 from dataclasses import dataclass
 
+from rlpr.config.ranges import temperature_problem
+
 MAX_SEED = 2**63 - 1
 
 
@@ -56,6 +58,9 @@ def parse_chat_request(body: dict) -> dict:
         raise RequestError("temperature/top_p must be finite numbers, max_tokens/seed integers") from None
     if temperature < 0 or not 0 < top_p <= 1 or (max_tokens is not None and max_tokens < 1):
         raise RequestError("need temperature >= 0, 0 < top_p <= 1, max_tokens >= 1")
+    problem = temperature_problem(temperature, zero_is_greedy=True)  # logits / T overflow: was a 500
+    if problem:
+        raise RequestError(f"'temperature' {problem}")
     if seed is not None and not 0 <= seed <= MAX_SEED:
         raise RequestError(f"'seed' must be in [0, {MAX_SEED}]")
     return dict(messages=[{"role": m["role"], "content": m["content"]} for m in messages],
