@@ -195,3 +195,50 @@ def test_serve_checks_its_token_limits_against_the_context_at_start(tiny_dir, ca
     """A server that refused every prompt, or answered past its context, started without a word."""
     assert main(["serve", "--model", tiny_dir, "--port", "0", *flags]) == 2
     one_line_error(capsys, message)
+
+
+# -- S7: YAML aliases and the values an error message prints are bounded -------------------------------
+
+def _alias_bomb(levels: int = 7) -> str:
+    """About 300 bytes of nested aliases that expand to 10^levels strings."""
+    text = 'trainer:\n  lr: [&a ["xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx",x,x,x,x,x,x,x,x,x]'
+    prev = "a"
+    for name in "bcdefghijk"[:levels - 1]:
+        text += f", &{name} [" + ",".join([f"*{prev}"] * 10) + "]"
+        prev = name
+    return text + f", *{prev}]\n"
+
+
+def test_a_yaml_alias_bomb_is_one_short_line(tmp_path, capsys):
+    """A 466-byte file of nested aliases printed its expanded value: a 351 MB line, or a MemoryError."""
+    bomb = tmp_path / "bomb.yaml"
+    bomb.write_text(_alias_bomb())
+    assert len(bomb.read_bytes()) < 500
+    assert main(["config", "--preset", str(bomb)]) == 2
+    line = one_line_error(capsys, f"{bomb}: not valid YAML (its aliases expand to more than 1 MiB")
+    assert len(line) < 300
+    (tmp_path / "loop.yaml").write_text("trainer: &a {lr: [*a]}\n")
+    assert main(["config", "--preset", str(tmp_path / "loop.yaml")]) == 2
+    one_line_error(capsys, "an alias refers to the value that holds it")
+
+
+@pytest.mark.parametrize("value", ["[" + ",".join(["[1,2,3,4,5,6,7,8]"] * 2000) + "]", "x" * 1_000_000,
+                                   "{" + ",".join(f"k{i}: {i}" for i in range(5000)) + "}"])
+def test_every_value_an_error_prints_is_bounded(capsys, value):
+    assert main(["config", f"trainer.lr={value}"]) == 2
+    assert len(one_line_error(capsys, "trainer.lr: expected a number, got")) < 400
+    assert main(["config", f"rollout.engine={value}"]) == 2  # a choice
+    assert len(one_line_error(capsys, "rollout.engine:")) < 400
+
+
+def test_every_yaml_reader_bounds_aliases(tmp_path):
+    """The run's records are read with the same loader: a bomb in base_model.yaml is one line."""
+    from rlpr.errors import yaml_load
+    from rlpr.model.fingerprint import FINGERPRINT_FILE, check_base
+
+    with pytest.raises(ValueError, match="aliases expand"):
+        yaml_load(_alias_bomb())
+    assert yaml_load("a: &x [1, 2]\nb: *x\n") == {"a": [1, 2], "b": [1, 2]}  # ordinary aliases load
+    (tmp_path / FINGERPRINT_FILE).write_text(_alias_bomb())
+    with pytest.raises(ConfigError, match="unreadable \\(its aliases expand"):
+        check_base(tmp_path, "default", "--resume")

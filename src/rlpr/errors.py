@@ -10,6 +10,7 @@ import json
 import math
 import os
 import re
+import reprlib
 import shlex
 import shutil
 import socket
@@ -63,6 +64,65 @@ PARSE_ERRORS = (ValueError, RecursionError)
 def parse_error_reason(e: BaseException) -> str:
     """A parser's failure (`PARSE_ERRORS`) in one short line: "nested too deep" for a RecursionError."""
     return "nested too deep" if isinstance(e, RecursionError) else error_reason(e)
+
+
+# What a YAML text's aliases may add to it, in characters of the scalars they repeat: a 466-byte file
+# of nested aliases expanded to gigabytes when an error message printed its value (issue 60, S7)
+YAML_ALIAS_CHARS = 1 << 20
+
+
+def yaml_load(text: str):
+    """yaml.safe_load, refusing (a ValueError, one of PARSE_ERRORS) a text whose aliases expand its
+    values by more than YAML_ALIAS_CHARS characters, or that refers to itself."""
+    import yaml
+
+    loader = yaml.SafeLoader(text)
+    try:
+        node = loader.get_single_node()
+        if node is None:
+            return None
+        if _expanded_chars(node, {}) > len(text) + YAML_ALIAS_CHARS:
+            raise ValueError(f"its aliases expand to more than {YAML_ALIAS_CHARS >> 20} MiB beyond the text itself")
+        return loader.construct_document(node)
+    finally:
+        loader.dispose()
+
+
+def _expanded_chars(node, sizes: dict) -> float:
+    """The characters of every scalar under `node` with each alias written out (memoized per node)."""
+    key = id(node)
+    if key in sizes:
+        if sizes[key] is None:
+            raise ValueError("an alias refers to the value that holds it")
+        return sizes[key]
+    sizes[key] = None
+    if isinstance(node.value, str):
+        size = len(node.value) + 1
+    else:
+        size = 1 + sum(_expanded_chars(child, sizes) for item in node.value
+                       for child in (item if isinstance(item, tuple) else (item,)))
+    sizes[key] = size
+    return size
+
+
+_SHOWN = reprlib.Repr()
+_SHOWN.maxlevel, _SHOWN.maxlist, _SHOWN.maxtuple, _SHOWN.maxdict, _SHOWN.maxset = 2, 4, 4, 4, 4
+_SHOWN.maxstring, _SHOWN.maxother, _SHOWN.maxlong = 120, 120, 60
+SHOWN_CHARS = 240
+MAX_MESSAGE = 2000  # characters of an error line rlpr prints
+
+
+def shown(value) -> str:
+    """A value as an error message prints it: its repr, cut to a few items, two levels and at most
+    SHOWN_CHARS characters (never built whole: a nested value of a million items costs nothing)."""
+    text = _SHOWN.repr(value)
+    return text if len(text) <= SHOWN_CHARS else text[:SHOWN_CHARS - 3] + "..."
+
+
+def message_line(e: BaseException) -> str:
+    """An error's message as rlpr prints it: at most MAX_MESSAGE characters."""
+    text = str(e)
+    return text if len(text) <= MAX_MESSAGE else f"{text[:MAX_MESSAGE]}... ({len(text) - MAX_MESSAGE} characters more)"
 
 
 # What a failed write says in the libraries' own error types (safetensors' SafetensorError, torch.save's

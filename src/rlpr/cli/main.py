@@ -17,6 +17,7 @@ from rlpr.cli.options import Shorthand, add_config_options, command_config, shor
 from rlpr.cli.plan import register as register_plan
 from rlpr.cli.export import register as register_export
 from rlpr.cli.report import register as register_report
+from rlpr.errors import message_line
 
 
 # A disk that fills up or turns read-only under a command: the user's to fix, not a bug.
@@ -210,7 +211,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"rlpr: {args.command} interrupted ({str(e) or 'SIGINT'})", file=sys.stderr)
         return 130
     except _user_errors() as e:
-        print(f"rlpr: error: {e}", file=sys.stderr)
+        print(f"rlpr: error: {message_line(e)}", file=sys.stderr)
         return 2
     except OSError as e:
         if args.verbose or e.errno not in _DISK_ERRNOS:
@@ -222,7 +223,7 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as e:  # converters and validators raise plain ValueError for user input too
         if args.verbose:
             raise
-        print(f"rlpr: error: {e} (run with -v for a traceback)", file=sys.stderr)
+        print(f"rlpr: error: {message_line(e)} (run with -v for a traceback)", file=sys.stderr)
         return 2
     except Exception as e:  # a library's own error type for a full disk (safetensors' SafetensorError)
         from rlpr.errors import write_failure, write_failure_reason

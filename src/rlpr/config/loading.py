@@ -16,7 +16,7 @@ import yaml
 
 from rlpr.config.tree import Config
 from rlpr.config.validation import validate
-from rlpr.errors import PARSE_ERRORS, ConfigError, parse_error_reason
+from rlpr.errors import PARSE_ERRORS, ConfigError, parse_error_reason, shown, yaml_load
 
 PRESET_DIR = Path(__file__).parent.parent / "configs"
 
@@ -26,7 +26,7 @@ def _coerce(value, tp, key: str):
     origin = typing.get_origin(tp)
     if origin is list:
         if not isinstance(value, list):
-            raise ConfigError(f"{key}: expected a list, got {value!r}")
+            raise ConfigError(f"{key}: expected a list, got {shown(value)}")
         (item_tp,) = typing.get_args(tp)
         if item_tp is str and None in value:  # [null] became [""]: an empty stop string, a module named ""
             raise ConfigError(f"{key}: item {value.index(None)} is null; expected a string")
@@ -34,13 +34,13 @@ def _coerce(value, tp, key: str):
     if tp is bool:
         if isinstance(value, bool):
             return value
-        raise ConfigError(f"{key}: expected true or false, got {value!r}")
+        raise ConfigError(f"{key}: expected true or false, got {shown(value)}")
     if tp is int:
         if isinstance(value, int) and not isinstance(value, bool):
             return value
         if isinstance(value, float) and value.is_integer():
             return int(value)
-        raise ConfigError(f"{key}: expected an integer, got {value!r}")
+        raise ConfigError(f"{key}: expected an integer, got {shown(value)}")
     if tp is float:
         if isinstance(value, (int, float)) and not isinstance(value, bool):
             return float(value)
@@ -49,13 +49,13 @@ def _coerce(value, tp, key: str):
                 return float(value)
             except ValueError:
                 pass
-        raise ConfigError(f"{key}: expected a number, got {value!r}")
+        raise ConfigError(f"{key}: expected a number, got {shown(value)}")
     if tp is str:
         if value is None:
             return ""
         if isinstance(value, (str, int, float)) and not isinstance(value, bool):
             return str(value)
-        raise ConfigError(f"{key}: expected a string, got {value!r}")
+        raise ConfigError(f"{key}: expected a string, got {shown(value)}")
     return value
 
 
@@ -66,7 +66,7 @@ def _set(obj, dotted: str, value, prefix: str = "") -> None:
     if head not in names:
         close = difflib.get_close_matches(head, names, n=1)
         hint = f" (did you mean '{prefix}{close[0]}'?)" if close else ""
-        raise ConfigError(f"unknown config key '{key}'{hint}")
+        raise ConfigError(f"unknown config key {shown(key)}{hint}")
     hints = typing.get_type_hints(type(obj))
     current = getattr(obj, head)
     if dataclasses.is_dataclass(current):
@@ -76,7 +76,7 @@ def _set(obj, dotted: str, value, prefix: str = "") -> None:
             for k, v in value.items():
                 _set(current, str(k), v, key + ".")
         else:
-            raise ConfigError(f"{key}: expected a mapping of its fields, got {value!r}")
+            raise ConfigError(f"{key}: expected a mapping of its fields, got {shown(value)}")
         return
     if rest:
         raise ConfigError(f"unknown config key '{key}.{rest}' ('{key}' has no fields)")
@@ -104,7 +104,7 @@ def preset_path(name: str) -> Path:
 
 def read_yaml(path: Path) -> dict:
     try:
-        data = yaml.safe_load(path.read_text()) or {}
+        data = yaml_load(path.read_text()) or {}
     except yaml.YAMLError as e:
         raise ConfigError(f"{path}: not valid YAML ({str(e).splitlines()[0]})") from None
     except PARSE_ERRORS as e:  # not UTF-8, an integer of over 4300 digits, nesting a thousand deep
@@ -120,9 +120,9 @@ def parse_override(text: str) -> tuple[str, object]:
     it for YAML escapes ("\\n")."""
     key, sep, raw = text.partition("=")
     if not sep or not key.strip():
-        raise ConfigError(f"override {text!r}: expected key=value, e.g. trainer.max_steps=3")
+        raise ConfigError(f"override {shown(text)}: expected key=value, e.g. trainer.max_steps=3")
     try:
-        value = yaml.safe_load(raw) if raw.strip() else ""
+        value = yaml_load(raw) if raw.strip() else ""
     except (yaml.YAMLError, *PARSE_ERRORS):  # an integer of over 4300 digits, nesting a thousand deep: the text
         value = raw
     if isinstance(value, str) and raw.strip()[:1] not in ("'", '"'):

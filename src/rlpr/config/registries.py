@@ -6,7 +6,7 @@ error for a value outside its set. docs/config.md's "allowed" column is generate
 
 from __future__ import annotations
 
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, shown
 
 
 ZERO_STAGES = (1, 2)  # trainer.zero_stage (3: use trainer.strategy=fsdp)
@@ -87,4 +87,4 @@ def _choice(key: str, value, allowed) -> None:
             _choice(key, item, allowed)
         return
     if value not in allowed:
-        raise ConfigError(f"{key}: {value!r} is not one of {', '.join(allowed)}")
+        raise ConfigError(f"{key}: {shown(value)} is not one of {', '.join(allowed)}")

@@ -15,7 +15,7 @@ import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
-from rlpr.errors import write_atomic
+from rlpr.errors import write_atomic, yaml_load
 
 log = logging.getLogger("rlpr.train")
 
@@ -154,7 +154,7 @@ def _read_yaml(path: Path) -> dict:
     import yaml
 
     try:
-        return _mapping(yaml.safe_load(path.read_text(encoding="utf-8", errors="replace")))
+        return _mapping(yaml_load(path.read_text(encoding="utf-8", errors="replace")))
     except (OSError, yaml.YAMLError, ValueError, RecursionError):
         return {}
 

@@ -26,7 +26,7 @@ import os
 import struct
 from pathlib import Path
 
-from rlpr.errors import PARSE_ERRORS, ConfigError, ModelError, parse_error_reason, write_atomic
+from rlpr.errors import PARSE_ERRORS, ConfigError, ModelError, parse_error_reason, write_atomic, yaml_load
 
 log = logging.getLogger(__name__)
 
@@ -134,7 +134,7 @@ def read_fingerprint(path: Path) -> dict:
     import yaml
 
     try:
-        saved = yaml.safe_load(path.read_text(encoding="utf-8"))
+        saved = yaml_load(path.read_text(encoding="utf-8"))
     except (OSError, yaml.YAMLError, *PARSE_ERRORS) as e:  # not UTF-8, an over-long integer, nested too deep
         raise ConfigError(f"{path}: unreadable ({parse_error_reason(e)})") from None
     files = saved.get("files") if isinstance(saved, dict) else None

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import yaml
 
-from rlpr.errors import ConfigError
+from rlpr.errors import ConfigError, yaml_load
 from rlpr.train.tracking import flatten
 
 
@@ -70,7 +70,7 @@ def _read_yaml(path: Path) -> dict:
     if not path.is_file():
         return {}
     try:
-        data = yaml.safe_load(_read_text(path))
+        data = yaml_load(_read_text(path))
     except (yaml.YAMLError, ValueError, RecursionError, OSError):  # ValueError: an int over 4300 digits
         return {}
     return data if isinstance(data, dict) else {}

@@ -19,7 +19,8 @@ import yaml
 
 from rlpr.config import Config
 from rlpr.model.checkpoint_files import leftovers
-from rlpr.errors import PARSE_ERRORS, ConfigError, command_line, error_reason, parse_error_reason, write_atomic
+from rlpr.errors import (PARSE_ERRORS, ConfigError, command_line, error_reason, parse_error_reason, write_atomic,
+                         yaml_load)
 from rlpr.parallel import distributed as dist
 from rlpr.train.tracking import check_metrics, trim_metrics
 
@@ -225,7 +226,7 @@ def check_data(run_dir: Path, now: dict) -> None:
     if not path.is_file():
         return
     try:
-        saved = yaml.safe_load(path.read_text())
+        saved = yaml_load(path.read_text())
     except (OSError, yaml.YAMLError, *PARSE_ERRORS) as e:  # PARSE_ERRORS: not UTF-8, nested a thousand deep
         log.warning("%s: unreadable (%s); the data is not checked against the run's", path, parse_error_reason(e))
         return
