@@ -42,7 +42,7 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent
-DEFAULT_FROM = str(Path(tempfile.gettempdir()) / "rlpr-learning" / "runs" / "*" / "samples")
+DEFAULT_FROM = str(Path(tempfile.gettempdir()) / f"rlpr-learning-{os.getuid()}" / "runs" / "*" / "samples")
 # score name -> its value from a row (b, a, reward); "reward" is what the run trained with
 COLUMNS = {
     "B": lambda r: r["b"],

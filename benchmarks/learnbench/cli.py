@@ -12,7 +12,7 @@ from pathlib import Path
 from .plots import plot
 from .records import responses_path, write_records
 from .regrade import regrade, unfinished_jobs
-from .rows import append_row, claim, grader_version, read_rows, reuse_base, transfer_fingerprint
+from .rows import append_row, claim, grader_version, private_dir, read_rows, reuse_base, transfer_fingerprint
 from .runner import backfill_base_entropy, run_base, run_one, scorer_overrides
 from .tables import controls_verdict, opsd_verdict, summarise
 from .variants import (DEFAULT_VARIANTS, MAIN_VARIANTS, MODEL_TITLES, MODELS, RESULTS, SET_TITLES, TRANSFER, VARIANTS,
@@ -51,7 +51,9 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
     parser.add_argument("--regrade", action="store_true",
                         help="re-grade the saved responses of the runs in the .jsonl (these settings) with the "
                              "current grader, rewrite their rows, then summarise; trains nothing")
-    parser.add_argument("--workdir", default=str(Path(tempfile.gettempdir()) / "rlpr-learning"))
+    parser.add_argument("--workdir", default=None,
+                        help="where runs and job claims go (default: a private rlpr-learning-UID folder in the "
+                             "temporary folder)")
     parser.add_argument("--teacher-gap", action="store_true",
                         help="only measure the preset's families: base greedy, Avg@k, pass@k and the self-teacher "
                              "gap (the model shown each question's worked solution), to "
@@ -61,6 +63,13 @@ def parse_args(description: str, argv: list[str] | None = None) -> argparse.Name
         parser.set_defaults(seeds=1, steps=4, heldout=40, transfer_questions=20, samples=2, variants="rlpr",
                             curve_every=2, curve_questions=10, output=str(RESULTS / "learning_quick"))
     return parser.parse_args(argv)
+
+
+def default_workdir() -> Path:
+    """The work folder's default: this user's own in the temporary folder (`rows.private_dir` checks it)."""
+    import os
+
+    return Path(tempfile.gettempdir()) / f"rlpr-learning-{os.getuid()}"
 
 
 def job_list(variants: list[str], seeds: int) -> list[tuple]:
@@ -181,7 +190,7 @@ def main(description: str = "The learning benchmark", argv: list[str] | None = N
     for v in variants:
         if v not in VARIANTS:
             sys.exit(f"--variants: unknown variant {v!r} (have {', '.join(VARIANTS)})")
-    workdir = Path(args.workdir)
+    workdir = Path(args.workdir) if args.workdir else private_dir(default_workdir())
     workdir.mkdir(parents=True, exist_ok=True)
     log_path = Path(args.output + ".jsonl")
     log_path.parent.mkdir(parents=True, exist_ok=True)
@@ -201,7 +210,7 @@ def main(description: str = "The learning benchmark", argv: list[str] | None = N
         running = unfinished_jobs(log_path, settings, workdir)
         if running:
             sys.exit(f"--regrade: {len(running)} job(s) claimed under an older grader version have no row yet "
-                     f"({', '.join(running[:4])}{', ...' if len(running) > 4 else ''} in {args.workdir}/claims): "
+                     f"({', '.join(running[:4])}{', ...' if len(running) > 4 else ''} in {workdir}/claims): "
                      "their workers would wait forever for a base row moved to the new version. Re-grade when "
                      "they finish, or delete those claim files if nothing runs them")
         regrade(log_path, settings)

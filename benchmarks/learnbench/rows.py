@@ -13,6 +13,8 @@ import hashlib
 import json
 import os
 import socket
+import stat
+import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -43,7 +45,7 @@ def _lock(path: Path):
     replaces the file, so a waiter that got the lock on the old inode opens the new one again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
-        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+        fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
         if fcntl is not None:
             fcntl.flock(fd, fcntl.LOCK_EX)
         try:
@@ -102,9 +104,34 @@ def rewriting(log_path: Path):
     with _lock(log_path):
         rows = load_rows(log_path)
         yield rows
-        tmp = log_path.with_name(log_path.name + ".tmp")
-        tmp.write_text("".join(json.dumps(r) + "\n" for r in rows))
-        os.replace(tmp, log_path)
+        replace_with(log_path, "".join(json.dumps(r) + "\n" for r in rows))
+
+
+def replace_with(path: Path, text: str) -> None:
+    """Write `text` to a new file beside `path`, created exclusively under a random name (never
+    through a link planted at a predictable one: issue 60, S10), then rename it over `path` (a
+    rename replaces a link, never its target)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write(text)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def private_dir(path: Path) -> Path:
+    """`path` created as a folder only this user can enter (0700), refused (SystemExit, one line) when it
+    is a link or another user's or others may write into it: the default work folder lies in the
+    shared temporary folder, where anyone could plant one first."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = os.lstat(path)
+    if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
+        raise SystemExit(f"{path}: not a private folder of this user (a link, another user's, or writable by "
+                         f"others); remove it or pass --workdir")
+    return path
 
 
 def same_settings(a: dict | None, b: dict) -> bool:
@@ -196,7 +223,5 @@ def claim(workdir: Path, job: tuple, settings: dict) -> bool:
             if claim_alive(path):  # this process's own claims included
                 return False
             print(f"taking over {path.name}: its worker has ended", flush=True)
-        tmp = path.with_name(path.name + ".tmp")
-        tmp.write_text(me)
-        os.replace(tmp, path)
+        replace_with(path, me)
     return True

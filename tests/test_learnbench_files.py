@@ -1,0 +1,57 @@
+"""The learning benchmark's shared files (issue 60, S10): the default work folder is this user's own
+and private, and claim and row files are created exclusively, never through a planted link."""
+
+import importlib
+import importlib.util
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.unit
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks" / "learning.py"
+_spec = importlib.util.spec_from_file_location("bench_learning", BENCH)
+_spec.loader.exec_module(importlib.util.module_from_spec(_spec))  # puts benchmarks/ on the path, as running it does
+rows_mod = importlib.import_module("learnbench.rows")
+cli = importlib.import_module("learnbench.cli")
+
+
+def test_a_planted_link_never_redirects_a_claim_or_a_rewrite(tmp_path):
+    """The claim went through `claims/NAME.tmp` with write_text, following a link planted at that
+    predictable name in the shared temporary folder and overwriting its target."""
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    settings = {"steps": 1}
+    claims = tmp_path / "work" / "claims"
+    claims.mkdir(parents=True)
+    name = f"rlpr-0-{rows_mod.settings_hash(settings)}"
+    (claims / f"{name}.tmp").symlink_to(victim)
+    (claims / ".lock").symlink_to(tmp_path / "created-through-the-lock")
+    with pytest.raises(OSError):  # the lock refuses to follow the link
+        rows_mod.claim(tmp_path / "work", ("rlpr", 0), settings)
+    (claims / ".lock").unlink()
+    assert rows_mod.claim(tmp_path / "work", ("rlpr", 0), settings)
+    assert victim.read_text() == "precious\n" and not (tmp_path / "created-through-the-lock").exists()
+    assert json.loads((claims / name).read_text())["pid"] == os.getpid()
+    log = tmp_path / "learning.jsonl"
+    rows_mod.append_row(log, {"variant": "base", "seed": None})
+    (tmp_path / "learning.jsonl.tmp").symlink_to(victim)
+    with rows_mod.rewriting(log) as rows:
+        rows.append({"variant": "rlpr", "seed": 0})
+    assert victim.read_text() == "precious\n" and len(log.read_text().splitlines()) == 2
+
+
+def test_the_default_work_folder_is_private(tmp_path, monkeypatch):
+    monkeypatch.setattr(cli.tempfile, "gettempdir", lambda: str(tmp_path))
+    folder = rows_mod.private_dir(cli.default_workdir())
+    assert folder == tmp_path / f"rlpr-learning-{os.getuid()}" and (folder.stat().st_mode & 0o777) == 0o700
+    os.chmod(folder, 0o777)
+    with pytest.raises(SystemExit, match="not a private folder of this user"):
+        rows_mod.private_dir(folder)
+    folder.rmdir()
+    (tmp_path / "elsewhere").mkdir(mode=0o700)
+    folder.symlink_to(tmp_path / "elsewhere")  # planted by another user before the first run
+    with pytest.raises(SystemExit, match="not a private folder of this user"):
+        rows_mod.private_dir(folder)
