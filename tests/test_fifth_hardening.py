@@ -293,3 +293,120 @@ def test_the_base_record_is_written_whole_or_not_at_all(tiny_dir, tmp_path, monk
     with pytest.raises(OutputError, match="base_model.yaml: No space left on device"):
         fingerprint.write_fingerprint(tmp_path, tiny_dir)
     assert list(tmp_path.iterdir()) == []
+
+
+# -- S11: a checkpoint its training run prunes while it is read ----------------------------------------
+
+def test_a_checkpoint_pruned_while_it_is_read_is_taken_again_from_the_run(tiny_dir, tmp_path, monkeypatch, caplog,
+                                                                          capsys):
+    """`export` or `eval` during training failed with "not a LoRA adapter config that fits the model"
+    when the trainer saved a newer checkpoint and pruned the one they had picked."""
+    import shutil
+
+    import rlpr.model.fingerprint as fingerprint
+    from rlpr.cli.main import main
+    from rlpr.model.loading import load_policy
+    from rlpr.train.trainer import train
+
+    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", *SMALL))
+    run = tmp_path / "run"
+    ckpts = run / "checkpoints"
+    original = fingerprint.check_checkpoint_base
+
+    def trainer_saves_and_prunes(ckpt, *args):
+        """As the training run does between the reader's choice and its read: a newer checkpoint, then
+        the chosen one removed (keep_last=1)."""
+        if ckpt.name == "step_1" and ckpt.is_dir():
+            n = 1 + max(int(p.name.removeprefix("step_")) for p in ckpts.glob("step_*"))
+            shutil.copytree(ckpt, ckpts / f".tmp-step_{n}")
+            os.replace(ckpts / f".tmp-step_{n}", ckpts / f"step_{n}")
+            os.replace(ckpt, ckpts / ".trash-step_1")
+            shutil.rmtree(ckpts / ".trash-step_1")
+        return original(ckpt, *args)
+
+    def back_to_step_1():
+        for p in ckpts.glob("step_*"):
+            if p.name != "step_1":
+                os.replace(p, ckpts / "step_1") if not (ckpts / "step_1").exists() else shutil.rmtree(p)
+
+    monkeypatch.setattr(fingerprint, "check_checkpoint_base", trainer_saves_and_prunes)
+    with caplog.at_level("WARNING", logger="rlpr"):
+        model, _ = load_policy(tiny_dir, run)
+    assert "step_1 was removed while it was being read (its run is training and pruned it)" in caplog.text
+    assert [p.name for p in ckpts.glob("step_*")] == ["step_2"]
+    back_to_step_1()
+    assert main(["export", str(run), "-o", str(tmp_path / "export")]) == 0
+    assert (tmp_path / "export" / "model.safetensors").is_file()
+    back_to_step_1()
+    capsys.readouterr()
+    assert main(["eval", "--checkpoint", str(ckpts / "step_1"), "--data", DATA, "--limit", "1",
+                 "--max-new-tokens", "2", "--output", str(tmp_path / "eval")]) == 2
+    lines = error_lines(capsys.readouterr().err)
+    assert len(lines) == 1 and "step_1: removed while it was being read" in lines[0] and \
+        "name a newer checkpoint, or the run directory" in lines[0], lines
+
+
+# -- S16: every writer's killed temporaries are removed by the next start ------------------------------
+
+def _dead_pid() -> int:
+    import subprocess
+    import sys
+
+    child = subprocess.Popen([sys.executable, "-c", "pass"])
+    child.wait()
+    return child.pid
+
+
+def _owner() -> str:
+    import socket
+
+    return "".join(c if c.isalnum() or c == "_" else "_" for c in socket.gethostname()) + f"-{_dead_pid()}"
+
+
+def test_a_killed_convert_or_write_leaves_nothing_after_the_next_one(tmp_path, caplog):
+    """A killed `data convert` left `.out.parquet.XXXX.tmp` that nothing removed; outputs written
+    whole (results, samples, summaries) left `.NAME.tmp` until that same file was written again."""
+    import json
+
+    from rlpr.data.convert import convert_file
+    from rlpr.errors import write_atomic
+
+    src = tmp_path / "flat.jsonl"
+    src.write_text(json.dumps({"question": "q0", "answer": "a"}) + "\n")
+    owner = _owner()
+    killed = tmp_path / f".out.parquet.tmp-{owner}-k2j3"
+    killed.write_bytes(b"PAR1 half")
+    foreign = tmp_path / ".out.parquet.tmp-notes"  # no rlpr owner in the name: another program's
+    foreign.write_text("keep")
+    with caplog.at_level("WARNING", logger="rlpr"):
+        convert_file("jsonl", src, tmp_path / "out.parquet")
+    assert not killed.exists() and foreign.exists() and f"removed {killed}" in caplog.text
+    half = tmp_path / f".results.json.tmp-{owner}-w"
+    half.write_text("{")
+    write_atomic(tmp_path / "results.json", "{}\n")
+    assert not half.exists() and (tmp_path / "results.json").read_text() == "{}\n"
+    assert sorted(p.name for p in tmp_path.iterdir() if p.name.startswith(".")) == [foreign.name]
+
+
+def test_an_export_removes_every_killed_export_s_leftovers_in_its_folder(tiny_dir, tmp_path, caplog):
+    """Only an export to the same target removed them: a killed export to `a` stayed beside `b`."""
+    from rlpr.cli.main import main
+    from rlpr.train.trainer import train
+
+    train(tiny_cfg(tiny_dir, tmp_path, "run", "trainer.max_steps=1", *SMALL))
+    out = tmp_path / "out"
+    out.mkdir()
+    owner = _owner()
+    aside = out / f".a.old-{owner}-x1"  # --overwrite of `a` killed between moving it aside and renaming
+    (aside / "a").mkdir(parents=True)
+    (aside / "a" / "README.md").write_text("the earlier export\n")
+    partial = out / f".a.tmp-{owner}-y2"
+    partial.mkdir()
+    (partial / "model.safetensors").write_bytes(b"half")
+    foreign = out / ".a.tmp-backup"
+    foreign.mkdir()
+    with caplog.at_level("WARNING", logger="rlpr"):
+        assert main(["export", str(tmp_path / "run"), "-o", str(out / "b")]) == 0
+    assert (out / "a" / "README.md").read_text() == "the earlier export\n"  # put back
+    assert not aside.exists() and not partial.exists() and foreign.exists()
+    assert f"put back {out / 'a'}" in caplog.text and f"removed {partial}" in caplog.text

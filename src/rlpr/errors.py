@@ -6,7 +6,9 @@ the data or model loaders) only to raise or catch an error.
 
 from __future__ import annotations
 
+import glob
 import json
+import logging
 import math
 import os
 import re
@@ -181,6 +183,9 @@ class Interrupted(KeyboardInterrupt):
     remove what it was writing (rlpr's main installs the handlers; `str()` is the signal's name)."""
 
 
+_log = logging.getLogger("rlpr")
+
+
 def owned_temporary_prefix(name: str, kind: str = "tmp") -> str:
     """A hidden temporary's name prefix that says which process on which host writes it
     (`.NAME.tmp-HOST-PID-`), so that a later start can tell a leftover of a killed process from a
@@ -212,15 +217,18 @@ def abandoned(path: Path) -> bool | None:
     return False
 
 
-def remove_leftovers(folder: Path, pattern: str, what: str, log) -> None:
+def remove_leftovers(folder: Path, pattern: str, what: str, log, owned_only: bool = False) -> None:
     """Remove the temporaries in `folder` matching the glob `pattern` that a process on this host
     left when it was killed (SIGKILL, a power cut: no `finally` ran), each with a warning naming it;
-    those of a live process, of another host or without an owner in their name are reported only."""
+    those of a live process, of another host or without an owner in their name are reported only
+    (`owned_only`: names without rlpr's owner, another program's files, are left alone in silence)."""
     try:
         found = sorted(Path(folder).glob(pattern))
     except OSError:
         return
     for path in found:
+        if owned_only and _OWNER.search(path.name) is None:
+            continue
         gone = abandoned(path)
         if gone is None:
             log.warning("%s: left by an interrupted %s, or another machine's that is still running; remove it "
@@ -238,9 +246,10 @@ def remove_leftovers(folder: Path, pattern: str, what: str, log) -> None:
 
 def temporary_name(path) -> Path:
     """Where an output is written before it is renamed into place: hidden beside it, never taken
-    for the output itself (not step_*.jsonl, not *.jsonl)."""
+    for the output itself (not step_*.jsonl, not *.jsonl), named for this host and process
+    (`owned_temporary_prefix`) so that the next write of the output removes a killed writer's."""
     path = Path(path)
-    return path.with_name(f".{path.name}.tmp")
+    return path.with_name(owned_temporary_prefix(path.name) + "w")
 
 
 @contextmanager
@@ -249,16 +258,25 @@ def atomic_output(path, mode: str = "w"):
     `temporary_name(path)` and renamed over it when the block ends. A write that fails (a full disk
     midway) leaves the old file, no partial one, and is an OutputError naming the file."""
     tmp = temporary_name(path)
+    remove_leftovers(Path(path).parent, f".{glob.escape(Path(path).name)}.tmp-*", f"write of {Path(path).name}", _log,
+                     owned_only=True)  # a killed writer's (issue 60, S16)
     try:
         with open(tmp, mode, encoding=None if "b" in mode else "utf-8") as f:
             yield f
         os.replace(tmp, path)
     except OSError as e:
-        try:
-            tmp.unlink(missing_ok=True)
-        except OSError:
-            pass
+        _discard(tmp)
         raise OutputError(f"cannot write {path}: {e.strerror or error_reason(e)}") from None
+    except BaseException:  # Ctrl-C, a signal, an error of the block: no temporary left behind
+        _discard(tmp)
+        raise
+
+
+def _discard(path: Path) -> None:
+    try:
+        path.unlink(missing_ok=True)
+    except OSError:
+        pass
 
 
 def current_umask() -> int:

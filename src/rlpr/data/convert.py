@@ -8,6 +8,8 @@ result is written so that `load_examples` reads it back unchanged.
 from __future__ import annotations
 
 import ast
+import glob
+import logging
 import os
 import random
 import re
@@ -21,9 +23,11 @@ import pyarrow.parquet as pq
 
 from rlpr.data.loading import ColumnMapping, _from_flat
 from rlpr.data.records import DataError, Example
-from rlpr.errors import normal_modes
+from rlpr.errors import normal_modes, owned_temporary_prefix, remove_leftovers
 from rlpr.data.sources import parse_source, read_rows
 from rlpr.data.templates import LETTERS, build_messages, format_choices
+
+log = logging.getLogger(__name__)
 
 _BOXED = re.compile(r"\\(?:boxed|fbox)\s*\{")
 _BBH_LETTER = re.compile(r"\(([A-Z])\)")
@@ -336,7 +340,9 @@ def _write_parquet(rows: list[dict], path: Path) -> None:
     columns = dict.fromkeys(key for row in rows for key in row)
     table = pa.table({key: [row.get(key) for row in rows] for key in columns})
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # a killed convert's temporary is removed by the next one (issue 60, S16: nothing removed it)
+    remove_leftovers(path.parent, f".{glob.escape(path.name)}.tmp-*", "data convert", log, owned_only=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=owned_temporary_prefix(path.name))
     os.close(fd)
     try:
         pq.write_table(table, tmp)

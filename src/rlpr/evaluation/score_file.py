@@ -103,6 +103,7 @@ def score_file(cfg: Config, input_path: str, output_path: str, *, template: str 
     try:  # before the model loads: an unwritable output fails at once, in one line
         out_path.parent.mkdir(parents=True, exist_ok=True)
         tmp.touch()
+        tmp.unlink()  # a probe: atomic_output writes it
     except OSError as e:
         raise DataError(f"{out_path}: cannot write the output ({e.strerror or e})") from None
     if model is None:

@@ -109,7 +109,7 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     before the model loads. A LoRA checkpoint's base must be the weights the run started from
     (`rlpr.model.fingerprint.check_base`), unless `accept_base_change`."""
     from rlpr.model.fingerprint import check_base
-    from rlpr.model.loading import load_policy
+    from rlpr.model.loading import PRUNED_RETRIES, CheckpointGone, load_policy
 
     run = Path(run)
     if not (run / "config.yaml").is_file():
@@ -127,7 +127,17 @@ def export_run(run: str | os.PathLike, output: str | os.PathLike, fmt: str = "hf
     target.check()  # before the model loads
     if (ckpt / ADAPTER_DIR).is_dir():
         check_base(run, info.base, f"export {run}", accept_base_change)
-    model, tokenizer = load_policy(info.base, ckpt, accept_base_change=accept_base_change)
+    for attempt in range(PRUNED_RETRIES + 1):
+        try:
+            model, tokenizer = load_policy(info.base, ckpt, accept_base_change=accept_base_change)
+            break
+        except CheckpointGone:  # the run is training and pruned it (issue 60, S11): its newest one
+            if step is not None or attempt == PRUNED_RETRIES:
+                raise
+            log.warning("%s was removed while it was being read (its run is training and pruned it); exporting "
+                        "the run's newest complete checkpoint instead", ckpt)
+            ckpt = choose_checkpoint(run, step)
+            info = run_info(run, ckpt)
     card = model_card(info, fmt)
     marker = export_marker(run, ckpt, fmt)
     with target.staged() as tmp:
@@ -235,23 +245,26 @@ class ExportTarget:
                 shutil.rmtree(tmp, ignore_errors=True)
 
     def recover_leftovers(self) -> None:
-        """What a killed export of this target left (SIGKILL: no cleanup ran): its temporary
+        """What a killed export left in the target's folder, whatever its target (SIGKILL: no
+        cleanup ran; issue 60, S16: only an export to the same target removed them): its temporary
         folders are removed; an earlier output it had moved aside (`.NAME.old-*`) and not yet
         replaced is put back first (`errors.remove_leftovers`: only a process of this host that is
-        gone)."""
-        out = self.output
-        parent = out.absolute().parent
+        gone; names without rlpr's owner, another program's, are left alone)."""
+        parent = self.output.absolute().parent
         try:
-            moved_aside = sorted(parent.glob(f".{out.name}.old-*"))
+            moved_aside = sorted(parent.glob(".*.old-*"))
         except OSError:
             return
         for old in moved_aside:
-            aside = old / out.name
-            if aside.exists() and not (out.exists() or out.is_symlink()) and abandoned(old):
-                os.replace(aside, out)
-                log.warning("put back %s, which an interrupted export had moved aside", out)
-        remove_leftovers(parent, f".{out.name}.old-*", "export", log)
-        remove_leftovers(parent, f".{out.name}.tmp-*", "export", log)
+            if not old.is_dir() or old.is_symlink() or not abandoned(old):
+                continue
+            for aside in list(old.iterdir()):
+                out = parent / aside.name
+                if not (out.exists() or out.is_symlink()) and old.name.startswith(f".{aside.name}.old-"):
+                    os.replace(aside, out)
+                    log.warning("put back %s, which an interrupted export had moved aside", out)
+        remove_leftovers(parent, ".*.old-*", "export", log, owned_only=True)
+        remove_leftovers(parent, ".*.tmp-*", "rlpr command", log, owned_only=True)
 
     def _commit(self, tmp: Path) -> None:
         out = self.output

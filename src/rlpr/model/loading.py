@@ -324,22 +324,35 @@ def check_finite(ckpt: Path) -> None:
 def usable_checkpoint(path: str | os.PathLike) -> Path:
     """The newest checkpoint `path` names whose weights read back (`check_weights`): a corrupt newest
     one of a run directory is skipped with a warning naming it, as `rlpr train --resume` does; an
-    explicit step dir, or none readable, is one line."""
-    candidates, skipped = checkpoint_candidates(path), []
-    if len(candidates) == 1:  # a step dir, or a run with one checkpoint: nothing to fall back to
-        check_weights(candidates[0])
-        return candidates[0]
-    for ckpt in candidates:
-        try:
-            check_weights(ckpt)
-        except CorruptCheckpoint as e:
-            skipped.append(str(e))
-            continue
-        for reason in skipped:
-            log.warning("skipped a corrupt checkpoint (%s); using %s", reason, ckpt)
-        return ckpt
-    more = f"; {len(skipped) - 1} older one(s) fail too" if len(skipped) > 1 else ""
-    raise ModelError(f"{path}: no readable checkpoint: {skipped[0]}{more}")
+    explicit step dir, or none readable, is one line. A checkpoint that its training run prunes
+    while it is read is no corruption: the run's checkpoints are listed again (`CheckpointGone`
+    for a step dir)."""
+    for attempt in range(PRUNED_RETRIES + 1):
+        candidates, skipped = checkpoint_candidates(path), []
+        for ckpt in candidates:
+            try:
+                check_weights(ckpt)
+            except CorruptCheckpoint as e:
+                if not is_complete(ckpt):  # pruned meanwhile
+                    break
+                if len(candidates) == 1:  # a step dir, or a run with one checkpoint: nothing to fall back to
+                    raise
+                skipped.append(str(e))
+                continue
+            for reason in skipped:
+                log.warning("skipped a corrupt checkpoint (%s); using %s", reason, ckpt)
+            return ckpt
+        else:
+            more = f"; {len(skipped) - 1} older one(s) fail too" if len(skipped) > 1 else ""
+            raise ModelError(f"{path}: no readable checkpoint: {skipped[0]}{more}")
+        if not is_run_dir(path) or attempt == PRUNED_RETRIES:
+            raise pruned(ckpt)
+    raise AssertionError("unreachable")
+
+
+def pruned(ckpt: Path) -> CheckpointGone:
+    return CheckpointGone(f"{ckpt}: removed while it was being read (its run is training and pruned it: "
+                          f"trainer.keep_last); name a newer checkpoint, or the run directory for its newest")
 
 
 def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.PathLike | None = None,
@@ -351,11 +364,40 @@ def load_policy(path: str | os.PathLike = DEFAULT_MODEL, checkpoint: str | os.Pa
     adapter that does not fit the base, or whose config peft cannot read, is one line naming it; so
     is a base that is not the one the run started from (`fingerprint.check_checkpoint_base`: every
     reader of a checkpoint checks it), unless `accept_base_change`."""
-    from rlpr.model.fingerprint import check_checkpoint_base
-
     if checkpoint is None:
         return load_model(path, dtype, device)
-    ckpt = usable_checkpoint(checkpoint)
+    for attempt in range(PRUNED_RETRIES + 1):
+        ckpt = None
+        try:
+            ckpt = usable_checkpoint(checkpoint)
+            return _with_checkpoint(path, checkpoint, ckpt, dtype, device, accept_base_change)
+        except Exception:
+            if ckpt is None or is_complete(ckpt):
+                raise
+            if not is_run_dir(checkpoint) or attempt == PRUNED_RETRIES:
+                raise pruned(ckpt) from None
+            log.warning("%s was removed while it was being read (its run is training and pruned it); reading the "
+                        "run's newest complete checkpoint instead", ckpt)
+
+
+# How often a reader takes a run's newest checkpoint again when the one it read was pruned meanwhile
+PRUNED_RETRIES = 3
+
+
+class CheckpointGone(ModelError):
+    """The checkpoint being read was removed meanwhile (a training run pruned it: issue 60, S11)."""
+
+
+def is_run_dir(checkpoint: str | os.PathLike) -> bool:
+    """Whether a --checkpoint names a run directory (its newest checkpoint), not a step directory."""
+    path = Path(checkpoint)
+    return not ((path / ADAPTER_DIR).is_dir() or (path / MODEL_DIR).is_dir()) and (path / "checkpoints").is_dir()
+
+
+def _with_checkpoint(path, checkpoint, ckpt: Path, dtype, device, accept_base_change: bool):
+    """`load_policy` of one checkpoint `ckpt` (the one `checkpoint` names now)."""
+    from rlpr.model.fingerprint import check_checkpoint_base
+
     check_checkpoint_base(ckpt, path, f"checkpoint {checkpoint}", accept_base_change)
     if (ckpt / MODEL_DIR).is_dir():
         return load_model(ckpt / MODEL_DIR, dtype, device)
