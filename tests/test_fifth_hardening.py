@@ -30,21 +30,33 @@ def error_lines(err: str) -> list[str]:
 
 # -- S1: a NaN made by the update itself is never saved, and never loaded -----------------------------
 
-def test_an_update_that_makes_the_weights_nan_is_never_saved(tiny_dir, tmp_path):
-    """trainer.lr=1e308: the step's rewards, loss and gradient norm are finite, the AdamW step makes
-    every trained weight infinite. It ended rc 0 with a NaN adapter (one step), or named that NaN
-    step_1 as the last good checkpoint (three)."""
+@pytest.mark.parametrize("poisoned", ["weight", "moment"])
+def test_an_update_that_makes_the_weights_nan_is_never_saved(tiny_dir, tmp_path, monkeypatch, poisoned):
+    """The optimizer step itself turns a trained weight (trainer.lr=1e308 did it to every one), or
+    an AdamW moment, infinite, while the step's rewards, loss and gradient norm are finite: it ended
+    rc 0 with a NaN adapter (one step), or named that NaN step_1 the last good checkpoint (three)."""
     from rlpr.train.finite import NonFiniteValue
     from rlpr.train.trainer import train
 
-    cfg = tiny_cfg(tiny_dir, tmp_path, "lr", "trainer.max_steps=3", "trainer.save_every=1", "trainer.lr=1e308",
-                   *SMALL)
+    step = torch.optim.AdamW.step
+
+    def overflowing_step(self, *args, **kwargs):
+        out = step(self, *args, **kwargs)
+        first = self.param_groups[0]["params"][0]
+        target = first if poisoned == "weight" else self.state[first]["exp_avg_sq"]
+        with torch.no_grad():
+            target.view(-1)[0] = float("inf")
+        return out
+
+    monkeypatch.setattr(torch.optim.AdamW, "step", overflowing_step)
+    cfg = tiny_cfg(tiny_dir, tmp_path, "lr", "trainer.max_steps=3", "trainer.save_every=1", *SMALL)
     with pytest.raises(NonFiniteValue) as e:
         train(cfg)
     message = str(e.value)
     assert len(message.splitlines()) == 1
     assert message.startswith("step 1, update phase: the optimizer step made the trainable weights") and \
         "no checkpoint was saved" in message, message
+    assert ("optimizer state" in message) == (poisoned == "moment")
     assert not list_checkpoints(tmp_path / "lr")
 
 

@@ -59,7 +59,8 @@ class RolloutConfig:
     """Training rollouts: the end-of-sequence token cannot end a response before this many tokens
     (vLLM's min_tokens; for load tests and the scaling benchmark; 0: off)."""
     temperature: float = 1.0
-    """Sampling temperature (logits / T); eval and reward-quality also take 0 (greedy decoding)."""
+    """Sampling temperature (logits / T); eval and reward-quality also take 0 (greedy decoding). Never
+    between 0 and 1e-5: logits divided by less overflow float32 and sampling draws garbage."""
     top_p: float = 1.0
     """Nucleus sampling: keep the smallest set of tokens with this much probability."""
     stop: list[str] = field(default_factory=list)

@@ -74,22 +74,38 @@ def list_checkpoints(run_dir: Path) -> list[Path]:
 STATE_TENSOR_KEYS = ("optimizer", "lagged", "opsd")
 
 
-def nonfinite_tensors(tree, name: str = "") -> list[str]:
-    """The names (dotted paths) of the floating-point tensors in `tree` (a tensor, or dicts, lists
-    and tuples of them) that hold a NaN or an infinity (issue 60, S1: a NaN update must never be
-    saved, nor loaded). One sum per tensor; only a sum that is not finite is checked element-wise
-    (finite values whose sum overflows are no NaN)."""
+def _float_tensors(tree, name: str = ""):
+    """(dotted name, tensor) of every non-empty floating-point tensor in `tree` (a tensor, or dicts,
+    lists and tuples of them); an FSDP shard as this process's part."""
     import torch
 
     if isinstance(tree, torch.Tensor):
-        t = tree.to_local() if hasattr(tree, "to_local") else tree  # an FSDP shard: this process's part
-        if not t.is_floating_point() or t.numel() == 0:
-            return []
-        if bool(torch.isfinite(t.sum())) or bool(torch.isfinite(t).all()):
-            return []
-        return [name or "tensor"]
+        t = tree.to_local() if hasattr(tree, "to_local") else tree
+        if t.is_floating_point() and t.numel():
+            yield name or "tensor", t
+        return
     items = tree.items() if isinstance(tree, dict) else enumerate(tree) if isinstance(tree, (list, tuple)) else ()
-    return [bad for key, value in items for bad in nonfinite_tensors(value, f"{name}.{key}" if name else str(key))]
+    for key, value in items:
+        yield from _float_tensors(value, f"{name}.{key}" if name else str(key))
+
+
+def nonfinite_tensors(tree) -> list[str]:
+    """The names (dotted paths) of the floating-point tensors in `tree` that hold a NaN or an
+    infinity (issue 60, S1: a NaN update must never be saved, nor loaded). One sum per tensor, read
+    back once per device; only a tensor whose sum is not finite is checked element-wise (finite
+    values whose sum overflows are no NaN)."""
+    import torch
+
+    by_device: dict = {}
+    for name, t in _float_tensors(tree):
+        by_device.setdefault(t.device, []).append((name, t))
+    bad = []
+    for found in by_device.values():
+        sums = torch.stack([t.sum(dtype=torch.float32) for _, t in found])
+        for (name, t), ok in zip(found, torch.isfinite(sums).tolist()):
+            if not ok and not bool(torch.isfinite(t).all()):
+                bad.append(name)
+    return bad
 
 
 def nonfinite_problem(what: str, bad: list[str]) -> str | None:

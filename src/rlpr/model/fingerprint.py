@@ -55,7 +55,7 @@ def model_files(model_path: str | os.PathLike) -> list[Path]:
     """The files that make a base model: a .gguf file (a named model's included), or every file of
     a model folder that changes what it computes from text (`fingerprinted`): config.json, the
     weights, the tokenizer, the chat template."""
-    from rlpr.model.loading import NAMED_MODELS
+    from rlpr.model.named import NAMED_MODELS
 
     path = NAMED_MODELS[str(model_path)]() if str(model_path) in NAMED_MODELS else Path(model_path)
     if path.suffix == ".gguf":

@@ -61,10 +61,13 @@ def last_good(run_dir: Path) -> str:
             f"{command_line('rlpr', 'train', '--resume', str(run_dir))})" if saved else "no checkpoint was saved")
 
 
-def stop_on_nonfinite(step: int, metrics: dict, run_dir: Path) -> None:
-    """Raise NonFiniteValue (one line) when a watched value of step `step` is not finite."""
+def stop_on_nonfinite(step: int, metrics: dict, run_dir: Path, policy=None, optimizer=None) -> None:
+    """Raise NonFiniteValue (one line) when a watched value of step `step` is not finite, or (given the
+    policy and its optimizer) a trainable weight or the optimizer's state (`stop_on_nonfinite_weights`)."""
     found = first_nonfinite(metrics)
     if found is None:
+        if policy is not None:
+            stop_on_nonfinite_weights(step, policy, optimizer, run_dir)
         return
     key, what, phase, value = found
     raise NonFiniteValue(f"step {step}, {phase} phase: {what} is {value} ({key}); training stopped without saving "

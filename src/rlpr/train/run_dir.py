@@ -12,13 +12,14 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from pathlib import Path
 
 import yaml
 
 from rlpr.config import Config
-from rlpr.model.checkpoint_files import leftovers
+from rlpr.model.checkpoint_files import leftovers, list_checkpoints
 from rlpr.errors import (PARSE_ERRORS, ConfigError, command_line, error_reason, parse_error_reason, write_atomic,
                          yaml_load)
 from rlpr.parallel import distributed as dist
@@ -184,6 +185,15 @@ def write_config(run_dir: Path, cfg: Config, data: dict | None = None) -> None:
     except OSError as e:
         raise ConfigError(f"{run_dir}: cannot write the run directory ({e.strerror or e}); "
                           f"set trainer.output_dir") from None
+
+
+def print_location(run_dir: Path) -> Path | None:
+    """Print where a finished run is (its directory, its last checkpoint), shell-quoted to paste as
+    the resume line is (issue 60, S16); returns that checkpoint."""
+    found = list_checkpoints(run_dir)
+    print(f"run directory: {command_line(run_dir)}" + (f"\nlast checkpoint: {command_line(found[-1])}" if found
+                                                        else ""), file=sys.stderr)
+    return found[-1] if found else None
 
 
 def data_fingerprint(cfg: Config, examples: dict) -> dict:

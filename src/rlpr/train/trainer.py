@@ -24,7 +24,7 @@ from rlpr.algorithms.refill import round_prompts
 from rlpr.config import Config, validate_world
 from rlpr.seeding import SEED_MIX
 from rlpr.data.prompts import Prompt, PromptStream
-from rlpr.errors import TrainingError, command_line
+from rlpr.errors import TrainingError
 from rlpr.model.card import held_out_until, refresh_card
 from rlpr.model.forward import causal_lm
 from rlpr.model.memory import cap_kernel_caches, release_memory
@@ -41,14 +41,15 @@ from rlpr.reward.from_cache import uses_cache
 from rlpr.rollout.engines import build_engine, keeping_caches
 from rlpr.rollout.hf import Rollout
 from rlpr.train import held_out, state
-from rlpr.train.checkpoint import check_space_before_training, list_checkpoints, restore_latest, resume_changes
-from rlpr.train.finite import stop_on_nonfinite, stop_on_nonfinite_weights
+from rlpr.train.checkpoint import check_space_before_training, restore_latest, resume_changes
+from rlpr.train.finite import stop_on_nonfinite
 from rlpr.train.held_out import held_out_report
 from rlpr.train.metrics import (CollapseMonitor, Group, LengthMonitor, filter_metrics, flag_collapse, group_std_stats,
                                 peak_rss_gb, rollout_metrics, sample_rows)
 from rlpr.train.opsd import Distiller
 from rlpr.train.progress import StepDisplay
-from rlpr.train.run_dir import default_run_dir, prepare_run_dir, record_resume, write_run_report, write_summary
+from rlpr.train.run_dir import (default_run_dir, prepare_run_dir, print_location, record_resume, write_run_report,
+                                write_summary)
 from rlpr.train.signals import end_of_run, finish_step_on_signal
 from rlpr.train.setup import (build_optimizer, build_policy, build_scheduler, forward_layout, load_data,
                               reference_copy, scoring_budget, seed_everything, shuffled_targets, std_filter,
@@ -342,8 +343,7 @@ class Trainer:
         if self.cfg.trainer.sample_every and step % self.cfg.trainer.sample_every == 0 and dist.is_main():
             self.tracker.write_samples(step, sample_rows(generated))
         self._flag_collapse(step, metrics)
-        stop_on_nonfinite(step, metrics, self.run_dir)  # NaN/inf: stop before this step is logged or saved
-        stop_on_nonfinite_weights(step, self.policy, self.optimizer, self.run_dir)  # what the update wrote
+        stop_on_nonfinite(step, metrics, self.run_dir, self.policy, self.optimizer)  # NaN/inf: values or weights
         return metrics
 
     def _flag_collapse(self, step: int, m: dict) -> None:
@@ -439,11 +439,9 @@ def _train(cfg: Config, resume: str | None, accept_base_change: bool = False) ->
     if dist.is_main():
         write_summary(run_dir, summary)
         print(held_out_report(summary), file=sys.stderr)
-        found = list_checkpoints(run_dir)
-        if found:  # the final checkpoint was saved before the final evaluation: its card gets before -> after
-            refresh_card(found[-1])
-        print(f"run directory: {command_line(run_dir)}" + (f"\nlast checkpoint: {command_line(found[-1])}"
-                                                           if found else ""), file=sys.stderr)  # to paste
+        last = print_location(run_dir)  # the run directory and its last checkpoint, shell-quoted to paste
+        if last:  # the final checkpoint was saved before the final evaluation: its card gets before -> after
+            refresh_card(last)
         if cfg.trainer.report:
             report = write_run_report(run_dir)
             if report:
