@@ -67,6 +67,8 @@ def test_training_and_the_python_api_refuse_it_too(tiny_dir, tmp_path):
 
     with pytest.raises(ConfigError, match=r"rollout.temperature: 1e-40 is below 1e-05"):
         load_config("demo", ["rollout.temperature=1e-40"])
+    with pytest.raises(ConfigError, match=r"trainer.eval_temperature: 1e-40 is below 1e-05.*use 0 for rollout"):
+        load_config("demo", ["trainer.eval_temperature=1e-40"])  # every temperature key
     cfg = load_config("demo", [f"model.path={tiny_dir}"])
     cfg.rollout.temperature = 1e-40
     with pytest.raises(ValueError, match="--temperature 1e-40 is below"):

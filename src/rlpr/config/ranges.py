@@ -75,14 +75,17 @@ FLOAT32_MAX = 3.4028234663852886e38
 MIN_TEMPERATURE = 1e-5
 
 
-def temperature_problem(value: float, zero_is_greedy: bool) -> str | None:
+def temperature_problem(value: float, zero: str = "") -> str | None:
     """Why a sampling temperature is refused beyond its range (None when it is not): between 0 and
-    MIN_TEMPERATURE the logits divided by it overflow."""
+    MIN_TEMPERATURE the logits divided by it overflow. `zero`: what 0 means there, if it is allowed."""
     if 0 < value < MIN_TEMPERATURE:
-        greedy = "; use 0 for greedy decoding" if zero_is_greedy else ""
         return (f"{value!r} is below {MIN_TEMPERATURE:g}: the logits divided by it overflow float32 and sampling "
-                f"returns garbage{greedy}")
+                f"returns garbage" + (f"; use 0 for {zero}" if zero else ""))
     return None
+
+
+# Every temperature key, with what its 0 means in the training config (None: 0 is out of its range)
+TEMPERATURE_KEYS = {"rollout.temperature": None, "trainer.eval_temperature": "rollout.temperature"}
 
 
 def float_keys(cfg: Config) -> set[str]:
@@ -106,7 +109,9 @@ def check_ranges(cfg: Config, ranges: dict = RANGES, sections: tuple[str, ...] |
         if key in floats and math.isfinite(value) and abs(value) > FLOAT32_MAX:
             raise ConfigError(f"{key}: {value!r} is beyond float32's range ({FLOAT32_MAX:.4g}), which training and "
                               f"sampling compute in" + ("; inf is allowed" if high == INF and high_in else ""))
-        problem = temperature_problem(value, ranges is SAMPLING_RANGES) if key == "rollout.temperature" else None
+        zero = "greedy decoding" if ranges is SAMPLING_RANGES and key == "rollout.temperature" else \
+            TEMPERATURE_KEYS.get(key)
+        problem = temperature_problem(value, zero or "") if key in TEMPERATURE_KEYS else None
         if problem:
             raise ConfigError(f"{key}: {problem}")
 

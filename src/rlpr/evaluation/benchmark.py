@@ -193,7 +193,7 @@ def check_rollout(rollout: RolloutConfig) -> None:
                          "(rollout.max_new_tokens)")
     if rollout.temperature < 0:
         raise ValueError("--temperature must be >= 0 (0: greedy decoding; rollout.temperature)")
-    problem = temperature_problem(rollout.temperature, zero_is_greedy=True)
+    problem = temperature_problem(rollout.temperature, "greedy decoding")
     if problem:
         raise ValueError(f"--temperature {problem} (rollout.temperature)")
     if not 0 < rollout.top_p <= 1:

@@ -58,7 +58,7 @@ def parse_chat_request(body: dict) -> dict:
         raise RequestError("temperature/top_p must be finite numbers, max_tokens/seed integers") from None
     if temperature < 0 or not 0 < top_p <= 1 or (max_tokens is not None and max_tokens < 1):
         raise RequestError("need temperature >= 0, 0 < top_p <= 1, max_tokens >= 1")
-    problem = temperature_problem(temperature, zero_is_greedy=True)  # logits / T overflow: was a 500
+    problem = temperature_problem(temperature, "greedy decoding")  # logits / T overflow: was a 500
     if problem:
         raise RequestError(f"'temperature' {problem}")
     if seed is not None and not 0 <= seed <= MAX_SEED:
