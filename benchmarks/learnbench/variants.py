@@ -102,6 +102,22 @@ register("opsd_context_only", ["reward.kind=opsd", "opsd.context=none"], "opsd_c
          doc="the teacher template without the reference")
 register("opsd_no_teacher", ["reward.kind=opsd_no_teacher"], "opsd_control", first=True,
          doc="a fixed negative advantage on the lowest-probability tokens, no teacher forward")
+# precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
+# score B continues that copy's bf16 keys/values by default (reward.score_b_from_cache=always: B moves
+# by up to 2e-2 against fp32) and the update runs under bf16 autocast (whose gradient missed one
+# outlier sample: benchmarks/update_precision.py); the bf16 copy also runs B's continuation
+# (reward.score_b_on_copy=always). Each arm changes one of those choices back to fp32; on an fp32
+# machine they equal `rlpr`, so they run only when named. The results files ran under other defaults:
+# in results/precision_arms.md `rlpr` is today's `rlpr_exact_b` and `rlpr_b_from_bf16_cache` today's
+# `rlpr_b_by_policy`; in results/b_on_copy_arms.md `rlpr` is today's `rlpr_b_by_policy` and
+# `rlpr_b_on_bf16_copy` today's `rlpr`.
+register("rlpr_exact_b", ["reward.score_b_from_cache=auto"], "ablation", by_name=True,
+         doc="score B recomputed in fp32 where the rollout copy's keys/values are bf16 (2.1x slower B)")
+register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
+         doc="the update in fp32 where `auto` would autocast it to bf16")
+register("rlpr_b_by_policy", ["reward.score_b_on_copy=auto"], "ablation", by_name=True,
+         doc="score B's continuation run by the fp32 policy where the rollout copy is bf16 (2.2x slower B)")
+
 # The same four with the teacher template rlpr used before issue 58 (opsd.template=reference_code: "now
 # articulate your own step-by-step reasoning", while the short-answer student is asked a plain question
 # and given 32 tokens; sampled as a policy, that teacher answered 3.9% right against its student's 20.3%).
@@ -121,21 +137,6 @@ register("op2sd_recipe", ["reward.kind=opsd", "reward.shuffle_references=true", 
          by_name=True, doc="the recipe, the teacher shown another question's worked solution")
 register("opsd_context_only_recipe", ["reward.kind=opsd", *_RECIPE, "opsd.context=none"], "opsd_control",
          by_name=True, doc="the recipe, the teacher block without the solution")
-# precision arms of the same method (issue 42): on CPUs with fast bf16 `auto` rolls out on a bf16 copy,
-# score B continues that copy's bf16 keys/values by default (reward.score_b_from_cache=always: B moves
-# by up to 2e-2 against fp32) and the update runs under bf16 autocast (whose gradient missed one
-# outlier sample: benchmarks/update_precision.py); the bf16 copy also runs B's continuation
-# (reward.score_b_on_copy=always). Each arm changes one of those choices back to fp32; on an fp32
-# machine they equal `rlpr`, so they run only when named. The results files ran under other defaults:
-# in results/precision_arms.md `rlpr` is today's `rlpr_exact_b` and `rlpr_b_from_bf16_cache` today's
-# `rlpr_b_by_policy`; in results/b_on_copy_arms.md `rlpr` is today's `rlpr_b_by_policy` and
-# `rlpr_b_on_bf16_copy` today's `rlpr`.
-register("rlpr_exact_b", ["reward.score_b_from_cache=auto"], "ablation", by_name=True,
-         doc="score B recomputed in fp32 where the rollout copy's keys/values are bf16 (2.1x slower B)")
-register("rlpr_fp32_update", ["trainer.mixed_precision=none"], "ablation", by_name=True,
-         doc="the update in fp32 where `auto` would autocast it to bf16")
-register("rlpr_b_by_policy", ["reward.score_b_on_copy=auto"], "ablation", by_name=True,
-         doc="score B's continuation run by the fp32 policy where the rollout copy is bf16 (2.2x slower B)")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
