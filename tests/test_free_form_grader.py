@@ -234,7 +234,7 @@ def test_degenerate_text_costs_linear_work(unit):
 
 
 def test_the_grader_version_says_the_verdicts_changed():
-    assert GRADER_VERSION == 5
+    assert GRADER_VERSION == 6
 
 
 # --------------------------------------------------------------------------- the labeled set

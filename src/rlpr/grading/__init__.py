@@ -30,7 +30,9 @@ from __future__ import annotations
 #    / ", and <clause>"; references with commas matched whole; TheoremQA's own rules.
 # 5: no alternative after the committed answer (issue 43, grading/hedges.py): "B (or possibly C)",
 #    "Paris (maybe Lyon)", "Paris/Lyon", "1969 -- or 1970", "Milky Way; Andromeda", "It was 1969, 1970."
-GRADER_VERSION = 5
+# 6: (issue 59) LaTeX after a space is the answer's markup, not an alternative ("\\boxed{5.2 \\text{ m/s}}",
+#    "1.42 \\times 10^{0}": v5 refused them);
+GRADER_VERSION = 6
 
 from rlpr.grading.dispatch import (  # noqa: E402
     BENCHMARK_RULES,

@@ -31,10 +31,12 @@ _ALTERNATIVE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|alternativel
 _QUALIFIES = re.compile(r"\b(?:also\s+(?:known|called|spelled|written|named|referred|abbreviated)|or\s+so|or\s+more|"
                         r"or\s+less|or\s+fewer|a\.?k\.?a|i\.\s?e|e\.\s?g|(?<!if\s)not|never|wrong|incorrect|false|"
                         r"isn['’]t|wasn['’]t|rather\s+than|instead\s+of|ruled?\s+out|eliminat\w*)\b", re.IGNORECASE)
-# Separators of alternatives: a slash, a bar or a backslash ("Paris/Lyon"), a dash only with "or"
-# ("1969 -- or 1970"; "invisible – this encompasses ..." explains), a semicolon only before a bare
-# name ("Milky Way; Andromeda"; "descend; however, ..." goes on)
-_SEPARATOR = re.compile(r"\s*[|\\/]\s*(?:or\b)?\s*(?P<item>.*)", re.IGNORECASE)
+# Separators of alternatives: a slash or a bar ("Paris/Lyon"), a backslash only standing alone
+# between spaces ("Bobby Scott \\ Bob Russell"; never a LaTeX command: "5.2 \\text{ m/s}", "\\,",
+# "\\times 10^{3}", "\\%", the control space "\\ "), a dash only with "or" ("1969 -- or 1970";
+# "invisible – this encompasses ..." explains), a semicolon only before a bare name ("Milky Way;
+# Andromeda"; "descend; however, ..." goes on)
+_SEPARATOR = re.compile(r"(?:\s*[|/]|\s+\\(?=\s))\s*(?:or\b)?\s*(?P<item>.*)", re.IGNORECASE)
 _DASH_OR = re.compile(r"\s*(?:-+|[–—])\s*or\b\s*(?P<item>.*)", re.IGNORECASE)
 _SEMICOLON = re.compile(r"\s*;\s*(?:or\b\s*)?(?P<item>(?:(?:the|a|an)\s+)?(?:[A-Z0-9][\w'’-]*\s*){1,3})(?:[.!?]|$)")
 # What may follow "or" without naming another candidate: "- or more specifically", "/ or so"
