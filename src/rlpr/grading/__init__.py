@@ -31,7 +31,8 @@ from __future__ import annotations
 # 5: no alternative after the committed answer (issue 43, grading/hedges.py): "B (or possibly C)",
 #    "Paris (maybe Lyon)", "Paris/Lyon", "1969 -- or 1970", "Milky Way; Andromeda", "It was 1969, 1970."
 # 6: (issue 59) LaTeX after a space is the answer's markup, not an alternative ("\\boxed{5.2 \\text{ m/s}}",
-#    "1.42 \\times 10^{0}": v5 refused them);
+#    "1.42 \\times 10^{0}": v5 refused them); the decisive part read whole (grading/decisive.py): two different
+#    answers after the reasoning are not committed, a correction ("no wait", "actually") gives the answer;
 GRADER_VERSION = 6
 
 from rlpr.grading.dispatch import (  # noqa: E402

@@ -8,7 +8,8 @@ import re
 from rlpr.grading.answer_guards import gold_words
 from rlpr.grading.answer_slot import Statement
 from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
-from rlpr.grading.hedges import decisive_zone, hedged_after, other_text, text_mentions
+from rlpr.grading.decisive import corrected, decisive_part, uncommitted
+from rlpr.grading.hedges import hedged_after, other_text, text_mentions
 from rlpr.grading.normalization import answer_key, close_numbers, normalize_answer
 from rlpr.grading.verdict import Grade
 from rlpr.grading.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
@@ -24,14 +25,33 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
                        question: str | None = None, *, rel_tol: float = 0.0) -> Grade:
     """Correct when the response's final answer is the reference or an `acceptable` form, and no
     alternative follows it (`hedges.hedged_after`: "Paris (maybe Lyon)", "Paris; Lyon"); how the
-    final answer is read: `_grade_short_answer`."""
+    final answer is read: `_grade_short_answer`. A correction is read as its corrected answer ("Lyon -- no wait, Paris"), and a
+    credited answer stands only when the decisive part offers no other candidate (decisive.py)."""
+    response = corrected(response, _read) or response
     g = _grade_short_answer(response, reference, acceptable, question, rel_tol=rel_tol)
     if g.correct:
         golds = [x for x in (reference, *(acceptable or [])) if x.strip()]
-        zone = decisive_zone(response)
-        if hedged_after(zone, text_mentions(zone, golds), other_text(golds, question or "")):
+        zone, is_other = decisive_part(response), other_text(golds, question or "")
+        if hedged_after(zone, text_mentions(zone, golds), is_other):
             return Grade(False, g.extracted, f"{g.rule}:alternative_after")
+        normalized = {answer_key(x) for x in golds} - {""}
+        why = uncommitted(zone, _read, is_other, lambda said: is_other(said) and not _matches(said, normalized, rel_tol))
+        if why:
+            return Grade(False, g.extracted, f"{g.rule}:{why}")
     return g
+
+
+def _matches(said_text: str, normalized: set[str], rel_tol: float) -> bool:
+    """Whether an explicit answer is a reference form (normalized, or a number within `rel_tol`)."""
+    said = answer_key(said_text)
+    return bool(said) and (said in normalized or (rel_tol > 0 and close_numbers(said, normalized, rel_tol)))
+
+
+def _read(text: str) -> str | None:
+    """The answer a short-answer grader reads in a piece of text: its explicit answer's slot, else
+    the text itself (a correction's short phrase)."""
+    said = explicit_answer(text)
+    return answer_head(said) if said is not None else (text.strip() or None)
 
 
 def _grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,

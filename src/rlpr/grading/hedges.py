@@ -6,7 +6,7 @@ list: a parenthetical ("The answer is B (or possibly C).", "Paris (maybe Lyon)",
 (or 13)"), a separator ("Paris; Lyon", "Paris | Lyon", "Bobby Scott \\ Bob Russell", "1969 -- or
 1970"), a question mark ("Paris(?) or Lyon"), or two numbers where the reference is one ("It was
 1969, 1970."). `hedged_after` looks at the text right after every mention of the credited answer
-in the part of the response that decides (`decisive_zone`); a grader's credit stands only when
+in the decisive part of the response (`decisive.decisive_part`); a grader's credit stands only when
 none of them offers another candidate there. A parenthetical that qualifies the answer ("Paris
 (France)", "B (the second option)", "Paris (also known as the City of Light)", "B (not C)") offers
 none.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from rlpr.grading.extraction import weak_cue_text
 from rlpr.grading.wording import FILLERS, FUNCTION, main_verb, tokens, words
 
 # What closes the answer itself before a hedge: the tag, the box, math and bold markup, quotes
@@ -46,28 +45,6 @@ _ITEM_END = re.compile(r"[.,;:!?()\[\]\n]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 _MARKERS = frozenset("or maybe perhaps possibly probably alternatively otherwise else might could either though "
                      "although also if not likely plausible possible well too answer it is was be".split())
-_ANSWER_CUE = re.compile(r"(?i)\banswer[\s*]*(?:is\b|:)|\b(?:i\s+)?(?:choose|chose|pick|picked|select|selected)\b")
-
-
-def decisive_zone(response: str) -> str:
-    """The part of a response a grader's verdict rests on: from its last answer part (`<answer>`
-    tag, `\\boxed{}`) to the end of that line; else from its last answer phrase ("the answer is",
-    "Answer:", "I choose") to the end of that line; else the text weak cues are read from (a short
-    response whole, or its closing paragraph), else its first three lines."""
-    for marker in (r"<answer>", r"\\(?:boxed|fbox)\s*\{"):
-        found = list(re.finditer(marker, response, re.IGNORECASE))
-        if found:
-            return _to_line_end(response, found[-1].start())
-    phrases = list(_ANSWER_CUE.finditer(response))
-    if phrases:
-        return _to_line_end(response, phrases[-1].start())
-    weak = weak_cue_text(response)
-    return weak if weak is not None else "\n".join(response.splitlines()[:3])
-
-
-def _to_line_end(text: str, start: int) -> str:
-    end = text.find("\n", start)
-    return text[start:] if end < 0 else text[start:end]
 
 
 def hedged_after(zone: str, mentions: list[tuple[int, int]], is_other: Callable[[str], bool]) -> bool:

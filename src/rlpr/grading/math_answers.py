@@ -11,7 +11,8 @@ from math_verify.errors import TimeoutException
 
 from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
                                                 phrase_answer, weak_cue_text)
-from rlpr.grading.hedges import decisive_zone, hedged_after, text_mentions
+from rlpr.grading.decisive import corrected, decisive_part, uncommitted
+from rlpr.grading.hedges import hedged_after, text_mentions
 from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
 from rlpr.grading.verdict import Grade
 
@@ -47,7 +48,40 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
 
     math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
     a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
+
+    A correction is read as its corrected value, and
+    a credited answer stands only when the decisive part offers no other value (decisive.py).
     """
+    response = corrected(response, _read) or response
+    equal = dict(rel_tol=rel_tol, round_integers=round_integers, sort_lists=sort_lists, strip_units=strip_units)
+    g = _grade_math(response, reference, acceptable, **equal)
+    if g.correct:
+        golds = [reference, *(acceptable or [])]
+        why = uncommitted(decisive_part(response), _read, _other_value(golds, equal), _not_equal(golds, equal))
+        if why:
+            return Grade(False, g.extracted, f"{g.rule.split(':')[0]}:{why}")
+    return g
+
+
+def _not_equal(golds: list[str], equal: dict):
+    """Whether an answer cue's answer is another value than the reference's."""
+    def differs(said: str) -> bool:
+        try:
+            return not math_equal(said, golds, **equal)[0]
+        except (Exception, TimeoutException):
+            return True
+    return differs
+
+
+def _read(text: str) -> str | None:
+    """The answer a math grader reads in a piece of text."""
+    return _math_answer(text)[0]
+
+
+def _grade_math(response: str, reference: str, acceptable: list[str] | None = None, *,
+                rel_tol: float = 0.0, round_integers: bool = False, sort_lists: bool = False,
+                strip_units: bool = False) -> Grade:
+    """`grade_math` on a corrected response, before the decisive part is read whole."""
     boxes = boxed_alternatives(response)
     if boxes:
         return Grade(False, " or ".join(boxes), "boxed:several_answers")
@@ -74,8 +108,9 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
         return Grade(False, answer, f"{where}:error")
     if correct:  # one committed answer: no alternative offered after it ("\\boxed{12} (or 13)")
-        zone = decisive_zone(response)
-        if hedged_after(zone, text_mentions(zone, [*golds, answer]), _other_value(golds, rel_tol)):
+        zone = decisive_part(response)
+        equal = dict(rel_tol=rel_tol, round_integers=round_integers, sort_lists=sort_lists, strip_units=strip_units)
+        if hedged_after(zone, text_mentions(zone, [*golds, answer]), _other_value(golds, equal)):
             return Grade(False, answer, f"{where}:alternative_after")
     return Grade(bool(correct), answer, f"{where}:{how}")
 
@@ -84,15 +119,16 @@ _OFFER_WORDS = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|alternat
                           r"though|although|also|if\s+not|likely|is|be|too|right|work|possible|plausible)\b|[$:,]")
 
 
-def _other_value(golds: list[str], rel_tol: float):
+def _other_value(golds: list[str], equal: dict):
     """`is_other` for a math answer: what an alternative offers, its words of offering taken off,
-    is another value (not equal to the reference: "(or 2)" after \\boxed{\\frac{2}{2}})."""
+    is another value (not equal to the reference by the benchmark's rule `equal`: "(or 2)" after
+    \\boxed{\\frac{2}{2}})."""
     def names_one(text: str) -> bool:
         offered = _OFFER_WORDS.sub(" ", text).strip()
         if not offered:
             return False
         try:
-            return not math_equal(offered, golds, rel_tol=rel_tol)[0]
+            return not math_equal(offered, golds, **equal)[0]
         except (Exception, TimeoutException):  # unreadable: another answer all the same
             return True
     return names_one
