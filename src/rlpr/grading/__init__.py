@@ -33,6 +33,7 @@ from __future__ import annotations
 # 6: (issue 59) LaTeX after a space is the answer's markup, not an alternative ("\\boxed{5.2 \\text{ m/s}}",
 #    "1.42 \\times 10^{0}": v5 refused them); the decisive part read whole (grading/decisive.py): two different
 #    answers after the reasoning are not committed, a correction ("no wait", "actually") gives the answer;
+#    the rendered text only (grading/rendering.py: no HTML comments or hidden elements; NFKC, look-alike letters);
 GRADER_VERSION = 6
 
 from rlpr.grading.dispatch import (  # noqa: E402

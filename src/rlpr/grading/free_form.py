@@ -11,6 +11,7 @@ from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternati
 from rlpr.grading.decisive import corrected, decisive_part, uncommitted
 from rlpr.grading.hedges import hedged_after, other_text, text_mentions
 from rlpr.grading.normalization import answer_key, close_numbers, normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 from rlpr.grading.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
 
@@ -25,9 +26,10 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
                        question: str | None = None, *, rel_tol: float = 0.0) -> Grade:
     """Correct when the response's final answer is the reference or an `acceptable` form, and no
     alternative follows it (`hedges.hedged_after`: "Paris (maybe Lyon)", "Paris; Lyon"); how the
-    final answer is read: `_grade_short_answer`. A correction is read as its corrected answer ("Lyon -- no wait, Paris"), and a
+    final answer is read: `_grade_short_answer`. The response is read as rendered
+    (`rendering.visible`), a correction as its corrected answer ("Lyon -- no wait, Paris"), and a
     credited answer stands only when the decisive part offers no other candidate (decisive.py)."""
-    response = corrected(response, _read) or response
+    response = corrected(visible(response), _read) or visible(response)
     g = _grade_short_answer(response, reference, acceptable, question, rel_tol=rel_tol)
     if g.correct:
         golds = [x for x in (reference, *(acceptable or [])) if x.strip()]

@@ -14,6 +14,7 @@ from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternat
 from rlpr.grading.decisive import corrected, decisive_part, uncommitted
 from rlpr.grading.hedges import hedged_after, text_mentions
 from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 
 # Longer "answers" are prose, not a formula: let math-verify pick the math out of them rather
@@ -49,9 +50,10 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
     a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
 
-    A correction is read as its corrected value, and
+    The response is read as rendered (`rendering.visible`), a correction as its corrected value, and
     a credited answer stands only when the decisive part offers no other value (decisive.py).
     """
+    response = visible(response)
     response = corrected(response, _read) or response
     equal = dict(rel_tol=rel_tol, round_integers=round_integers, sort_lists=sort_lists, strip_units=strip_units)
     g = _grade_math(response, reference, acceptable, **equal)
@@ -81,7 +83,7 @@ def _read(text: str) -> str | None:
 def _grade_math(response: str, reference: str, acceptable: list[str] | None = None, *,
                 rel_tol: float = 0.0, round_integers: bool = False, sort_lists: bool = False,
                 strip_units: bool = False) -> Grade:
-    """`grade_math` on a corrected response, before the decisive part is read whole."""
+    """`grade_math` on a rendered, corrected response, before the decisive part is read whole."""
     boxes = boxed_alternatives(response)
     if boxes:
         return Grade(False, " or ".join(boxes), "boxed:several_answers")

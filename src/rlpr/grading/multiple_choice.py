@@ -9,6 +9,7 @@ from rlpr.grading.extraction import answer_part, boxed_alternatives, last_line, 
 from rlpr.grading.decisive import corrected, decisive_part, uncommitted
 from rlpr.grading.hedges import hedged_after, letter_mentions, other_letter
 from rlpr.grading.normalization import normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 
 LETTERS = string.ascii_uppercase
@@ -68,11 +69,13 @@ def grade_multiple_choice(response: str, reference: str,
     Explicit phrases thus outrank option text anywhere outside the answer part. One committed
     answer: a letter in a list of several ("B or D", "Answer: B, D", "B, or maybe D", boxed
     side by side) is read as "B/D", which is wrong whatever the order; a negated letter ("not
-    (B)", "B is wrong") is never read. A correction read as its corrected letter, and a credited letter stands only when the decisive
+    (B)", "B is wrong") is never read. The response is read as rendered (`rendering.visible`), a
+    correction read as its corrected letter, and a credited letter stands only when the decisive
     part offers no other letter (decisive.py; hedges.py).
     """
+    response = visible(response)
     valid = LETTERS[:len(choices)] if choices else LETTERS
-    gold = _letter_in(reference, valid, choices)
+    gold = _letter_in(visible(reference), valid, choices)
 
     def read(text: str) -> str | None:
         return _response_letter_rule(text, valid, choices)[0]
