@@ -92,7 +92,7 @@ def decisive_part(response: str) -> str:
 
 
 def _cue_unit(text: str, m: re.Match) -> str:
-    """The text an answer cue gives: the tag's content, the box, or the phrase's sentence."""
+    """The text an answer cue gives: the tag with its content, the box, or the phrase's line."""
     cue = m.group().lower()
     if cue.startswith("<answer"):
         close = text.lower().find("</answer>", m.end())
@@ -100,8 +100,8 @@ def _cue_unit(text: str, m: re.Match) -> str:
     if cue.startswith("\\"):
         end = _matching_braces(text, m.end() - 1).get(m.end() - 1)
         return text[m.start():end + 1] if end is not None else text[m.start():]
-    rest = text[m.end():]
-    stops = [x.start() for x in (_SENTENCE.search(rest), re.search(r"(?i)</answer>", rest)) if x]
+    rest = text[m.end():]  # to the line's end: the grader's reader ends the answer at its sentence's end
+    stops = [x.start() for x in (re.search(r"\n|</answer>", rest, re.IGNORECASE),) if x]
     return text[m.start():m.end() + min(stops, default=len(rest))]
 
 

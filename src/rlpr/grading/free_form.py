@@ -7,6 +7,7 @@ import re
 
 from rlpr.grading.answer_guards import gold_words
 from rlpr.grading.answer_slot import Statement
+from rlpr.grading.canonical import gold_variants, same_value
 from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
 from rlpr.grading.decisive import corrected, decisive_part, uncommitted
 from rlpr.grading.hedges import hedged_after, other_text, text_mentions
@@ -37,7 +38,8 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
         if hedged_after(zone, text_mentions(zone, golds), is_other):
             return Grade(False, g.extracted, f"{g.rule}:alternative_after")
         normalized = {answer_key(x) for x in golds} - {""}
-        why = uncommitted(zone, _read, is_other, lambda said: is_other(said) and not _matches(said, normalized, rel_tol))
+        why = uncommitted(zone, _read, is_other, lambda said: is_other(said) and not _matches(said, normalized, rel_tol)
+                          and not _same_value(said, golds, rel_tol))
         if why:
             return Grade(False, g.extracted, f"{g.rule}:{why}")
     return g
@@ -84,6 +86,8 @@ def _grade_short_answer(response: str, reference: str, acceptable: list[str] | N
     if len(whole) <= 300 and {answer_key(whole), answer_key(answer_head(whole))} & normalized:
         # the reference itself ("March 5, 2010"), or before a clause ("Dr. Jesse Bennett, who ...")
         return Grade(True, whole, "whole_response:normalized_match")
+    if len(whole) <= 300 and _same_value(whole, golds, rel_tol):  # "25%" for 0.25, "3rd of May 2001"
+        return Grade(True, whole, "whole_response:canonical")
     answer = explicit_answer(response)
     if answer is not None:
         where = answer_part(response)[1]
@@ -94,8 +98,16 @@ def _grade_short_answer(response: str, reference: str, acceptable: list[str] | N
                 return Grade(True, said_text, f"{where}:normalized_match")
             if rel_tol > 0 and close_numbers(said, normalized, rel_tol):
                 return Grade(True, said_text, f"{where}:numeric_rel_tol_{rel_tol:g}")
+            if _same_value(said_text, golds, rel_tol):
+                return Grade(True, said_text, f"{where}:canonical")
         return Grade(False, answer, f"{where}:{'negated' if NEGATED_ANSWER.match(answer) else 'normalized_match'}")
-    return _grade_statements(response, golds, question or "")
+    variants = [v for g in golds for v in gold_variants(g)]  # "May 3, 2001" also as "3rd of May 2001"
+    return _grade_statements(response, list(dict.fromkeys(golds + variants)), question or "")
+
+
+def _same_value(said: str, golds: list[str], rel_tol: float) -> bool:
+    """The answer is a reference's value in another form (canonical.py), itself or before a clause."""
+    return any(same_value(x, g, rel_tol) for x in dict.fromkeys((said, answer_head(said))) for g in golds)
 
 
 # Where an explicit answer's slot ends: a relative clause (", which ...", ", who ..."), or a

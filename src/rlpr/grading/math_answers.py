@@ -11,6 +11,7 @@ from math_verify.errors import TimeoutException
 
 from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
                                                 phrase_answer, weak_cue_text)
+from rlpr.grading.canonical import percent_value, same_value
 from rlpr.grading.decisive import corrected, decisive_part, uncommitted
 from rlpr.grading.hedges import hedged_after, text_mentions
 from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
@@ -148,7 +149,8 @@ def _math_answer(response: str) -> tuple[str | None, str]:
     if weak is None:
         return None, "none:no_cue_in_long_text"
     bare = weak.strip().rstrip(".").strip()
-    if _BARE_NUMBER.fullmatch(bare):  # "1e-24" alone: the number, not the search's "10"
+    if _BARE_NUMBER.fullmatch(bare) or (len(bare) <= 30 and percent_value(bare) is not None):
+        # "1e-24" alone: the number, not the search's "10"; "25%" alone: the percent, not 25
         return bare, "math_search"
     try:
         pred = parse(_SCIENTIFIC.sub(r"\1\\times 10^{\2}", weak), parsing_timeout=_math_timeout())
@@ -183,7 +185,7 @@ def alternatives(text: str) -> list[str]:
     return distinct if len(distinct) > 1 else []
 
 
-_TRUE, _FALSE = frozenset({"true", "yes"}), frozenset({"false", "no"})
+_TRUE, _FALSE = frozenset({"true", "yes", "correct"}), frozenset({"false", "no", "incorrect"})
 _BOOL_MARKUP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\b|[{}$`*().\s]")
 _OPTION_LABEL = re.compile(r"\(([a-fA-F])\)")
 _SCIENTIFIC = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
@@ -195,7 +197,7 @@ def _boolean(text: str) -> bool | None:
     return True if word in _TRUE else False if word in _FALSE else None
 
 
-_BOOL_WORD = re.compile(r"(?i)\b(true|yes|false|no)\b")
+_BOOL_WORD = re.compile(r"(?i)\b(true|yes|correct|false|no|incorrect)\b")
 _NEGATION = re.compile(r"(?i)\b(?:not|never|isn['’]?t|aren['’]?t|wasn['’]?t|neither|nor)\b")
 
 
@@ -321,6 +323,12 @@ def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool
         same = len(items) == len(gold_items) and all(
             _math_equal_one(a, g, rel_tol, round_integers)[0] for a, g in zip(items, gold_items))
         return same, "sorted_list" if sort_lists else "ordered_list"
+    percent = percent_value(answer)
+    if percent is not None and percent_value(gold) is None and _number(gold) is not None:
+        # "25%" is 0.25 (TheoremQA's clean_units reads % as /100) or, asked in percent, 25
+        gold_number, tol = _number(gold), max(rel_tol, 1e-9)
+        return any(abs(p - gold_number) <= tol * abs(gold_number) or p == gold_number
+                   for p in (percent / 100, percent)), "percent"
     if rel_tol > 0 or round_integers:
         gold_number, number = _number(gold), _number(answer, strip_units)
         if gold_number is not None and number is not None:
@@ -330,6 +338,8 @@ def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool
     gold_parsed, parsed = _parse_math(gold), _parse_math(answer)
     if gold_parsed and parsed and verify(gold_parsed, parsed, timeout_seconds=_math_timeout()):
         return True, "symbolic"
+    if same_value(answer, gold, rel_tol):  # "twenty-one", "approximately 3.2", "6.02 x 10^23"
+        return True, "canonical"
     if any(ch.isdigit() for ch in gold):  # "1,2" and "12" normalize alike; numbers are math's
         return False, "symbolic"
     said = normalize_answer(answer)
