@@ -11,8 +11,9 @@
 - booleans: "true"/"correct" and "false"/"incorrect" (the math grader also reads "yes"/"no").
 
 `same_value` compares an answer with a reference in these forms; `gold_variants` writes a reference in
-the other forms, so that a statement naming it in another form ("the 3rd of May 2001", "two hundred
-six bones") fills its answer slot.
+the other forms (and a one-word lowercase reference in its regular plural), so that a statement naming
+it in another form ("the 3rd of May 2001", "two hundred six bones", "are called kittens") fills its
+answer slot.
 """
 
 from __future__ import annotations
@@ -192,7 +193,18 @@ def gold_variants(gold: str) -> list[str]:
     boolean = boolean_value(gold)
     if boolean is not None:
         out.append("correct" if boolean else "incorrect")
+    elif value is None and key is None and re.fullmatch(r"[a-z]{3,}", gold.strip()):
+        out.append(plural(gold.strip()))  # "kittens" for "kitten"
     return [v for v in dict.fromkeys(out) if v.lower() != gold.lower()]
+
+
+def plural(noun: str) -> str:
+    """The regular plural of a lowercase noun: kitten -> kittens, box -> boxes, city -> cities."""
+    if re.search(r"(?:s|x|z|ch|sh)$", noun):
+        return noun + "es"
+    if re.search(r"[^aeiou]y$", noun):
+        return noun[:-1] + "ies"
+    return noun + "s"
 
 
 def _suffix(n: int) -> str:

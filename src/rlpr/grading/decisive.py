@@ -53,7 +53,8 @@ _OFFER = re.compile(
     r"\b(?:then\s+again|on\s+the\s+other\s+hand|alternatively|or|or\s+else|otherwise|if\s+not|either|"
     r"(?:second|another|other|alternative|backup)\s+(?:possible\s+)?(?:choice|guess|option|answer|pick|candidate|"
     r"possibility)s?|p\.?\s?s\b\.?|maybe|perhaps|possibly|probably|could\s+(?:also\s+)?be|might\s+(?:also\s+)?be|"
-    r"may\s+(?:also\s+)?be|it\s+could\s+also\s+be|(?:also|equally)\s+(?:possible|plausible|likely))",
+    r"may\s+(?:also\s+)?be|it\s+could\s+also\s+be|(?:also|equally)\s+(?:possible|plausible|likely)|"
+    r"(?:some|others|many)\s+(?:say|believe|think|argue|claim)(?:\s+it\s+is)?)",
     re.IGNORECASE)
 # "X is also valid", "(option C is equally correct)": X, the words before, is offered.
 _ALSO_VALID = re.compile(

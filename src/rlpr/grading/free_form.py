@@ -101,7 +101,9 @@ def _grade_short_answer(response: str, reference: str, acceptable: list[str] | N
             if _same_value(said_text, golds, rel_tol):
                 return Grade(True, said_text, f"{where}:canonical")
         return Grade(False, answer, f"{where}:{'negated' if NEGATED_ANSWER.match(answer) else 'normalized_match'}")
-    variants = [v for g in golds for v in gold_variants(g)]  # "May 3, 2001" also as "3rd of May 2001"
+    # "May 3, 2001" also as "3rd of May 2001"; not a form the question itself gives ("the singular of 'dishes'")
+    asked = set(words(question or ""))
+    variants = [v for g in golds for v in gold_variants(g) if not set(words(v)) <= asked]
     return _grade_statements(response, list(dict.fromkeys(golds + variants)), question or "")
 
 
@@ -114,7 +116,7 @@ def _same_value(said: str, golds: list[str], rel_tol: float) -> bool:
 # clause of its own after ", and" / "; " (one with a verb: ", and this is well known"; ", and
 # Rome" is a second candidate and stays; ", but ..." may take the answer back and stays).
 _RELATIVE_CLAUSE = re.compile(r",\s+(?=(?:which|who|whom|whose|where)\b)", re.IGNORECASE)
-_CLAUSE_AFTER = re.compile(r"(?:,\s+(?=and\s)|;\s+)", re.IGNORECASE)
+_CLAUSE_AFTER = re.compile(r"(?:,\s+(?=(?:and|but)\s)|;\s+)", re.IGNORECASE)
 
 
 def answer_head(answer: str) -> str:
