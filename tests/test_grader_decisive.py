@@ -154,3 +154,19 @@ def test_a_correction_marker_with_no_answer_after_it_corrects_nothing():
 def test_degenerate_text_after_an_early_cue_is_read_fast():
     e = example("mmlu", "B", choices=["w", "x", "y", "z"])
     assert not grade_example(e, "The answer is B. " + "Then again, maybe. " * 5_000 + "Answer: C").correct
+
+
+@pytest.mark.parametrize("source, reference, response, correct", [
+    ("nq_open", "one", "Answer: Guy Boucher. Hmm, no wait -- one.", True),  # a strong marker, a lowercase value
+    ("nq_open", "R. H. Thomson", "Answer: 53. No wait -- R. H. Thomson.", True),  # read to the sentence's end
+    ("nq_open", "September 14, 2008", "Answer: John Young. I mean September 14, 2008.", True),
+    ("math500", "-50", "Answer: 720. Hmm, no wait -- -50.", True),  # the minus is the value's
+    ("math500", "p - q", "Answer: 27. No wait -- p - q.", True),
+    ("math500", "\\left( 3, \\frac{\\pi}{2} \\right)", "Answer: 6 - 5i. No wait -- \\left( 3, \\frac{\\pi}{2} \\right).", True),
+    ("nq_open", "Rihanna", "The answer is Rihanna. Then again, an armature of piped masonry.", False),
+    ("nq_open", "Lisa Stelly", "Answer: Lisa Stelly. the Elkia Federation is also plausible.", False),
+    ("nq_open", "Cathy Dennis", "Answer: Cathy Dennis\n\nP.S. Or one.", False),  # a number word is another value
+    ("nq_open", "Paris", "The answer is Paris. Perhaps the most famous city in Europe.", True),  # offers no candidate
+])
+def test_values_after_a_correction_or_an_offer(source, reference, response, correct):
+    assert grade_example(example(source, reference, "Who or what is it?"), response).correct is correct

@@ -33,7 +33,7 @@ import re
 from typing import Callable
 
 from rlpr.grading.extraction import _matching_braces, weak_cue_text
-from rlpr.grading.wording import main_verb, tokens, words
+from rlpr.grading.wording import AUX, VERBS, tokens, words
 
 # An answer cue: where the decisive part starts and where a second answer is read.
 CUE = re.compile(r"<answer>|\\(?:boxed|fbox)\s*\{|\b(?:final\s+)?answer[\s*]*(?:is\b|:)|\bfinal\s+answer\b"
@@ -42,10 +42,10 @@ CUE = re.compile(r"<answer>|\\(?:boxed|fbox)\s*\{|\b(?:final\s+)?answer[\s*]*(?:
 _CORRECTION = re.compile(
     r"\b(?:no\s*,?\s*wait|wait\s*,?\s*no|wait|actually|I\s+mean|I\s+meant|correction|scratch\s+that|make\s+that|"
     r"on\s+second\s+thoughts?|(?:up)?on\s+reflection|on\s+reconsideration|let\s+me\s+reconsider|sorry|oops|"
-    r"let\s+me\s+correct(?:\s+that)?)\b[\s,:;.!*—–-]*", re.IGNORECASE)
+    r"let\s+me\s+correct(?:\s+that)?)\b(?:[\s,:;.!*—–]|-(?![\d.]))*", re.IGNORECASE)
 # Words before the corrected or offered value that are not the value: "it is", "the answer is", "option".
 _LEAD = re.compile(
-    r"^(?:[\s,:;.*—–-]|\b(?:it|this|that|the\s+(?:correct\s+)?answer|my\s+answer|I\s+think|I\s+would\s+say|"
+    r"^(?:[\s,:;.*—–]|-+(?=[\s-])|\b(?:it|this|that|the\s+(?:correct\s+)?answer|my\s+answer|I\s+think|I\s+would\s+say|"
     r"is|was|'s|’s|could|might|may|would|can|will|also|equally|even|just|well|be|rather|instead|"
     r"option|choice|answer|the\s+answer\s+is)\b)+", re.IGNORECASE)
 # A sentence that offers another candidate opens with one of these (or the answer's sentence goes on with one).
@@ -62,9 +62,12 @@ _ALSO_VALID = re.compile(
     r"(?:valid|correct|right|possible|plausible|acceptable|likely|good|defensible)\b", re.IGNORECASE)
 _CONDITION = re.compile(r"\b(?:unless|except\s+if|if\s+(?:the\s+question|you|we|it)\b)", re.IGNORECASE)
 _SENTENCE = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)|\n")
-_CLAUSE_END = re.compile(r"[.,](?!\d)|[;:!?()\[\]\n]|\s[—–-]+\s")  # not the point of 0.5 or the comma of 1,000
+# Where an offered or corrected value ends (outside brackets): not the point of 0.5, the comma of 1,000
+# or the minus of "p - q"
+_CLAUSE_END = re.compile(r"[.,](?!\d)|[;:!?\n]|\s(?:--+|[—–])\s")
 _CANDIDATE = re.compile(r"^[\"'“‘(*$\\]*(?:[A-Z0-9]|\\)")
 _NOT_CANDIDATE = re.compile(r"^(?:I|It|This|That|These|Those|There|The|Let|We|So|But|And|Yes|No|However)\b")
+_PRONOUN = re.compile(r"(?:it|this|that|these|those|there|both|either|each|such|all|which)\b", re.IGNORECASE)
 _MAX_ITEM_WORDS = 6
 # A decisive part is read whole up to this many characters; a longer one (degenerate text after an
 # early cue) by its first and last halves of it, and at most _MAX_CUES of its cues, so it costs milliseconds.
@@ -107,18 +110,26 @@ def _cue_unit(text: str, m: re.Match) -> str:
 
 
 def corrected(response: str, read: Callable[[str], str | None]) -> str | None:
-    """The text after the last correction in the decisive part that an answer follows (an answer
-    cue `read` finds an answer in, or a phrase opening with a candidate), or None."""
+    """The response to grade after the last correction in the decisive part that an answer follows:
+    the text after it when it holds an answer cue `read` finds an answer in, else "The answer is "
+    and the text after it when that opens with a short value (`_item`; for "wait", "actually",
+    "sorry", "oops" one that opens like a candidate); None when nothing is corrected."""
     part = _bounded(decisive_part(response))
     for m in list(reversed(list(_CORRECTION.finditer(part))))[:_MAX_CUES]:
         after = part[m.end():].strip()
         cue = CUE.search(after)
         if cue is not None and read(after) is not None:
             return after
-        head = _item(after)
-        if head and _candidate_like(head) and read(head) is not None:
-            return head
+        head = _item(after)  # the gate: a short value without a verb; the answer is read whole after it
+        weak = _WEAK_CORRECTION.fullmatch(m.group().strip(" \t,:;.!*—–-"))
+        value = "The answer is " + _LEAD.sub("", after, count=1)
+        if head and (_candidate_like(head) or not weak) and read(value) is not None:
+            return value
     return None
+
+
+# Markers that correct only before a candidate-like value ("Actually, this follows from ..." corrects nothing)
+_WEAK_CORRECTION = re.compile(r"wait|actually|sorry|oops", re.IGNORECASE)
 
 
 def _candidate_like(phrase: str) -> bool:
@@ -160,7 +171,7 @@ def uncommitted(part: str, read: Callable[[str], str | None], is_other: Callable
                 return "offers_another"
         for m in _ALSO_VALID.finditer(sentence):
             item = _item(m.group(1))
-            if item and _candidate_like(item) and is_other(item):
+            if item and not _PRONOUN.match(item) and is_other(item):
                 return "offers_another"
         cond = _CONDITION.search(sentence) if holds_answer else None
         if cond and s + cond.start() >= answer_end and is_other(sentence[cond.end():]):
@@ -170,10 +181,23 @@ def uncommitted(part: str, read: Callable[[str], str | None], is_other: Callable
 
 def _item(text: str) -> str:
     """The candidate an offer or a correction names: the words after its lead ("it could also be",
-    "option"), up to the clause's end, when they are few and have no verb; else ""."""
+    "option"), up to the clause's end outside brackets, when they are few and have no finite verb
+    ("an armature of piped masonry" is a candidate, "the question means C" is not); else ""."""
     value = _LEAD.sub("", text.strip(), count=1)
-    head = _CLAUSE_END.split(value, maxsplit=1)[0].strip(" *\"'“”‘’`")
-    if not head or len(words(head)) > _MAX_ITEM_WORDS or main_verb(tokens(head)) is not None:
+    depth, end = 0, len(value)
+    for m in re.finditer(r"[([{]|[)\]}]|" + _CLAUSE_END.pattern, value):
+        if m.group() in "([{":
+            depth += 1
+        elif m.group() in ")]}":
+            depth -= 1
+            if depth < 0:
+                end = m.start()
+                break
+        elif depth == 0:
+            end = m.start()
+            break
+    head = value[:end].strip(" *\"'“”‘’`")
+    if not head or len(words(head)) > _MAX_ITEM_WORDS or any(t.norm in AUX | VERBS for t in tokens(head)):
         return ""
     return head
 
