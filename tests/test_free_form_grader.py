@@ -314,6 +314,8 @@ def test_the_fresh_sets_do_not_regress(name, min_precision, min_recall):
     ("What is the main language spoken in Bulgaria?", "Bulgarian", "Bulgaria speaks Latin.", False),
     ("What do bees make from nectar?", "honey", "Bees make food using honey specifically - honeydew.", False),
     ("What is the singular of the noun 'dishes'?", "dish", "The singular of the noun 'dishes' is 'dishes'.", False),
+    ("What is the singular of the noun 'churches'?", "church",  # a refiner before a verb restarts nothing
+     'This is a recurrent fallacy, specifically referred to as "undeclared church."', False),
 ])
 def test_statement_forms_of_fresh_set_4(question, reference, response, correct):
     assert grade_short_answer(response, reference, None, question).correct is correct

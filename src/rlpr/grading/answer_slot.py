@@ -93,7 +93,8 @@ class Statement(Mentions):
         start = v
         for k in range(v + 1, s):
             w, before = self.toks[k].norm, self.word(k - 1)
-            if (w in REFINERS and before in (",", "more")) or (w == "but" and before == "nothing") \
+            refines = w in REFINERS and before in (",", "more") and k + 1 < s and not is_verb(self.toks[k + 1])
+            if refines or (w == "but" and before == "nothing") \
                     or (w == "than" and before == "other" and self.word(k - 2) in ("none", "no")) \
                     or (w == "actually" and "but" in self.words(v, k)):
                 start = k
