@@ -61,6 +61,11 @@ FRESH_SETS = (
              "SmolLM2-135M, sentences; rlpr-0, Gemma 3 270M, mostly bare answers), 25 per run x set",
      "blind": "version 4, blind: precision 1.000 (51 of 51), recall 0.962 (51 of 53 right answers found); "
               "no rule changed after reading it"},
+    {"name": "fresh set 4", "path": GRADING / "fresh4_labeled_responses.jsonl",
+     "made": "issue 59: general questions only, the base model's sampled responses (seed 59, 208) and 30 saved "
+             "samples of each of two RLPR runs (rlpr-1-88202acba0, rlpr-2-a2292fc3a8), after GRADER_VERSION 5",
+     "blind": "version 5, blind: precision 0.894 (42 of 47), recall 0.778 (42 of 54 right answers found); read "
+              "while writing version 6"},
 )
 FORMS = {
     "answer_tag": "<answer> {} </answer>",

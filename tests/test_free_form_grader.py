@@ -234,7 +234,7 @@ def test_degenerate_text_costs_linear_work(unit):
 
 
 def test_the_grader_version_says_the_verdicts_changed():
-    assert GRADER_VERSION == 5
+    assert GRADER_VERSION == 6
 
 
 # --------------------------------------------------------------------------- the labeled set
@@ -272,6 +272,8 @@ def test_the_free_form_grader_agrees_with_people():
     ("fresh_labeled_responses.jsonl", 0.97, 0.90),
     ("fresh2_labeled_responses.jsonl", 0.95, 0.76),  # blind for version 3 as first written: 0.944 / 0.654
     ("fresh3_labeled_responses.jsonl", 0.99, 0.95),  # blind for version 4: 1.000 / 0.962
+    # issue 59's fresh set, blind for version 5: 0.894 / 0.778; version 6: 1.000 / 0.963
+    ("fresh4_labeled_responses.jsonl", 0.95, 0.95),
 ])
 def test_the_fresh_sets_do_not_regress(name, min_precision, min_recall):
     """The fresh sets were blind once (tests/data/grading/README.md); now read, they guard against
@@ -279,3 +281,41 @@ def test_the_fresh_sets_do_not_regress(name, min_precision, min_recall):
     rows = [json.loads(line) for line in (LABELED.parent / name).read_text().splitlines() if line.strip()]
     precision, recall = _scores([r for r in rows if r["label"] != "ambiguous"])
     assert precision >= min_precision and recall >= min_recall, (precision, recall)
+
+
+# Issue 59: statement forms of fresh set 4 that version 5 read wrong, each a class (v5 credited the
+# wrong ones and refused the right ones).
+@pytest.mark.parametrize("question, reference, response, correct", [
+    ("In which mountain range is Mount Everest?", "Himalayas",
+     "Mount Everest is located in South Asia, specifically in the Himalayas.", True),  # a refinement
+    ("What instrument is used to measure temperature?", "thermometer",
+     "The instrument used to measure temperature is nothing but a thermometer specifically designed for it.", True),
+    ("What is the longest river in Africa?", "Nile River",
+     "The Nile River, also known as the Nile Aqua in Egypt, is Africa's longest river.", True),  # an alias apposition
+    ("What is the currency of the United Kingdom?", "pound sterling",
+     "The United Kingdom has its own currency, which is the Pound Sterling.", True),
+    ("What is a young cat called?", "kitten", "Furry little kitties are called kittens.", True),
+    ("What instrument is used to measure atmospheric pressure?", "barometer",
+     "A barometer uses atmospheric pressure measurement to measure air molecules.", True),
+    ("In which US city was President John F. Kennedy assassinated?", "Dallas",
+     "The assassination of President John F. Kennedy occurred on Feb. 14, 1963, in Dallas, Texas.", True),
+    ("What is the SI unit of electric current?", "ampere", "The SI unit of electric current is ampeère (A).", True),
+    ("What is the main ingredient of hummus?", "chickpeas",
+     "The main ingredient of hummus is often called mokuzi but is actually the combination of chickpeas and oil.", True),
+    ("How many letters are in the English alphabet?", "26",
+     "The answer is 26, but in English, some letters are counted as two different words.", True),
+    ("What is the longest river in South America?", "Amazon",
+     "The shortest river in South America is the Amazon River.", False),  # the opposite superlative
+    ("What is 81 divided by 9?", "9", "81 divided by 9 is 11 with a remainder of 6.", False),
+    ('Who wrote the play "Hamlet"?', "William Shakespeare",
+     "The tragedy by William Shakespeare was written by the Scottish playwright Robert Kenny.", False),
+    ("Which blood cells carry oxygen around the body?", "erythrocytes",
+     "Blood cells called erythrocytes do not carry oxygen.", False),
+    ("What is the main language spoken in Bulgaria?", "Bulgarian", "Bulgaria speaks Latin.", False),
+    ("What do bees make from nectar?", "honey", "Bees make food using honey specifically - honeydew.", False),
+    ("What is the singular of the noun 'dishes'?", "dish", "The singular of the noun 'dishes' is 'dishes'.", False),
+    ("What is the singular of the noun 'churches'?", "church",  # a refiner before a verb restarts nothing
+     'This is a recurrent fallacy, specifically referred to as "undeclared church."', False),
+])
+def test_statement_forms_of_fresh_set_4(question, reference, response, correct):
+    assert grade_short_answer(response, reference, None, question).correct is correct

@@ -105,7 +105,7 @@ def test_extract_final_answer(response, expected):
     # nothing usable
     ("", "A", None, False, None),
     ("I have no idea.", "B", CAPITALS, False, None),
-    ("Ответ: В", "B", None, False, None),  # Cyrillic Ve is not a Latin B
+    ("Ответ: В", "B", None, True, "B"),  # a Cyrillic Ve alone looks like, and reads as, a Latin B (issue 59)
     ("<answer>Pâris</answer>", "B", ["London", "Pâris"], True, "B"),
     ("<answer>" + "blah " * 20_000 + "</answer>", "A", CAPITALS, False, None),
     ("The answer is" + " " * 20_000 + "B", "B", None, True, "B"),  # no regex backtracking blow-up

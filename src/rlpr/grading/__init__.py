@@ -7,7 +7,10 @@ output: a reward function must score every rollout, however malformed.
 One module per rule family:
 - `extraction`: where a final answer is read (`<answer>` tags, `\\boxed{}`, "the answer is",
   weak cues only from short text);
+- `rendering`: the text a reader of the rendered response sees (no hidden text; NFKC, look-alikes);
+- `decisive`: the decisive part of a response, read whole (corrections, a second answer, offers);
 - `normalization`: answer keys (SQuAD normalization, numbers in one form), token F1;
+- `canonical`: values read alike in any form (dates, percents, number words, scientific notation);
 - `free_form`: short answers (an explicit answer, else the answer a response's statements give),
   read with `wording` (tokens, sentences, the question's focus), `answer_guards` (what keeps a
   mention of the reference from being the answer) and `answer_slot` (where an answer stands);
@@ -30,7 +33,13 @@ from __future__ import annotations
 #    / ", and <clause>"; references with commas matched whole; TheoremQA's own rules.
 # 5: no alternative after the committed answer (issue 43, grading/hedges.py): "B (or possibly C)",
 #    "Paris (maybe Lyon)", "Paris/Lyon", "1969 -- or 1970", "Milky Way; Andromeda", "It was 1969, 1970."
-GRADER_VERSION = 5
+# 6: (issue 59) LaTeX after a space is the answer's markup, not an alternative ("\\boxed{5.2 \\text{ m/s}}",
+#    "1.42 \\times 10^{0}": v5 refused them); the decisive part read whole (grading/decisive.py): two different
+#    answers after the reasoning are not committed, a correction ("no wait", "actually") gives the answer;
+#    the rendered text only (grading/rendering.py: no HTML comments or hidden elements; NFKC, look-alike letters);
+#    values in one form (grading/canonical.py): dates, percents (TheoremQA: % is /100), "approximately X",
+#    scientific notation, number words and ordinals, "correct"/"incorrect" for True/False.
+GRADER_VERSION = 6
 
 from rlpr.grading.dispatch import (  # noqa: E402
     BENCHMARK_RULES,

@@ -14,10 +14,11 @@ statement's answer (see answer_slot.py for the roles in which it answers):
 from __future__ import annotations
 
 import re
+import unicodedata
 
 from rlpr.grading.normalization import normalize_answer
 from rlpr.grading.wording import (ADJUNCT_PREPOSITIONS, ALIAS_OPENERS, ASIDES, AUX, BE, BREAK,
-                                             CONCLUSION, DEMONYM, FILLERS, FUNCTION, HEDGES, MONTHS, PRONOUNS,
+                                             CONCLUSION, DEMONYM, FILLERS, FUNCTION, HEDGES, MONTHS, OPPOSITE, PRONOUNS, REFINERS,
                                              QUALIFIERS, STARTERS, TITLES, WH, Question, Token, is_verb,
                                              main_verb, tokens, words)
 
@@ -60,10 +61,26 @@ def occurrences(toks: list[Token], forms: list[list[str]]) -> list[tuple[int, in
         n = len(form)
         for i in range(len(toks) - n + 1):
             span = range(i, i + n)
-            if [toks[k].norm for k in span] == form and not taken.intersection(span):
+            if all(map(same_spelling, (toks[k].norm for k in span), form)) and not taken.intersection(span):
                 found.append((i, i + n))
                 taken.update(span)
     return sorted(found)
+
+
+def same_spelling(said: str, gold: str) -> bool:
+    """A word of the reference as written, or, for a word of six letters or more, with an accent or
+    a doubled letter more or less ("ampeère" for "ampere", "Phillipines" for "Philippines"); a
+    letter more at its end is another word ("Bulgarian" is not "Bulgaria")."""
+    if said == gold:
+        return True
+    if min(len(said), len(gold)) < 6:
+        return False
+    return _spelling_key(said) == _spelling_key(gold)
+
+
+def _spelling_key(word: str) -> str:
+    plain = "".join(ch for ch in unicodedata.normalize("NFKD", word) if not unicodedata.combining(ch))
+    return re.sub(r"(.)\1+", r"\1", plain)
 
 
 def skip_parenthetical(toks: list[Token], j: int) -> int:
@@ -112,6 +129,8 @@ class Mentions:
             return True
         while j < len(toks) and toks[j].norm == ")":
             j += 1
+        if self.word(j) in REFINERS and j + 1 < len(toks) and toks[j + 1].punct:
+            return False  # "honey specifically – honeydew": a refinement names the answer
         while j < len(toks) and not toks[j].punct and toks[j].norm not in self.gold | FUNCTION \
                 and (self.q.has(toks[j].norm) or toks[j].norm in FILLERS):
             j += 1
@@ -147,6 +166,8 @@ class Mentions:
         'closed-ended'") or words of the question ("Paris, France" for the capital of France) are
         not other candidates."""
         toks = self.toks
+        if {"combination", "mixture", "blend", "mix"} & set(self.words(s - 4, s)) and "of" in self.words(s - 3, s):
+            return False  # "the combination of chickpeas and oil": the parts of one answer
         if self.word(s - 1) in _LIST_JOINERS[1:] + ("vs", "versus") and s >= 2 and not toks[s - 2].punct:
             return True
         j, others = e, 0
@@ -274,5 +295,7 @@ class Mentions:
         """The words from a to b restate the question (a subject such as "The capital of
         France", "There", "The answer to this classic question"); anything does without one."""
         ws = self.words(a, b)
+        if any(OPPOSITE.get(w, set()) & set(self.q.words) for w in ws):
+            return False  # "The shortest river ..." for the longest
         return (not ws or not self.q.words or "answer" in ws or all(w in PRONOUNS | FUNCTION for w in ws)
                 or any(self.q.has(w) and w not in FUNCTION for w in ws))

@@ -25,8 +25,13 @@ slot.
 from __future__ import annotations
 
 from rlpr.grading.answer_guards import Mentions, skip_parenthetical
-from rlpr.grading.wording import (BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
-                                             OPENING_PREPOSITIONS, PRONOUNS, WH, hedged, is_verb)
+from rlpr.grading.wording import (ALIAS_OPENERS, BE, CONTRAST, FILLERS, FUNCTION, INTERJECTIONS, NEGATION,
+                                  OPENING_PREPOSITIONS, PRONOUNS, REFINERS, WH, hedged, is_verb)
+
+# Where the slot starts again between the verb and the reference: a refinement (", specifically in
+# the Himalayas", ", namely X"), an emphasis ("nothing but X", "none other than X") or a correction
+# ("is often called Y but is actually X").
+_NAMING = frozenset("called named known termed".split())
 
 
 class Statement(Mentions):
@@ -76,9 +81,24 @@ class Statement(Mentions):
         """After the main verb, nothing between opening another role, naming something else or
         hedging, the subject restating the question: "There are 24 hours in a day."."""
         v = self.verb
-        return (v is not None and s > v and self.toks[v].norm not in NEGATION  # "It wasn't X."
-                and not self.breaks_between(v, s) and not self.names_another(v, s)
-                and not hedged(self.toks[v:s]) and self.echoes_question(0, v) and self.ends_phrase(e))
+        if v is None or s <= v or self.toks[v].norm in NEGATION:  # "It wasn't X."
+            return False
+        start = self._slot_restart(v, s)
+        naming = any(t.norm in _NAMING and self.q.has(t.norm) for t in self.toks[v:v + 2])  # "are called X"
+        return (not self.breaks_between(start, s) and not self.names_another(start, s)
+                and not hedged(self.toks[start:s]) and (self.echoes_question(0, v) or naming) and self.ends_phrase(e))
+
+    def _slot_restart(self, v: int, s: int) -> int:
+        """The verb, or the last refinement, emphasis or correction between it and the reference at s."""
+        start = v
+        for k in range(v + 1, s):
+            w, before = self.toks[k].norm, self.word(k - 1)
+            refines = w in REFINERS and before in (",", "more") and k + 1 < s and not is_verb(self.toks[k + 1])
+            if refines or (w == "but" and before == "nothing") \
+                    or (w == "than" and before == "other" and self.word(k - 2) in ("none", "no")) \
+                    or (w == "actually" and "but" in self.words(v, k)):
+                start = k
+        return start
 
     def _intro_end(self) -> int:
         """Where the statement proper starts after an opening phrase without a verb and its comma
@@ -98,12 +118,14 @@ class Statement(Mentions):
         blood", "Calcium is a chemical element named Ca", "The electron carries a negative electric
         charge")."""
         toks = self.toks
-        if s not in (0, self._intro_end()) and not (s == 1 and toks[0].norm in INTERJECTIONS):
+        if s not in (0, self._intro_end()) and not (s == 1 and (toks[0].norm in INTERJECTIONS
+                                                                 or toks[0].raw.lower() in ("a", "an", "the"))):
             return False
         j = skip_parenthetical(toks, e)
         if self.word(j) == ",":  # an apposition: ", one of the most iconic rivers in Europe,"
             k = j + 1
-            while k < len(toks) and toks[k].norm != "," and not is_verb(toks[k]):
+            alias = any(self.words(k, k + len(o)) == o for o in ALIAS_OPENERS)  # ", also known as the Nile Aqua,"
+            while k < len(toks) and toks[k].norm != "," and (alias or not is_verb(toks[k])):
                 k += 1
             j = k + 1 if self.word(k) == "," else j
         if j >= len(toks) or toks[j].punct:
@@ -141,7 +163,23 @@ class Statement(Mentions):
 
     def by_phrase(self, s: int, e: int) -> bool:
         """In a by-phrase of the subject: "The novel 'Don Quixote' by Miguel de Cervantes is ..."."""
-        return self.word(s - 1) == "by" and (self.verb is None or s < self.verb) and self.ends_phrase(e)
+        v = self.verb
+        return (self.word(s - 1) == "by" and (v is None or (s < v and not self._agent_named(v)))
+                and self.ends_phrase(e))
+
+    def _agent_named(self, v: int) -> bool:
+        """The predicate names another agent by name: "... was written by the playwright Robert Kenny"
+        (not "... written by a Spanish-American author": a description)."""
+        toks, end = self.toks, self.clause_end(v)
+        for k in range(v, end):
+            if toks[k].norm != "by":
+                continue
+            j = k + 1
+            while j < end and toks[j].norm not in FUNCTION:
+                j += 1
+            if j > k + 1 and toks[j - 1].cap:
+                return True
+        return False
 
     def after_focus(self, s: int, e: int) -> bool:
         """Right after the first mention of the word the question asks for ("Aluminum is a
@@ -151,10 +189,13 @@ class Statement(Mentions):
                 and self.q.has(self.word(s - 2)) and self.word(s - 2) not in FUNCTION:
             return True
         j = s - 1
-        while j >= 0 and self.toks[j].norm in ("(", ":", "=", "is", "called", "named"):
-            j -= 1
+        while j >= 0 and self.toks[j].norm in ("(", ":", "=", "is", "was", "are", "called", "named", ",", "which"):
+            j -= 1  # "the chemical symbol (Al)", "its own currency, which is the Pound Sterling"
         if j < 0 or j == s - 1 or not self.q.is_focus(self.toks[j].norm):
             return False
+        v = self.verb
+        if v is not None and s < v and NEGATION.intersection(self.words(v, self.clause_end(v))):
+            return False  # "Blood cells called erythrocytes do not carry oxygen."
         first = next(k for k, t in enumerate(self.toks) if self.q.is_focus(t.norm))
         return j == first and self.ends_phrase(e)
 

@@ -80,13 +80,13 @@ BENCHMARK_RULES: tuple[BenchmarkRule, ...] = (
                   sort_lists=True, strip_units=True,
                   normalisation="by the reference's JSON type (kept by the converter): floats within 4%; "
                   "integers: the answer rounded; lists sorted, item by item, same length; booleans "
-                  "True/False/yes/no, also in a sentence ('the statement is true'), one polarity, not "
-                  "negated; options (a)-(d), also bare on the last line; plain units stripped ('3.2 m/s'); "
-                  "scientific notation ('1e-24')",
+                  "True/False/yes/no/correct/incorrect, also in a sentence ('the statement is true'), one polarity, "
+                  "not negated; options (a)-(d), also bare on the last line; plain units stripped ('3.2 m/s'); "
+                  "scientific notation ('1e-24'); a percent X% is X/100 (clean_units) or, asked in percent, X",
                   source="https://github.com/TIGER-AI-Lab/TheoremQA (utils.py: compare_answer_with_groundtruth, "
                   "compare_two_numbers: within_eps |pred - gt| <= 0.04 |gt|, round(pred) == gt for int; "
-                  "compare_two_list: sorted; extract_theoremqa_answer: 'yes'/'true' anywhere reads True, "
-                  "which rlpr narrows to one un-negated polarity)"),
+                  "compare_two_list: sorted; clean_units: '%' -> '/100'; extract_theoremqa_answer: 'yes'/'true' "
+                  "anywhere reads True, which rlpr narrows to one un-negated polarity)"),
     BenchmarkRule("GPQA-Diamond", ("gpqa", "gpqadiamond", "gpqamain", "gpqaextended"), "multiple_choice",
                   normalisation="option letter A-D in any case",
                   source="https://github.com/idavidrein/gpqa: four options, one letter; options shuffled at conversion"),

@@ -146,9 +146,10 @@ def last_line(text: str) -> str:
 # --------------------------------------------------------------------------- "the answer is X"
 
 _ANSWER_IS = re.compile(r"(?i)\banswer[\s*]*(?:is\b|:)[\s*:]*(.+)$", re.MULTILINE)
-# The end of an answer after "answer is": a sentence end, but not after an initial or a title
-# ("R. H. Thomson", "T.J. Miller", "Dr. Jesse Bennett").
+# The end of an answer after "answer is": a sentence end, but not after an initial, a title or a
+# month's abbreviation ("R. H. Thomson", "T.J. Miller", "Dr. Jesse Bennett", "Sept. 3, 2001").
 _ANSWER_END = re.compile(r"(?<![\s.][A-Z]\.)(?<!^[A-Z]\.)(?<!\b(?:Dr|Mr|Ms|St|Jr|Sr|vs)\.)(?<!Mrs\.)"
+                         r"(?<!\b(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sep|Oct|Nov|Dec)\.)(?<!\bSept\.)"
                          r"(?<=[.!?])\s+|\n+|(?<=[.!?])$")
 
 

@@ -7,9 +7,12 @@ import re
 
 from rlpr.grading.answer_guards import gold_words
 from rlpr.grading.answer_slot import Statement
+from rlpr.grading.canonical import gold_variants, same_value
 from rlpr.grading.extraction import NEGATED_ANSWER, answer_part, boxed_alternatives, explicit_answer
-from rlpr.grading.hedges import decisive_zone, hedged_after, other_text, text_mentions
+from rlpr.grading.decisive import corrected, decisive_part, uncommitted
+from rlpr.grading.hedges import hedged_after, other_text, text_mentions
 from rlpr.grading.normalization import answer_key, close_numbers, normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 from rlpr.grading.wording import CONTRAST, FUNCTION, PRONOUNS, Question, main_verb, sentences, tokens, words
 
@@ -24,14 +27,35 @@ def grade_short_answer(response: str, reference: str, acceptable: list[str] | No
                        question: str | None = None, *, rel_tol: float = 0.0) -> Grade:
     """Correct when the response's final answer is the reference or an `acceptable` form, and no
     alternative follows it (`hedges.hedged_after`: "Paris (maybe Lyon)", "Paris; Lyon"); how the
-    final answer is read: `_grade_short_answer`."""
+    final answer is read: `_grade_short_answer`. The response is read as rendered
+    (`rendering.visible`), a correction as its corrected answer ("Lyon -- no wait, Paris"), and a
+    credited answer stands only when the decisive part offers no other candidate (decisive.py)."""
+    response = corrected(visible(response), _read) or visible(response)
     g = _grade_short_answer(response, reference, acceptable, question, rel_tol=rel_tol)
     if g.correct:
         golds = [x for x in (reference, *(acceptable or [])) if x.strip()]
-        zone = decisive_zone(response)
-        if hedged_after(zone, text_mentions(zone, golds), other_text(golds, question or "")):
+        zone, is_other = decisive_part(response), other_text(golds, question or "")
+        if hedged_after(zone, text_mentions(zone, golds), is_other):
             return Grade(False, g.extracted, f"{g.rule}:alternative_after")
+        normalized = {answer_key(x) for x in golds} - {""}
+        why = uncommitted(zone, _read, is_other, lambda said: is_other(said) and not _matches(said, normalized, rel_tol)
+                          and not _same_value(said, golds, rel_tol))
+        if why:
+            return Grade(False, g.extracted, f"{g.rule}:{why}")
     return g
+
+
+def _matches(said_text: str, normalized: set[str], rel_tol: float) -> bool:
+    """Whether an explicit answer is a reference form (normalized, or a number within `rel_tol`)."""
+    said = answer_key(said_text)
+    return bool(said) and (said in normalized or (rel_tol > 0 and close_numbers(said, normalized, rel_tol)))
+
+
+def _read(text: str) -> str | None:
+    """The answer a short-answer grader reads in a piece of text: its explicit answer's slot, else
+    the text itself (a correction's short phrase)."""
+    said = explicit_answer(text)
+    return answer_head(said) if said is not None else (text.strip() or None)
 
 
 def _grade_short_answer(response: str, reference: str, acceptable: list[str] | None = None,
@@ -62,6 +86,8 @@ def _grade_short_answer(response: str, reference: str, acceptable: list[str] | N
     if len(whole) <= 300 and {answer_key(whole), answer_key(answer_head(whole))} & normalized:
         # the reference itself ("March 5, 2010"), or before a clause ("Dr. Jesse Bennett, who ...")
         return Grade(True, whole, "whole_response:normalized_match")
+    if len(whole) <= 300 and _same_value(whole, golds, rel_tol):  # "25%" for 0.25, "3rd of May 2001"
+        return Grade(True, whole, "whole_response:canonical")
     answer = explicit_answer(response)
     if answer is not None:
         where = answer_part(response)[1]
@@ -72,15 +98,25 @@ def _grade_short_answer(response: str, reference: str, acceptable: list[str] | N
                 return Grade(True, said_text, f"{where}:normalized_match")
             if rel_tol > 0 and close_numbers(said, normalized, rel_tol):
                 return Grade(True, said_text, f"{where}:numeric_rel_tol_{rel_tol:g}")
+            if _same_value(said_text, golds, rel_tol):
+                return Grade(True, said_text, f"{where}:canonical")
         return Grade(False, answer, f"{where}:{'negated' if NEGATED_ANSWER.match(answer) else 'normalized_match'}")
-    return _grade_statements(response, golds, question or "")
+    # "May 3, 2001" also as "3rd of May 2001"; not a form the question itself gives ("the singular of 'dishes'")
+    asked = set(words(question or ""))
+    variants = [v for g in golds for v in gold_variants(g) if not set(words(v)) <= asked]
+    return _grade_statements(response, list(dict.fromkeys(golds + variants)), question or "")
+
+
+def _same_value(said: str, golds: list[str], rel_tol: float) -> bool:
+    """The answer is a reference's value in another form (canonical.py), itself or before a clause."""
+    return any(same_value(x, g, rel_tol) for x in dict.fromkeys((said, answer_head(said))) for g in golds)
 
 
 # Where an explicit answer's slot ends: a relative clause (", which ...", ", who ..."), or a
 # clause of its own after ", and" / "; " (one with a verb: ", and this is well known"; ", and
 # Rome" is a second candidate and stays; ", but ..." may take the answer back and stays).
 _RELATIVE_CLAUSE = re.compile(r",\s+(?=(?:which|who|whom|whose|where)\b)", re.IGNORECASE)
-_CLAUSE_AFTER = re.compile(r"(?:,\s+(?=and\s)|;\s+)", re.IGNORECASE)
+_CLAUSE_AFTER = re.compile(r"(?:,\s+(?=(?:and|but)\s)|;\s+)", re.IGNORECASE)
 
 
 def answer_head(answer: str) -> str:

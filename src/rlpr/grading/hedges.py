@@ -6,7 +6,7 @@ list: a parenthetical ("The answer is B (or possibly C).", "Paris (maybe Lyon)",
 (or 13)"), a separator ("Paris; Lyon", "Paris | Lyon", "Bobby Scott \\ Bob Russell", "1969 -- or
 1970"), a question mark ("Paris(?) or Lyon"), or two numbers where the reference is one ("It was
 1969, 1970."). `hedged_after` looks at the text right after every mention of the credited answer
-in the part of the response that decides (`decisive_zone`); a grader's credit stands only when
+in the decisive part of the response (`decisive.decisive_part`); a grader's credit stands only when
 none of them offers another candidate there. A parenthetical that qualifies the answer ("Paris
 (France)", "B (the second option)", "Paris (also known as the City of Light)", "B (not C)") offers
 none.
@@ -17,7 +17,6 @@ from __future__ import annotations
 import re
 from typing import Callable
 
-from rlpr.grading.extraction import weak_cue_text
 from rlpr.grading.wording import FILLERS, FUNCTION, main_verb, tokens, words
 
 # What closes the answer itself before a hedge: the tag, the box, math and bold markup, quotes
@@ -31,10 +30,12 @@ _ALTERNATIVE = re.compile(r"\b(?:or|maybe|perhaps|possibly|probably|alternativel
 _QUALIFIES = re.compile(r"\b(?:also\s+(?:known|called|spelled|written|named|referred|abbreviated)|or\s+so|or\s+more|"
                         r"or\s+less|or\s+fewer|a\.?k\.?a|i\.\s?e|e\.\s?g|(?<!if\s)not|never|wrong|incorrect|false|"
                         r"isn['’]t|wasn['’]t|rather\s+than|instead\s+of|ruled?\s+out|eliminat\w*)\b", re.IGNORECASE)
-# Separators of alternatives: a slash, a bar or a backslash ("Paris/Lyon"), a dash only with "or"
-# ("1969 -- or 1970"; "invisible – this encompasses ..." explains), a semicolon only before a bare
-# name ("Milky Way; Andromeda"; "descend; however, ..." goes on)
-_SEPARATOR = re.compile(r"\s*[|\\/]\s*(?:or\b)?\s*(?P<item>.*)", re.IGNORECASE)
+# Separators of alternatives: a slash or a bar ("Paris/Lyon"), a backslash only standing alone
+# between spaces ("Bobby Scott \\ Bob Russell"; never a LaTeX command: "5.2 \\text{ m/s}", "\\,",
+# "\\times 10^{3}", "\\%", the control space "\\ "), a dash only with "or" ("1969 -- or 1970";
+# "invisible – this encompasses ..." explains), a semicolon only before a bare name ("Milky Way;
+# Andromeda"; "descend; however, ..." goes on)
+_SEPARATOR = re.compile(r"(?:\s*[|/]|\s+\\(?=\s))\s*(?:or\b)?\s*(?P<item>.*)", re.IGNORECASE)
 _DASH_OR = re.compile(r"\s*(?:-+|[–—])\s*or\b\s*(?P<item>.*)", re.IGNORECASE)
 _SEMICOLON = re.compile(r"\s*;\s*(?:or\b\s*)?(?P<item>(?:(?:the|a|an)\s+)?(?:[A-Z0-9][\w'’-]*\s*){1,3})(?:[.!?]|$)")
 # What may follow "or" without naming another candidate: "- or more specifically", "/ or so"
@@ -44,28 +45,6 @@ _ITEM_END = re.compile(r"[.,;:!?()\[\]\n]")
 _NUMBER = re.compile(r"-?\d+(?:[.,]\d+)?")
 _MARKERS = frozenset("or maybe perhaps possibly probably alternatively otherwise else might could either though "
                      "although also if not likely plausible possible well too answer it is was be".split())
-_ANSWER_CUE = re.compile(r"(?i)\banswer[\s*]*(?:is\b|:)|\b(?:i\s+)?(?:choose|chose|pick|picked|select|selected)\b")
-
-
-def decisive_zone(response: str) -> str:
-    """The part of a response a grader's verdict rests on: from its last answer part (`<answer>`
-    tag, `\\boxed{}`) to the end of that line; else from its last answer phrase ("the answer is",
-    "Answer:", "I choose") to the end of that line; else the text weak cues are read from (a short
-    response whole, or its closing paragraph), else its first three lines."""
-    for marker in (r"<answer>", r"\\(?:boxed|fbox)\s*\{"):
-        found = list(re.finditer(marker, response, re.IGNORECASE))
-        if found:
-            return _to_line_end(response, found[-1].start())
-    phrases = list(_ANSWER_CUE.finditer(response))
-    if phrases:
-        return _to_line_end(response, phrases[-1].start())
-    weak = weak_cue_text(response)
-    return weak if weak is not None else "\n".join(response.splitlines()[:3])
-
-
-def _to_line_end(text: str, start: int) -> str:
-    end = text.find("\n", start)
-    return text[start:] if end < 0 else text[start:end]
 
 
 def hedged_after(zone: str, mentions: list[tuple[int, int]], is_other: Callable[[str], bool]) -> bool:
@@ -130,8 +109,11 @@ def other_text(golds: list[str], question: str = "") -> Callable[[str], bool]:
     known = {w for g in golds for w in words(g)} | set(words(question)) | FUNCTION | FILLERS | _MARKERS
     numbers = {n.replace(",", "") for g in golds for n in _NUMBER.findall(g)}
 
+    gold_words = {w for g in golds for w in words(g)}
+
     def names_one(text: str) -> bool:
         if any(n.replace(",", "") not in numbers for n in _NUMBER.findall(text)):
             return True
-        return any(w not in known and not w.isdigit() for w in words(text))
+        # a number in words is another number too ("one" where the reference is "Cathy Dennis")
+        return any(w not in known and (not w.isdigit() or w not in gold_words | numbers) for w in words(text))
     return names_one

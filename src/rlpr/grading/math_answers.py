@@ -11,8 +11,11 @@ from math_verify.errors import TimeoutException
 
 from rlpr.grading.extraction import (NEGATED_ANSWER, answer_part, boxed_alternatives, last_line,
                                                 phrase_answer, weak_cue_text)
-from rlpr.grading.hedges import decisive_zone, hedged_after, text_mentions
+from rlpr.grading.canonical import percent_value, same_value
+from rlpr.grading.decisive import corrected, decisive_part, uncommitted
+from rlpr.grading.hedges import hedged_after, text_mentions
 from rlpr.grading.normalization import LATEX_TEXT, normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 
 # Longer "answers" are prose, not a formula: let math-verify pick the math out of them rather
@@ -47,7 +50,41 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
 
     math-verify only enforces its timeouts in the main thread (signal.alarm); in other threads
     a pathological answer such as 10^{10^{10}} can block, so run heavy grading in processes.
+
+    The response is read as rendered (`rendering.visible`), a correction as its corrected value, and
+    a credited answer stands only when the decisive part offers no other value (decisive.py).
     """
+    response = visible(response)
+    response = corrected(response, _read) or response
+    equal = dict(rel_tol=rel_tol, round_integers=round_integers, sort_lists=sort_lists, strip_units=strip_units)
+    g = _grade_math(response, reference, acceptable, **equal)
+    if g.correct:
+        golds = [reference, *(acceptable or [])]
+        why = uncommitted(decisive_part(response), _read, _other_value(golds, equal), _not_equal(golds, equal))
+        if why:
+            return Grade(False, g.extracted, f"{g.rule.split(':')[0]}:{why}")
+    return g
+
+
+def _not_equal(golds: list[str], equal: dict):
+    """Whether an answer cue's answer is another value than the reference's."""
+    def differs(said: str) -> bool:
+        try:
+            return not math_equal(said, golds, **equal)[0]
+        except (Exception, TimeoutException):
+            return True
+    return differs
+
+
+def _read(text: str) -> str | None:
+    """The answer a math grader reads in a piece of text."""
+    return _math_answer(text)[0]
+
+
+def _grade_math(response: str, reference: str, acceptable: list[str] | None = None, *,
+                rel_tol: float = 0.0, round_integers: bool = False, sort_lists: bool = False,
+                strip_units: bool = False) -> Grade:
+    """`grade_math` on a rendered, corrected response, before the decisive part is read whole."""
     boxes = boxed_alternatives(response)
     if boxes:
         return Grade(False, " or ".join(boxes), "boxed:several_answers")
@@ -74,8 +111,9 @@ def grade_math(response: str, reference: str, acceptable: list[str] | None = Non
     except (Exception, TimeoutException):  # a malformed answer is wrong, never a crash
         return Grade(False, answer, f"{where}:error")
     if correct:  # one committed answer: no alternative offered after it ("\\boxed{12} (or 13)")
-        zone = decisive_zone(response)
-        if hedged_after(zone, text_mentions(zone, [*golds, answer]), _other_value(golds, rel_tol)):
+        zone = decisive_part(response)
+        equal = dict(rel_tol=rel_tol, round_integers=round_integers, sort_lists=sort_lists, strip_units=strip_units)
+        if hedged_after(zone, text_mentions(zone, [*golds, answer]), _other_value(golds, equal)):
             return Grade(False, answer, f"{where}:alternative_after")
     return Grade(bool(correct), answer, f"{where}:{how}")
 
@@ -84,15 +122,16 @@ _OFFER_WORDS = re.compile(r"(?i)\b(?:or|maybe|perhaps|possibly|probably|alternat
                           r"though|although|also|if\s+not|likely|is|be|too|right|work|possible|plausible)\b|[$:,]")
 
 
-def _other_value(golds: list[str], rel_tol: float):
+def _other_value(golds: list[str], equal: dict):
     """`is_other` for a math answer: what an alternative offers, its words of offering taken off,
-    is another value (not equal to the reference: "(or 2)" after \\boxed{\\frac{2}{2}})."""
+    is another value (not equal to the reference by the benchmark's rule `equal`: "(or 2)" after
+    \\boxed{\\frac{2}{2}})."""
     def names_one(text: str) -> bool:
         offered = _OFFER_WORDS.sub(" ", text).strip()
         if not offered:
             return False
         try:
-            return not math_equal(offered, golds, rel_tol=rel_tol)[0]
+            return not math_equal(offered, golds, **equal)[0]
         except (Exception, TimeoutException):  # unreadable: another answer all the same
             return True
     return names_one
@@ -110,7 +149,8 @@ def _math_answer(response: str) -> tuple[str | None, str]:
     if weak is None:
         return None, "none:no_cue_in_long_text"
     bare = weak.strip().rstrip(".").strip()
-    if _BARE_NUMBER.fullmatch(bare):  # "1e-24" alone: the number, not the search's "10"
+    if _BARE_NUMBER.fullmatch(bare) or (len(bare) <= 30 and percent_value(bare) is not None):
+        # "1e-24" alone: the number, not the search's "10"; "25%" alone: the percent, not 25
         return bare, "math_search"
     try:
         pred = parse(_SCIENTIFIC.sub(r"\1\\times 10^{\2}", weak), parsing_timeout=_math_timeout())
@@ -145,7 +185,7 @@ def alternatives(text: str) -> list[str]:
     return distinct if len(distinct) > 1 else []
 
 
-_TRUE, _FALSE = frozenset({"true", "yes"}), frozenset({"false", "no"})
+_TRUE, _FALSE = frozenset({"true", "yes", "correct"}), frozenset({"false", "no", "incorrect"})
 _BOOL_MARKUP = re.compile(r"\\(?:text|textbf|textrm|mathrm|mathbf|mbox)\b|[{}$`*().\s]")
 _OPTION_LABEL = re.compile(r"\(([a-fA-F])\)")
 _SCIENTIFIC = re.compile(r"(?<![\w.])(\d+(?:\.\d*)?|\.\d+)[eE]([+-]?\d+)(?![\w.])")
@@ -157,7 +197,7 @@ def _boolean(text: str) -> bool | None:
     return True if word in _TRUE else False if word in _FALSE else None
 
 
-_BOOL_WORD = re.compile(r"(?i)\b(true|yes|false|no)\b")
+_BOOL_WORD = re.compile(r"(?i)\b(true|yes|correct|false|no|incorrect)\b")
 _NEGATION = re.compile(r"(?i)\b(?:not|never|isn['’]?t|aren['’]?t|wasn['’]?t|neither|nor)\b")
 
 
@@ -283,6 +323,12 @@ def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool
         same = len(items) == len(gold_items) and all(
             _math_equal_one(a, g, rel_tol, round_integers)[0] for a, g in zip(items, gold_items))
         return same, "sorted_list" if sort_lists else "ordered_list"
+    percent = percent_value(answer)
+    if percent is not None and percent_value(gold) is None and _number(gold) is not None:
+        # "25%" is 0.25 (TheoremQA's clean_units reads % as /100) or, asked in percent, 25
+        gold_number, tol = _number(gold), max(rel_tol, 1e-9)
+        return any(abs(p - gold_number) <= tol * abs(gold_number) or p == gold_number
+                   for p in (percent / 100, percent)), "percent"
     if rel_tol > 0 or round_integers:
         gold_number, number = _number(gold), _number(answer, strip_units)
         if gold_number is not None and number is not None:
@@ -292,6 +338,8 @@ def _math_equal_one(answer: str, gold: str, rel_tol: float, round_integers: bool
     gold_parsed, parsed = _parse_math(gold), _parse_math(answer)
     if gold_parsed and parsed and verify(gold_parsed, parsed, timeout_seconds=_math_timeout()):
         return True, "symbolic"
+    if same_value(answer, gold, rel_tol):  # "twenty-one", "approximately 3.2", "6.02 x 10^23"
+        return True, "canonical"
     if any(ch.isdigit() for ch in gold):  # "1,2" and "12" normalize alike; numbers are math's
         return False, "symbolic"
     said = normalize_answer(answer)

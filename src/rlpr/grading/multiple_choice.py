@@ -6,8 +6,10 @@ import re
 import string
 
 from rlpr.grading.extraction import answer_part, boxed_alternatives, last_line, weak_cue_text
-from rlpr.grading.hedges import decisive_zone, hedged_after, letter_mentions, other_letter
+from rlpr.grading.decisive import corrected, decisive_part, uncommitted
+from rlpr.grading.hedges import hedged_after, letter_mentions, other_letter
 from rlpr.grading.normalization import normalize_answer
+from rlpr.grading.rendering import visible
 from rlpr.grading.verdict import Grade
 
 LETTERS = string.ascii_uppercase
@@ -67,18 +69,29 @@ def grade_multiple_choice(response: str, reference: str,
     Explicit phrases thus outrank option text anywhere outside the answer part. One committed
     answer: a letter in a list of several ("B or D", "Answer: B, D", "B, or maybe D", boxed
     side by side) is read as "B/D", which is wrong whatever the order; a negated letter ("not
-    (B)", "B is wrong") is never read.
+    (B)", "B is wrong") is never read. The response is read as rendered (`rendering.visible`), a
+    correction read as its corrected letter, and a credited letter stands only when the decisive
+    part offers no other letter (decisive.py; hedges.py).
     """
+    response = visible(response)
     valid = LETTERS[:len(choices)] if choices else LETTERS
-    gold = _letter_in(reference, valid, choices)
+    gold = _letter_in(visible(reference), valid, choices)
+
+    def read(text: str) -> str | None:
+        return _response_letter_rule(text, valid, choices)[0]
+
+    response = corrected(response, read) or response
     boxed = {_letter_in(b, valid, choices) for b in boxed_alternatives(response)} - {None}
     if len(boxed) > 1:  # "\boxed{B} or \boxed{D}"
         return Grade(False, "/".join(sorted(boxed)), "boxed:several_options")
     letter, rule = _response_letter_rule(response, valid, choices)
     if letter is not None and letter == gold:  # one committed letter: no alternative offered after it
-        zone = decisive_zone(response)
-        if hedged_after(zone, letter_mentions(zone, gold), other_letter(gold, valid)):
+        zone, is_other = decisive_part(response), other_letter(gold, valid)
+        if hedged_after(zone, letter_mentions(zone, gold), is_other):
             return Grade(False, letter, f"{rule}:alternative_after")
+        why = uncommitted(zone, read, is_other)
+        if why:
+            return Grade(False, letter, f"{rule}:{why}")
     return Grade(letter is not None and letter == gold, letter, rule)
 
 

@@ -21,6 +21,8 @@ VERBS = frozenset(
 NOT_VERBS = frozenset("red bed need hundred seed speed feed breed indeed sacred naked wicked ragged "
                       "rugged".split())
 RELATIVE = frozenset("that which who whom whose where when".split())
+ARITHMETIC = frozenset("divided multiplied added subtracted raised".split())
+REFINERS = frozenset("specifically namely particularly precisely".split())  # ", specifically in the Himalayas"
 NEGATION = frozenset("not never no neither nor isnt arent wasnt werent doesnt dont didnt cannot "
                      "cant wont".split())
 HEDGES = frozenset("maybe perhaps possibly probably might could may".split())
@@ -35,15 +37,27 @@ FUNCTION = AUX | RELATIVE | frozenset(
     "after before during until near around about over under between into onto upon through "
     "throughout across within also it its this these those there here so thus hence therefore "
     "then too only each all both either per like unlike such approximately roughly while whereas "
-    "located situated known famous being making meaning not due".split())
+    "located situated known famous being making meaning not due specifically primarily mainly typically "
+    "usually commonly generally often widely especially particularly mostly largely chiefly".split())
 FILLERS = frozenset("now left total all altogether only exactly each then too".split())  # "8 apples left"
 PRONOUNS = frozenset("it this that there he she they these those answer which what".split())
 WH = frozenset("what which who whom whose how where when".split())
 CONCLUSION = frozenset("so therefore thus hence".split())
 CONTRAST = frozenset("however but actually technically".split())
+# Superlatives and their opposites: a subject with the opposite of the question's asks another question
+# ("The shortest river in South America is the Amazon" for the longest).
+_OPPOSITES = [("longest", "shortest"), ("largest", "smallest"), ("biggest", "smallest"), ("tallest", "shortest"),
+              ("highest", "lowest"), ("deepest", "shallowest"), ("hottest", "coldest"), ("oldest", "youngest"),
+              ("oldest", "newest"), ("fastest", "slowest"), ("heaviest", "lightest"), ("closest", "farthest"),
+              ("nearest", "farthest"), ("closest", "furthest"), ("earliest", "latest"), ("most", "least"),
+              ("first", "last")]
+OPPOSITE = {}
+for _a, _b in _OPPOSITES:
+    OPPOSITE.setdefault(_a, set()).add(_b)
+    OPPOSITE.setdefault(_b, set()).add(_a)
 INTERJECTIONS = frozenset("yes so well sure indeed".split())
 MONTHS = frozenset("january february march april may june july august september october november "
-                   "december".split())
+                   "december jan feb mar apr jun jul aug sep sept oct nov dec".split())
 DEMONYM = re.compile(r"(?:ian|ean|can|ish|ese|ic)$")  # Scandinavian, Korean, African, Spanish, Arabic
 TITLES = frozenset("president minister king queen sir dr mr mrs ms prof professor saint st lord lady "
                    "emperor pope general captain".split())
@@ -79,6 +93,7 @@ _POSSESSIVE = re.compile(r"(\w)['’]s\b")
 _GLUED = re.compile(r"\b(of|in|is|to|at|on|by|and|the)([A-Z][a-z])")  # "ofPoland"
 _ABBREVIATION = re.compile(r"(?:[A-Za-z]\.){2,}")  # J.K. U.S.
 _INITIAL = re.compile(r"[A-Z]\.")
+_MONTH_ABBREVIATION = re.compile(r"(?:Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|Dec)\.")  # "Feb. 14, 1963" keeps its period
 
 
 def tokens(text: str) -> list[Token]:
@@ -93,7 +108,7 @@ def tokens(text: str) -> list[Token]:
             out.append(Token("'s", "'s", False))
             chunk = chunk[2:]
         chunk = chunk.strip(_QUOTES)
-        initial = n + 1 < len(chunks) and _INITIAL.fullmatch(chunk) is not None
+        initial = n + 1 < len(chunks) and (_INITIAL.fullmatch(chunk) or _MONTH_ABBREVIATION.fullmatch(chunk)) is not None
         head, tail = [], []
         while chunk and (chunk[0] in _OPENERS or chunk[0] in _QUOTES):
             head += [chunk[0]] if chunk[0] in _OPENERS else []
@@ -152,6 +167,11 @@ def main_verb(toks: list[Token]) -> int | None:
             continue
         if i and toks[i - 1].norm in RELATIVE:
             continue
+        if t.norm in ARITHMETIC and i + 1 < len(toks) and toks[i + 1].norm in ("by", "to", "from"):
+            continue  # "81 divided by 9 is ...": an expression, the subject
+        if t.norm in ("called", "named", "termed") and i and not toks[i - 1].punct \
+                and toks[i - 1].norm not in AUX | FUNCTION and main_verb(toks[i + 1:]) is not None:
+            continue  # "Blood cells called erythrocytes do not ...": a participle of the subject
         return i
     return None
 
@@ -185,7 +205,8 @@ class Question:
 # --------------------------------------------------------------------------- sentences
 
 _END = re.compile(r"[.!?]+[\"'”’)\]]*(?=\s|$)|\n+")
-_TITLE_ABBREVIATION = re.compile(r"(?:Dr|Mr|Mrs|Ms|St|Jr|Sr|vs|Prof|Mt|No)\.", re.IGNORECASE)
+_TITLE_ABBREVIATION = re.compile(r"(?:Dr|Mr|Mrs|Ms|St|Jr|Sr|vs|Prof|Mt|No|Jan|Feb|Mar|Apr|Jun|Jul|Aug|Sept?|Oct|Nov|"
+                                 r"Dec)\.", re.IGNORECASE)
 _NAME_PART = re.compile(r"[(\"'“‘]*(?:[A-Z]|(?:[A-Za-z]\.)+[A-Za-z])\.")  # "F." "J.K." "U.S."
 
 
