@@ -56,7 +56,7 @@ def readme_command() -> list[str]:
 
 
 def cpu_name() -> str:
-    from score_b_cache import cpu_name as name  # lscpu's model name, as speed.py reports it
+    from harness.record import cpu_name as name  # lscpu's model name, as speed.py reports it
 
     return f"{name()}, {len(os.sched_getaffinity(0))} CPUs"
 

@@ -22,9 +22,9 @@ measured); the short parts (1, 4, 3) run before the shapes (2), which took 430 s
    and metrics against the uninterrupted run's (bitwise, or within RESUME_TOLERANCE of step 3's own
    weight change, which CUDA's non-deterministic kernels may need);
 5. the device's name, torch / CUDA / transformers versions;
-6. `decode` (gpu_decode.py): the CUDA-graph decode loop's tokens/s against the eager loop's, 32/128/256
+6. `decode` (gpubench/decode.py): the CUDA-graph decode loop's tokens/s against the eager loop's, 32/128/256
    rows of the Qwen2.5-0.5B shape, as a fraction of the HBM floor (issue 40);
-7. `learning_cuda` (gpu_learning.py; only with --parts, it needs the embedded model carried over by
+7. `learning_cuda` (gpubench/learning.py; only with --parts, it needs the embedded model carried over by
    gpu_transfer.py): the learning benchmark's RLPR and shuffled-reference runs on the GPU beside the CPU rows.
 
 `--parts` selects parts; `--merge` keeps an earlier call's report (a plan over several calls or loans).
@@ -42,11 +42,14 @@ encodes to, to the model's vocabulary size (151,936 for Qwen2.5): every id a ran
 decodes. With ChatML's special tokens and template, as Qwen2.5's own.
 
 This file keeps the command line, the budget and its deadline, parts 1 and 5, and the run of the parts;
-the rest lives beside it in benchmarks/, one file per concern, so that none is over 450 lines:
-gpu_models.py (SHAPES, the tokenizer, the random-weight model folders), gpu_train.py (parts 2 to 4: the
-scaled configuration, `rlpr plan`'s totals, the phase meter, train_shape, score_b_comparison,
-resume_check), gpu_report.py (gpu_check.md), gpu_decode.py (part 6) and gpu_learning.py (part 7). The
-names that moved are imported here again, so that `gpu_check.NAME` works as before.
+the rest lives in the package gpubench/ beside it, one module per concern, imports running down
+(gpubench/__init__.py): models.py (SHAPES, the tokenizer, the random-weight model folders), train.py
+(parts 2 to 4: the scaled configuration, `rlpr plan`'s totals, the phase meter, train_shape,
+score_b_comparison, resume_check), decode.py (part 6), learning.py (part 7) and report.py
+(gpu_check.md). The names tests use are imported here again, so that `gpu_check.NAME` works as before.
+
+    python benchmarks/gpu_check.py --resummarize gpu_check.json learning_cuda.jsonl
+        # recompute the learning_cuda section against the CPU table as it is now; rewrite the .json and .md
 """
 
 from __future__ import annotations
@@ -68,11 +71,13 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # its parts in files of their own (module docstring)
-# what moved to those files, importable from here as before (tests/test_cuda.py, tests/test_gpu_check.py,
-# gpu_decode.py and gpu_learning.py use them as gpu_check.NAME)
-from gpu_models import CHATML, SHAPES, SPECIAL_TOKENS, random_model_dir, synthetic_tokenizer  # noqa: E402,F401
-from gpu_report import fmt, write_report  # noqa: E402,F401
-from gpu_train import (  # noqa: E402,F401
+# the parts' names, importable from here as before (tests/test_cuda.py, tests/test_gpu_check.py use gpu_check.NAME)
+from gpubench.decode import decode_part  # noqa: E402
+from gpubench.learning import learning_part  # noqa: E402
+from gpubench.markdown import fmt  # noqa: E402,F401
+from gpubench.models import CHATML, SHAPES, SPECIAL_TOKENS, random_model_dir, synthetic_tokenizer  # noqa: E402,F401
+from gpubench.report import resummarize, write_report  # noqa: E402
+from gpubench.train import (  # noqa: E402,F401
     PHASES, PLAN_TOLERANCE, RESUME_TOLERANCE, GiB, PhaseMeter, cuda_context_gib, free_device_memory, instrumented,
     longest_prompt, paper_overrides, planned, resume_check, score_b_comparison, train_shape)
 
@@ -199,7 +204,13 @@ def main(argv=None) -> int:
     ap.add_argument("--gpu-gb", type=float, default=None, help="plan for this GPU size (default: the device's)")
     ap.add_argument("--no-tests", action="store_true", help="skip tests/test_cuda.py")
     ap.add_argument("--skip", nargs="*", default=[], choices=PARTS_ORDER)
+    ap.add_argument("--resummarize", nargs=2, metavar=("REPORT", "ROWS"), default=None,
+                    help="run nothing: recompute REPORT's (a gpu_check.json) learning_cuda section from the GPU rows "
+                         "ROWS (learning_cuda.jsonl) against the CPU table as it is now, and rewrite its .json and .md")
     args = ap.parse_args(argv)
+    if args.resummarize:
+        resummarize(Path(args.resummarize[0]), Path(args.resummarize[1]))
+        return 0
     start = time.perf_counter()
     os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
     out = Path(args.out)
@@ -271,14 +282,10 @@ def main(argv=None) -> int:
                 report["score_b"] = part("score_b", score_b_comparison, 25 if cuda else 5,
                                          models[0] if models else "tiny", work / "score-b", device, response)
             elif name == "decode":
-                from gpu_decode import decode_part
-
                 report["decode"] = part("decode", decode_part, 60 if cuda else 5, device, None,
                                         tuple(args.decode_rows or (32, 128, 256) if cuda else args.decode_rows or (8,)),
                                         args.decode_tokens, None, max(0.0, left()))
             elif name == "learning_cuda":
-                from gpu_learning import learning_part
-
                 report["learning_cuda"] = part("learning_cuda", learning_part, 120 if cuda else 5, out, device,
                                                args.learning_steps, 0, args.learning_heldout or None,
                                                max(60.0, left() + HARD_EXTRA_S / 2), args.learning_set,

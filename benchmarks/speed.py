@@ -1,7 +1,7 @@
 """Speed of an rlpr training step against TRL's GRPOTrainer doing the same work (issue 6).
 
 On the embedded SmolLM2-135M-Instruct, each trainer in its own process, their steps alternating
-(speedbench/baton.py: setup, rlpr's step 1, TRL's step 1, rlpr's step 2, ...; one computes while
+(harness/baton.py: setup, rlpr's step 1, TRL's step 1, rlpr's step 2, ...; one computes while
 the other waits), so that both meet the same load from other processes:
 
 1. rlpr: `--warmup` untimed + `--steps` timed `Trainer.train_step` calls at the demo settings
@@ -36,9 +36,10 @@ benchmark; it is not a dependency of rlpr.
 
 This file is the entry point (the command line, the two sides' processes and their turns, the
 micro-benchmarks' child process); the parts are the package beside it, speedbench/: settings.py (the
-demo settings both trainers run at, the prompts in rlpr's order), baton.py (the turns), memory.py
-(PeakRSS), rlpr_side.py (part 1), trl_side.py (part 2), micro.py (part 3) and report.py (versions,
-notes, speed.json, speed.md; markdown(), also importable from here, re-renders a saved result). A
+demo settings both trainers run at, the prompts in rlpr's order), memory.py (PeakRSS), tokens.py,
+score_b_paths.py, rlpr_side.py (part 1), trl_side.py (part 2), micro.py (part 3) and report.py (notes,
+speed.json, speed.md; markdown(), also importable from here, re-renders a saved result); the turns and
+the machine record come from the shared harness/ (baton.py, record.py, files.py). A
 package named `speed` would shadow this script for `import speed`.
 """
 
@@ -59,7 +60,7 @@ from statistics import median
 if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
-from speedbench.baton import Baton, alternate, start  # noqa: E402  (standard library only)
+from harness.baton import Baton, alternate, start  # noqa: E402  (standard library only)
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
@@ -163,7 +164,8 @@ def main() -> int:
 
     from speedbench.memory import PeakRSS
     from speedbench.micro import run_micro
-    from speedbench.report import machine, versions, write
+    from harness.record import machine
+    from speedbench.report import versions, write
     from speedbench.settings import demo_micro_batch
 
     if args.threads:

@@ -11,9 +11,7 @@ pytestmark = pytest.mark.unit
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # module, report function, the stored results it reads
-REPORTS = [("speed", "markdown", "speed*.json"), ("score_b_cache", "markdown", "score_b_cache*.json"),
-           ("score_b_on_copy", "report", "score_b_on_copy*.json"), ("prepacked", "report", "prepacked*.json"),
-           ("logprob_backward", "report", "logprob_backward*.json"), ("step_variants", "report", "step_variants*.json")]
+REPORTS = [("speed", "markdown", "speed*.json"), ("speed", "markdown", "archive/speed*.json")]
 
 
 @pytest.mark.parametrize("module,function,pattern", REPORTS)

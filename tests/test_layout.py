@@ -1,4 +1,6 @@
-"""The package layout: every rlpr module imports, and no two rlpr modules import each other.
+"""The package layout: every rlpr module imports, and no two rlpr modules import each other; the same
+holds for benchmarks/ (its scripts import each other with benchmarks/ on the path), whose files also
+stay short (issue 62).
 
 Imports are read from the source with `ast`, at any depth: a function-local import counts as
 much as a top-level one, so a circle cannot hide inside a function either. `from rlpr.x import y`
@@ -20,10 +22,11 @@ pytestmark = pytest.mark.unit
 ROOT = Path(rlpr.__file__).resolve().parent
 
 
-def module_names() -> dict[str, Path]:
+def module_names(root: Path = ROOT, base: Path | None = None) -> dict[str, Path]:
+    """Dotted module name -> file, for every .py under `root`, named as imported from `base` on sys.path."""
     names = {}
-    for path in sorted(ROOT.rglob("*.py")):
-        parts = path.relative_to(ROOT.parent).with_suffix("").parts
+    for path in sorted(root.rglob("*.py")):
+        parts = path.relative_to(root.parent if base is None else base).with_suffix("").parts
         if parts[-1] == "__init__":
             parts = parts[:-1]
         names[".".join(parts)] = path
@@ -33,9 +36,10 @@ def module_names() -> dict[str, Path]:
 MODULES = module_names()
 
 
-def rlpr_imports(name: str) -> set[str]:
-    """The rlpr modules that module `name` imports (itself excluded)."""
-    path = MODULES[name]
+def rlpr_imports(name: str, modules: dict[str, Path] | None = None) -> set[str]:
+    """The modules of `modules` (default: rlpr's) that module `name` imports (itself excluded)."""
+    MODULES_ = MODULES if modules is None else modules
+    path = MODULES_[name]
     package = name if path.name == "__init__.py" else name.rpartition(".")[0]
     found = set()
     for node in ast.walk(ast.parse(path.read_text(), str(path))):
@@ -48,8 +52,8 @@ def rlpr_imports(name: str) -> set[str]:
                 base = ".".join(parent + ([base] if base else []))
             for alias in node.names:
                 full = f"{base}.{alias.name}"
-                found.add(full if full in MODULES else base)
-    return {m for m in found if m in MODULES and m != name}
+                found.add(full if full in MODULES_ else base)
+    return {m for m in found if m in MODULES_ and m != name}
 
 
 @pytest.mark.parametrize("name", sorted(MODULES))
@@ -175,3 +179,40 @@ def test_the_training_loop_stays_short():
     """train/trainer.py reads top to bottom, one method per stage (issue 41: under 450 lines); what
     it calls lives in the other train/ modules (update.py, opsd.py, state.py, metrics.py, ...)."""
     assert len((ROOT / "train" / "trainer.py").read_text().splitlines()) < 450
+
+
+# benchmarks/ (issue 62): scripts run with benchmarks/ on sys.path, so `import gpu_check`,
+# `from speedbench.report import ...`, `from gpubench.models import ...` name its modules.
+BENCHMARKS = ROOT.parents[1] / "benchmarks"
+BENCH_MODULES = module_names(BENCHMARKS, BENCHMARKS) if BENCHMARKS.is_dir() else {}
+MAX_BENCHMARK_LINES = 400
+
+
+def test_benchmarks_have_no_import_cycle():
+    """No chain of imports among benchmarks/ modules leads back to where it started (the GPU check's
+    files once imported each other in a circle: gpu_check -> gpu_learning -> gpu_check)."""
+    if not BENCH_MODULES:
+        pytest.skip("no benchmarks/ beside src/ (an installed rlpr)")
+    graph = {name: rlpr_imports(name, BENCH_MODULES) for name in BENCH_MODULES}
+    assert sum(map(len, graph.values())) > 10  # the reader resolves benchmarks' own imports
+    assert import_cycles(graph) == []
+
+
+def test_the_benchmark_import_reader_sees_a_circle(tmp_path):
+    (tmp_path / "pkg").mkdir()
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "a.py").write_text("from .b import x\n")
+    (tmp_path / "pkg" / "b.py").write_text("def f():\n    import top\n")
+    (tmp_path / "top.py").write_text("import pkg.a\n")
+    modules = module_names(tmp_path, tmp_path)
+    graph = {name: rlpr_imports(name, modules) for name in modules}
+    assert import_cycles(graph) == [["pkg.a", "pkg.b", "top"]]
+
+
+def test_no_benchmarks_file_is_long():
+    """Every benchmarks/ file stays under 400 lines (issue 62): a suite that grows gets a module per concern."""
+    if not BENCH_MODULES:
+        pytest.skip("no benchmarks/ beside src/ (an installed rlpr)")
+    long = {str(p.relative_to(BENCHMARKS)): n for p in BENCH_MODULES.values()
+            if (n := len(p.read_text().splitlines())) > MAX_BENCHMARK_LINES}
+    assert long == {}

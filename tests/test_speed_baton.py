@@ -1,4 +1,4 @@
-"""benchmarks/speedbench/baton.py: the speed benchmark's two trainer processes take turns, so that
+"""benchmarks/harness/baton.py: the speed benchmark's two trainer processes take turns, so that
 their steps alternate in time and never overlap (the ratio then compares steps run under the same
 load). Two real child processes, each recording when its units of work ran."""
 
@@ -16,7 +16,7 @@ BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 CHILD = textwrap.dedent("""
     import json, sys, time
     sys.path.insert(0, {bench!r})
-    from speedbench.baton import Baton
+    from harness.baton import Baton
 
     name, units, out, spec = sys.argv[1], int(sys.argv[2]), sys.argv[3], sys.argv[5]
     baton, spans = Baton(spec), []
@@ -31,7 +31,7 @@ CHILD = textwrap.dedent("""
 
 def test_turns_alternate_and_never_overlap(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
-    from speedbench.baton import alternate, start
+    from harness.baton import alternate, start
 
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(bench=str(BENCH)))
@@ -47,7 +47,7 @@ def test_turns_alternate_and_never_overlap(tmp_path, monkeypatch):
 
 def test_a_failed_child_drops_out_and_the_other_finishes(tmp_path, monkeypatch):
     monkeypatch.syspath_prepend(str(BENCH))
-    from speedbench.baton import alternate, start
+    from harness.baton import alternate, start
 
     script = tmp_path / "child.py"
     script.write_text(CHILD.format(bench=str(BENCH)))

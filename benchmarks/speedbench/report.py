@@ -4,43 +4,13 @@ markdown() renders any saved speed*.json, so a result's tables can be re-rendere
 
 from __future__ import annotations
 
-import json
-import os
-import platform
 from pathlib import Path
 
-import torch
-
-from rlpr.model.precision import ISA_CAP_VARS
+from harness import files, record
 
 
 def versions() -> dict:
-    import accelerate
-    import peft
-    import transformers
-
-    out = {"python": platform.python_version(), "torch": torch.__version__, "transformers": transformers.__version__,
-           "peft": peft.__version__, "accelerate": accelerate.__version__}
-    try:
-        import trl
-
-        out["trl"] = trl.__version__
-    except ImportError:
-        out["trl"] = None
-    try:
-        import subprocess
-
-        out["rlpr_commit"] = subprocess.run(["git", "rev-parse", "--short", "HEAD"], check=False, capture_output=True,
-                                            text=True, cwd=Path(__file__).parent).stdout.strip()
-    except OSError:
-        pass
-    return out
-
-
-def cpu_name() -> str:
-    from score_b_cache import cpu_name as name
-
-    return name()
+    return record.versions("peft", "accelerate", "trl")
 
 
 def pct(value) -> str:
@@ -76,7 +46,7 @@ def headline(res: dict) -> list[str]:
 
 def markdown(res: dict) -> str:
     s = res["settings"]
-    lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "",
+    lines = [f"# Training-step speed: rlpr vs TRL GRPOTrainer ({res['date']})", "", files.header(res), "",
              (f"SmolLM2-135M-Instruct + LoRA r16, {s['prompts_per_step']} prompts x {s['responses_per_prompt']} "
              f"responses x {s['max_new_tokens']} new tokens, micro-batch {s['micro_batch_sequences']}; mean of {s['steps']} timed steps after "
              f"{s['warmup']} warm-up; {res['machine'].get('cpu', 'CPU')}, {res['machine']['cpu_count']} cores, "
@@ -134,6 +104,7 @@ def markdown(res: dict) -> str:
                   f"| decode steps only (prefill excluded, all rows) | {pct(g['pct_of_ceiling_decode_only'])} | |", ""]
     if res.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
+    lines += files.history_table(res.get("history", []), HISTORY)
     return "\n".join(lines) + "\n"
 
 
@@ -197,7 +168,7 @@ def add_notes(res: dict, args) -> None:
                  "policy's decoder and the rollout copy's input embedding; padding included, backward passes not counted). The "
                  "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
                  "and each response's reference tail (o' after its longest common prefix with those); "
-                 "benchmarks/step_tokens.py.")
+                 "benchmarks/speedbench/tokens.py.")
     copy = res.get("rlpr", {}).get("rollout_dtype", "bfloat16")
     update = res.get("rlpr", {}).get("mixed_precision", "bf16")
     update_text = "under torch.autocast bf16" if update == "bf16" else "in fp32 (no autocast)"
@@ -244,24 +215,25 @@ def add_notes(res: dict, args) -> None:
         notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
 
 
-def machine() -> dict:
-    """The CPU, how many the process sees, and the instruction-set caps in force: what every CPU
-    benchmark records beside its measurements."""
-    return {"cpu": cpu_name(), "cpu_count": os.cpu_count(),
-            "isa_caps": {k: os.environ[k] for k in ISA_CAP_VARS if k in os.environ}}
+def history_row(res: dict) -> dict:
+    """One run as a row of the canonical file's history table."""
+    m, t = res["machine"], res.get("trl", {}).get("mean", {})
+    caps = "capped to AVX2" if m.get("isa_caps") else "native"
+    return {"date": res["date"][:16], "machine": f"{m.get('cpu', '?')}, {m.get('cpu_count')} cores, {caps}",
+            "commit": res.get("versions", {}).get("rlpr_commit", "?"),
+            "rlpr_s": f"{res['rlpr']['mean']['step_s']:.1f}", "trl_s": f"{t['step_s']:.1f}" if t else "-",
+            "ratio": f"{res['ratio_rlpr_over_trl']:.2f}" if res.get("ratio_rlpr_over_trl") else "-",
+            "pairs_median": f"{res['ratio_median_of_pairs']:.2f}" if res.get("ratio_median_of_pairs") else "-",
+            "timed_steps": res["settings"].get("steps"), "file": res.get("file", "")}
 
 
-def save(res: dict, output, render) -> str:
-    """`res` as OUTPUT.json and `render(res)` as OUTPUT.md (any suffix of `output` replaced); returns
-    the markdown."""
-    out = Path(output).with_suffix("")
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.with_suffix(".json").write_text(json.dumps(res, indent=1, default=str))
-    text = render(res)
-    out.with_suffix(".md").write_text(text)
-    return text
+HISTORY = [("date", "date (UTC)"), ("machine", "machine"), ("commit", "commit"), ("rlpr_s", "rlpr s/step"),
+           ("trl_s", "TRL s/step"), ("ratio", "rlpr / TRL (means)"), ("pairs_median", "median of pairs"),
+           ("timed_steps", "timed steps"), ("file", "its files")]
 
 
 def write(res: dict, args, out: Path) -> str:
+    """speed.json and speed.md at `out`; the run they replace becomes the newest history row."""
     add_notes(res, args)
-    return save(res, out, markdown)
+    files.carry_history(res, Path(out).with_suffix(".json"), history_row)
+    return files.save(res, out, markdown)

@@ -19,8 +19,8 @@ from .settings import rlpr_config
 
 def instrument_rlpr(trainer, counter, unique: list) -> None:
     """Count each phase's tokens (rollout, score A, update; score B's two paths are BothPaths'), and
-    append each training scoring's unique tokens (step_tokens.unique_tokens) to `unique`."""
-    from step_tokens import reference_tails, unique_tokens
+    append each training scoring's unique tokens (speedbench.tokens.unique_tokens) to `unique`."""
+    from speedbench.tokens import reference_tails, unique_tokens
 
     def in_phase(name, fn):
         def run(*a, **k):
@@ -89,8 +89,8 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     scoring computes score B both ways on the same responses (from the rollout's caches, and
     recomputed); the step trains on the one reward.score_b_from_cache picks, and the other's seconds
     are left out of the step."""
-    from score_b_cache import BothPaths
-    from step_tokens import TokenCounter
+    from speedbench.score_b_paths import BothPaths
+    from speedbench.tokens import TokenCounter
 
     from rlpr.model.forward import causal_lm
     from rlpr.train.trainer import Trainer

@@ -24,7 +24,7 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from step_tokens import TokenCounter, reference_tails, unique_tokens
+    from speedbench.tokens import TokenCounter, reference_tails, unique_tokens
 
     from rlpr.model.forward import causal_lm
     from rlpr.model.loading import load_model

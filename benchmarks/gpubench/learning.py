@@ -23,7 +23,9 @@ import tempfile
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parents[1]
+from gpubench.markdown import unfinished
+
+ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ROOT / "benchmarks" / "results" / "learning.jsonl"
 VARIANTS = ("rlpr", "shuffled_reference")
 SETS = {"heldout": "", "new_items": "new_items_", "general": "general_"}  # set -> key prefix of a row
@@ -108,7 +110,6 @@ def learning_part(out: Path, device: str, steps: int = 20, seed: int = 0, heldou
     """Run the learning benchmark for VARIANTS on `device` and compare with the CPU rows; its files go
     to `out`/learning_cuda.tar.gz (one file: the device tool brings back at most 8). `resume`: such an
     archive from an earlier call, whose finished runs (the base evaluation among them) are kept."""
-    sys.path.insert(0, str(ROOT / "benchmarks"))
     from rlpr.grading import GRADER_VERSION
 
     work = Path(tempfile.mkdtemp(prefix="rlpr-learning-cuda-"))
@@ -148,24 +149,9 @@ def learning_part(out: Path, device: str, steps: int = 20, seed: int = 0, heldou
     return result
 
 
-def resummarize(report_path: Path, rows_path: Path) -> dict:
-    """Recompute the `learning_cuda` comparisons of a gpu_check.json from the GPU rows (learning_cuda.jsonl)
-    against the CPU table as it is now, and rewrite the report's .json and .md."""
-    import gpu_check
-
-    report = json.loads(report_path.read_text())
-    part = report["learning_cuda"]
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    part.update(summarize(rows, part["steps"], part["seed"]))
-    gpu_check.write_report(report_path.parent, report)
-    return part
-
-
 def report_lines(d: dict) -> list[str]:
     """gpu_check.md's `learning_cuda` section."""
     lines = ["## The embedded model learns on CUDA (learning benchmark, `small` preset)", ""]
-    from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
-
     if note := unfinished(d):
         return lines + note
     lines += [f"`python benchmarks/learning.py {d['command'].split('learning.py', 1)[-1].strip()}`: "
@@ -195,13 +181,3 @@ def report_lines(d: dict) -> list[str]:
         lines.append("")
     return lines
 
-
-if __name__ == "__main__":
-    import argparse
-
-    ap = argparse.ArgumentParser(description="Recompute gpu_check.json's learning_cuda section from its GPU rows")
-    ap.add_argument("report", help="gpu_check.json (its .md beside it is rewritten)")
-    ap.add_argument("rows", help="the GPU run's learning_cuda.jsonl")
-    args = ap.parse_args()
-    sys.path.insert(0, str(ROOT / "benchmarks"))
-    resummarize(Path(args.report), Path(args.rows))

@@ -26,6 +26,8 @@ from __future__ import annotations
 
 import time
 
+from gpubench.markdown import unfinished
+
 ROWS = (32, 128, 256)
 PROMPT_TOKENS = 128
 GROUP = 8  # responses per prompt (the shared prefill repeats a prompt's cache for its rows)
@@ -148,7 +150,7 @@ def loop_row(policy, tokenizer, device, n: int, tokens: int, eager_tokens: int, 
     gc.collect()
     if device.type == "cuda":
         torch.cuda.empty_cache()
-        from gpu_train import GiB
+        from gpubench.train import GiB
 
         row["max_memory_allocated_gib"] = torch.cuda.max_memory_allocated() / GiB
     return row
@@ -161,7 +163,7 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     import torch
     from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from gpu_models import SHAPES, synthetic_tokenizer
+    from gpubench.models import SHAPES, synthetic_tokenizer
 
     start = time.perf_counter()
     device = torch.device(device_name)
@@ -294,7 +296,7 @@ def gemma_arm(device, tokens: int, rows: int, eager_tokens: int) -> dict:
     import torch
     from transformers import Gemma3ForCausalLM, Gemma3TextConfig
 
-    from gpu_models import synthetic_tokenizer
+    from gpubench.models import synthetic_tokenizer
     from rlpr.model.packing import attention_windows
 
     cuda = device.type == "cuda"
@@ -400,7 +402,6 @@ def compile_arm(policy, tokenizer, device, rows: int, tokens: int = 128) -> dict
 def report_lines(d: dict) -> list[str]:
     """gpu_check.md's `decode` section."""
     lines = ["## Decode: the CUDA-graph loop against the eager loop", ""]
-    from gpu_report import unfinished  # gpu_report.write_report calls this: it is loaded
 
     if note := unfinished(d):
         return lines + note
@@ -425,7 +426,7 @@ def report_lines(d: dict) -> list[str]:
 
 def arm_lines(d: dict) -> list[str]:
     """The issue-63 arms of the section: vLLM's figure, the profile, Gemma, torch.compile."""
-    from gpu_report import fmt, unfinished
+    from gpubench.markdown import fmt, unfinished
 
     lines = []
     v = d.get("vllm")

@@ -1,7 +1,7 @@
 """gpu_check.md: the report's JSON (gpu_check.json) written out and set out as markdown, a section per
-part (the decode and learning_cuda parts' sections come from gpu_decode.py and gpu_learning.py); in a
-file of its own so that the measuring and the writing of it change apart, and so that a report can be
-rewritten from its JSON without running anything (gpu_learning.resummarize).
+part (the decode and learning_cuda parts' sections come from decode.py and learning.py); in a file of
+its own so that the measuring and the writing of it change apart, and so that a report can be
+rewritten from its JSON without running anything (`resummarize`, `gpu_check.py --resummarize`).
 """
 
 from __future__ import annotations
@@ -9,16 +9,11 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpu_train import PHASES, PLAN_TOLERANCE
-
-
-def unfinished(part: dict) -> list[str] | None:
-    """A part's report lines when it did not run to its end (its skip reason or its error), else None."""
-    return [f"{part.get('skipped') or part.get('error')}", ""] if "error" in part or "skipped" in part else None
-
-
-def fmt(v, spec=".2f") -> str:
-    return "-" if v is None else format(v, spec)
+from gpubench.decode import report_lines as decode_lines
+from gpubench.learning import report_lines as learning_lines
+from gpubench.learning import summarize
+from gpubench.markdown import fmt, unfinished
+from gpubench.train import PHASES, PLAN_TOLERANCE
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -94,13 +89,20 @@ def write_report(out: Path, report: dict) -> None:
                       f"tolerance {r['tolerance']:g}): **{'passed' if r['passed'] else 'FAILED'}**; "
                       f"step-3 metrics that differ: {r['step3_metrics_that_differ'] or 'none'}.", ""]
     if report.get("decode"):
-        from gpu_decode import report_lines as decode_lines
-
         lines += decode_lines(report["decode"])
     if report.get("learning_cuda"):
-        from gpu_learning import report_lines as learning_lines
-
         lines += learning_lines(report["learning_cuda"])
     if report.get("errors"):
         lines += ["## Errors", ""] + [f"- {e}" for e in report["errors"]] + [""]
     (out / "gpu_check.md").write_text("\n".join(lines))
+
+
+def resummarize(report_path: Path, rows_path: Path) -> dict:
+    """Recompute the `learning_cuda` comparisons of a gpu_check.json from the GPU rows (learning_cuda.jsonl)
+    against the CPU table as it is now, and rewrite the report's .json and .md."""
+    report = json.loads(report_path.read_text())
+    part = report["learning_cuda"]
+    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
+    part.update(summarize(rows, part["steps"], part["seed"]))
+    write_report(report_path.parent, report)
+    return part

@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from gpu_models import SHAPES, random_model_dir
+from gpubench.models import SHAPES, random_model_dir
 
 PLAN_TOLERANCE = 0.25  # |measured / planned - 1| of each phase's peak
 # resume: max |w3(resumed) - w3| / max |w3 - w2| (step 3's own change), where not bitwise

@@ -3,7 +3,7 @@
 GPU, a tiny one for the CPU dry run), a byte-level BPE tokenizer trained on the demo questions and padded
 with tokens no text encodes to, to the model's vocabulary size (so that every id a random model samples
 decodes; ChatML's special tokens and template, as Qwen2.5's own), and a HF model folder of random
-weights of a shape; in a file of its own because gpu_check's parts, gpu_decode.py and tests/test_cuda.py
+weights of a shape; in a module of its own because gpu_check's parts, decode.py and tests/test_cuda.py
 all build their models from it.
 """
 

@@ -1,0 +1,40 @@
+"""Score B both ways in every training scoring of the speed run: from the rollout's kept caches and
+recomputed, on the same responses (issue 42's score_b_cache.py measured the paths' agreement; its
+code is in commit a0f9d4c)."""
+
+from __future__ import annotations
+
+import time
+from contextlib import nullcontext
+
+
+class BothPaths:
+    """Replaces a ProbabilityReward's `score_b`: each call scores B from the caches and recomputed
+    (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
+    recomputed one). `counter`: a speedbench.tokens.TokenCounter whose phase each path runs in."""
+
+    def __init__(self, reward, use_cache: bool = True, counter=None):
+        self.reward, self.score_b, self.use_cache, self.counter = reward, reward.score_b, use_cache, counter
+        reward.score_b = self
+        self.calls: list[dict] = []
+
+    def __call__(self, model, items, groups, too_long=None, caches=None):
+        paths = {}
+        order = ("recomputed", "cache") if len(self.calls) % 2 == 0 else ("cache", "recomputed")
+        for name in order:
+            phase = self.counter.phase(f"score_b_{name}") if self.counter is not None else nullcontext()
+            tick = time.perf_counter()
+            with phase:
+                kept = caches if name == "cache" else None
+                paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
+                               time.perf_counter() - tick)
+        self.calls.append({"groups": list(groups) if groups is not None else None,
+                           "scored": [it is not None for it in items],
+                           "cached": [c is not None for c in caches] if caches is not None else [False] * len(items),
+                           "b_cache": paths["cache"][0], "b_recomputed": paths["recomputed"][0],
+                           "cache_s": paths["cache"][1], "recomputed_s": paths["recomputed"][1]})
+        return paths["cache" if self.use_cache else "recomputed"][0]
+
+    def extra_s(self, calls: list[dict]) -> float:
+        """Seconds of `calls` spent in the path whose result was not returned."""
+        return sum(c["recomputed_s" if self.use_cache else "cache_s"] for c in calls)
