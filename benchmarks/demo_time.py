@@ -17,7 +17,7 @@ that a faster demo is seen to learn as before.
 
     python benchmarks/demo_time.py [--modes native,avx2]
 
-Writes benchmarks/results/demo_time.{json,md}.
+Writes benchmarks/results/archive/demo_time_2026-11-28.{json,md}.
 """
 
 from __future__ import annotations
@@ -31,6 +31,8 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import files, record
 
 from rlpr.model.precision import AVX2_LAPTOP
 
@@ -56,9 +58,7 @@ def readme_command() -> list[str]:
 
 
 def cpu_name() -> str:
-    from harness.record import cpu_name as name  # lscpu's model name, as speed.py reports it
-
-    return f"{name()}, {len(os.sched_getaffinity(0))} CPUs"
+    return f"{record.cpu_name()}, {len(os.sched_getaffinity(0))} CPUs"
 
 
 def run_mode(mode: str, parts: list[str], work: Path) -> dict:
@@ -94,8 +94,20 @@ def summary(times: dict[str, float], train_part: str, metrics: Path) -> dict:
             "outside_steps_s": train_s - phases["step"] * len(steps), "held_out": held_out}
 
 
-def markdown(rows: list[dict], cpu: str) -> str:
-    lines = [f"# README command 1, timed ({time.strftime('%Y-%m-%d %H:%M %z')})", "",
+def history_row(res: dict) -> dict:
+    """One run as a row of the canonical file's history table: each mode's total minutes."""
+    return {"date": res.get("date", "?"), "machine": res["cpu"], "commit": res.get("commit", "?"),
+            "totals": ", ".join(f"{r['mode']} {r['total_s'] / 60:.1f} min" for r in res["runs"]),
+            "file": res.get("file", "")}
+
+
+HISTORY = [("date", "date (UTC)"), ("machine", "machine"), ("commit", "commit"), ("totals", "total"),
+           ("file", "its files")]
+
+
+def markdown(res: dict) -> str:
+    rows, cpu = res["runs"], res["cpu"]
+    lines = [f"# README command 1, timed ({res.get('date', '?')})", "", files.header(res), "",
              f"{cpu}; a fresh clone, virtual environment (this machine's packages visible: nothing "
              "downloaded) and rlpr cache (the embedded model's conversion included); `python "
              "benchmarks/demo_time.py`. avx2 = PyTorch, oneDNN and MKL capped to AVX2: an "
@@ -119,6 +131,7 @@ def markdown(rows: list[dict], cpu: str) -> str:
         add("")
         add(f"**{b['mode']} / {a['mode']} total: {b['total_s'] / a['total_s']:.2f}** (one run, one mode after "
             "the other)")
+    lines += [""] + files.history_table(res.get("history", []), HISTORY)
     return "\n".join(lines) + "\n"
 
 
@@ -133,12 +146,14 @@ def main() -> None:
         raise SystemExit(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     parts, cpu = readme_command(), cpu_name()
     out, rows = Path(args.output), []
+    res = files.carry_history({"date": time.strftime("%Y-%m-%d %H:%M %z"), "commit": record.commit(),
+                               "machine": record.machine(), "cpu": cpu, "command": parts, "runs": rows},
+                              out.with_suffix(".json"), history_row)
     work = Path(tempfile.mkdtemp(prefix="rlpr-demo-time-"))  # kept if a mode fails: its logs and runs
     for mode in modes:  # each mode's row is written as soon as it is measured
         rows.append(run_mode(mode, parts, work))
         print(f"{mode}: {rows[-1]['total_s'] / 60:.1f} min", flush=True)
-        out.with_suffix(".json").write_text(json.dumps({"cpu": cpu, "command": parts, "runs": rows}, indent=1) + "\n")
-        out.with_suffix(".md").write_text(markdown(rows, cpu))
+        files.save(res, out, markdown)
     shutil.rmtree(work, ignore_errors=True)
     print(out.with_suffix(".md").read_text())
 

@@ -341,7 +341,7 @@ def main() -> int:
            "run_notes": [r["text"] for r in done if r.get("kind") == "note"],
            "missing": [p for p in points if p not in by], "wall_s_this_invocation": time.time() - started}
     res["criterion"] = None if args.quick else criterion(rows, res["model_gb"])
-    variant = RESULTS / "scaling_mmap_threshold.json"
+    variant = RESULTS / "archive" / "scaling_mmap_threshold.json"
     if not args.quick and stem == RESULTS / "scaling" and variant.exists():
         v = json.loads(variant.read_text())
         res["variant"] = {"name": variant.stem, "settings": v["settings"], "model_gb": v["model_gb"], "rows": v["rows"],

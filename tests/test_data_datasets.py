@@ -201,7 +201,7 @@ def test_folders_without_data_are_one_line(tmp_path):
 @needs_datasets
 @pytest.mark.parametrize("suffix,builder", [("jsonl", "json"), ("csv", "csv"), ("parquet", "parquet")])
 def test_datasets_readers_give_the_same_examples(tmp_path, suffix, builder):
-    """What benchmarks/data_loading.py measures: load_dataset(...) rows turned into Examples equal
+    """What benchmarks/data_loading.py (retired; code in commit a0f9d4c) measures: load_dataset(...) rows turned into Examples equal
     rlpr's own readers' (which stay: faster, and their errors name the row)."""
     import datasets
 

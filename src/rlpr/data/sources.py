@@ -5,7 +5,7 @@ What the path is picks its reader from `READERS`: a file by its suffix, a folder
 
 - `.parquet` (the verl/RLPR layout, the primary format), `.jsonl`/`.ndjson`, `.json`, `.csv`,
   `.tsv`: read here, with pyarrow and the standard library (faster than going through `datasets`,
-  errors that name the row, CSV cells kept as the text they are; benchmarks/data_loading.py);
+  errors that name the row, CSV cells kept as the text they are; benchmarks/data_loading.py (retired; code in commit a0f9d4c));
 - `.gz`, `.bz2`, `.xz` around any of those;
 - through the Hugging Face `datasets` library (rlpr.data.hf_datasets, an optional extra): `.arrow`
   files, folders written by `Dataset.save_to_disk` or `DatasetDict.save_to_disk`, and folders

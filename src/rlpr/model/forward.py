@@ -107,7 +107,7 @@ class _LogprobEntropy(torch.autograd.Function):
         dL/dz = (g_logp * (onehot - p) - g_entropy * p * (log p + H)) / T.
     The forward is the same ops (the same bits); the gradients are as close to fp64 as autograd's
     (tests/test_logprob_backward.py). 0.21 s of a 6.4 s update at speed.py's settings (AMD EPYC, 2 cores;
-    benchmarks/logprob_backward.py)."""
+    benchmarks/logprob_backward.py (retired; code in commit a0f9d4c))."""
 
     @staticmethod
     def forward(ctx, logits, targets, temperature, with_entropy):

@@ -11,7 +11,7 @@ time slices. Two things prevent it:
   ten times longer (300,000) and burns the time slices of other processes' threads, while sleeping
   at once (`OMP_WAIT_POLICY=PASSIVE`, rlpr's earlier choice) made a lone demo step 1.4x slower on
   an AMD EPYC whose cores other tenants were using, each of the thousands of small parallel
-  regions of a step paying a wake-up (benchmarks/results/shared_cpu_amd.md; no difference in a
+  regions of a step paying a wake-up (benchmarks/results/archive/shared_cpu_amd.md; no difference in a
   quiet hour).
 - The number of threads is chosen from the CPUs this process may use (`os.sched_getaffinity`),
   shared among the ranks of this machine, less what other processes are using now (sampled from

@@ -10,7 +10,7 @@ every step and before the held-out evaluation), and the rollout copy has the sco
 the merged weights: they differ from the adapter's separate matmuls by float rounding only (the
 rewards equal recomputed ones to 1e-6 in fp32, tests/test_score_b_cache.py). From a bf16 copy the
 keys and values carry bf16 rounding into B: measured on the demo's rollouts in
-benchmarks/results/score_b_cache.md (mean |dB| 3% of B's spread within a group, the worst 43%), and
+benchmarks/results/archive/score_b_cache.md (mean |dB| 3% of B's spread within a group, the worst 43%), and
 learning was unchanged within seeds (benchmarks/results/precision_arms.md), so the default takes the
 cache from either copy (`always`; it halves the native CPU step's score B and the held-out
 evaluation's scoring) and `auto` is the exact-only choice.
