@@ -16,6 +16,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import files, record
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -70,10 +72,12 @@ def main() -> int:
     RESULTS.mkdir(parents=True, exist_ok=True)
     payload = {"model": "SmolLM2-135M-Instruct (embedded GGUF, fp32; bf16 sampling copy)",
                "template": "r1", "temperature": 1.0, "samples_per_question": 1, "quick": args.quick,
-               "benchmarks": results, "reward_quality_mmlu_val": auc, "timings_s": timings}
+               "benchmarks": results, "reward_quality_mmlu_val": auc, "timings_s": timings,
+               "date": record.now(), "commit": record.commit(), "machine": record.machine()}
     suffix = "_quick" if args.quick else ""
     (RESULTS / f"eval_baseline{suffix}.json").write_text(json.dumps(payload, indent=2))
-    lines = ["| benchmark | questions | max new tokens | Avg@1 | format-valid | mean length |",
+    lines = ["# The embedded model's baseline (benchmarks/eval_baseline.py)", "", files.header(payload), "",
+             "| benchmark | questions | max new tokens | Avg@1 | format-valid | mean length |",
              "|---|---|---|---|---|---|"]
     for name, r in results.items():
         lines.append(f"| {name} | {r['n_questions']} | {r['max_new_tokens']} | {100 * r['accuracy']:.1f}% | "

@@ -308,6 +308,8 @@ def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness import files, record  # benchmarks/ is on the path when this runs as a script
+
     from rlpr.grading import GRADER_VERSION
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -351,11 +353,10 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"seconds": round(time.time() - start), "limit": args.limit, "shuffle_seed": SHUFFLE_SEED,
             "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK,
             "grader_version": GRADER_VERSION}
-    out.with_suffix(".json").write_text(
-        json.dumps({"meta": meta, "results": results, "labeled": labeled, "fresh": fresh}, indent=2) + "\n")
-    out.with_suffix(".md").write_text(
-        f"# Grader self-consistency (GRADER_VERSION {GRADER_VERSION})\n\n"
-        f"`python benchmarks/grader_consistency.py` ({meta['seconds']} s). Each row's own reference as "
+    res = {"date": record.now(), "commit": record.commit(), "machine": record.machine(),
+           "meta": meta, "results": results, "labeled": labeled, "fresh": fresh}
+    files.save(res, out, lambda r: f"# Grader self-consistency (GRADER_VERSION {GRADER_VERSION})\n\n"
+        f"{files.header(r)}\n\n`python benchmarks/grader_consistency.py` ({meta['seconds']} s). Each row's own reference as "
         "a response in three forms must be graded correct (>= 99%); another row's reference (fixed "
         "shuffle within each file) no more often than chance (the rate at which the two references "
         "are the same answer; +2 points for free-form answers).\n\n"

@@ -22,7 +22,6 @@ GRADER_VERSION). Data is read, never copied.
 from __future__ import annotations
 
 import argparse
-import json
 import random
 import sys
 import time
@@ -145,8 +144,8 @@ def probe(limit: int) -> dict:
     return results
 
 
-def markdown(results: dict, version: int) -> str:
-    out = [f"# Gaming probe (GRADER_VERSION {version})\n",
+def markdown(results: dict, version: int, header: str = "") -> str:
+    out = [f"# Gaming probe (GRADER_VERSION {version})\n", *([header + "\n"] if header else []),
            "`python benchmarks/grader_gaming.py`: the share of rows credited for each form of response "
            "built from the row's own reference (G) and another option or row's reference (O). Forms marked "
            "**credit** must be near 100%, the others near 0%.\n"]
@@ -162,6 +161,8 @@ def markdown(results: dict, version: int) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from harness import files, record  # benchmarks/ is on the path when this runs as a script
+
     from rlpr.grading import GRADER_VERSION
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -172,12 +173,9 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{DATA} is absent: nothing to probe", file=sys.stderr)
         return 1
     results = probe(args.limit)
-    out = Path(args.output)
-    out.with_suffix(".json").write_text(json.dumps(
-        {"meta": {"grader_version": GRADER_VERSION, "limit": args.limit, "seed": SEED}, "results": results},
-        indent=2) + "\n")
-    out.with_suffix(".md").write_text(markdown(results, GRADER_VERSION))
-    print(markdown(results, GRADER_VERSION))
+    res = {"date": record.now(), "commit": record.commit(), "machine": record.machine(),
+           "meta": {"grader_version": GRADER_VERSION, "limit": args.limit, "seed": SEED}, "results": results}
+    print(files.save(res, args.output, lambda r: markdown(r["results"], GRADER_VERSION, files.header(r))))
     return 0
 
 

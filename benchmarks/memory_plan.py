@@ -28,15 +28,14 @@ Writes benchmarks/results/memory_plan.json and memory_plan.md.
 from __future__ import annotations
 
 import argparse
-import json
 import os
-import platform
 import subprocess
 import sys
 import tempfile
 import time
-from datetime import datetime, timezone
 from pathlib import Path
+
+from harness import files, record
 
 RESULTS = Path(__file__).parent / "results"
 TOLERANCE = 0.25  # |planned - measured| / measured
@@ -137,7 +136,8 @@ def measured(name: str, overrides: list[str]) -> tuple[float, float]:
 def markdown(result: dict) -> str:
     lines = [
         "# `rlpr plan` against measured peak RSS (CPU)", "",
-        f"{result['date']}, {result['machine']}, torch {result['torch']}; each run a fresh process "
+        files.header(result), "",
+        f"torch {result['torch']}; each run a fresh process "
         f"(`getrusage(RUSAGE_CHILDREN).ru_maxrss`, the largest process); plan for model.device=cpu "
         f"(its runtime line {result['plan_runtime_gib']:.2f} GiB; measured now: {result['runtime_gib']:.3f} GiB, "
         "RSS after a run's imports and the tokenizer).", "",
@@ -181,13 +181,10 @@ def main() -> None:
                          "plan": plan, "measured_gib": gib, "ratio": ratio, "within": within, "seconds": seconds})
             print(f"{name:18s} {CONFIGS[name][0]:5d} {plan['peak_gib']:8.2f}G {gib:8.2f}G {ratio:6.2f}  "
                   f"{plan['peak_phase']:8s} {seconds:.0f} s{'' if within else '  OUTSIDE 25%'}", flush=True)
-    result = {"date": datetime.now(timezone.utc).strftime("%Y-%m-%d"), "machine": f"{platform.machine()}, "
-              f"{os.cpu_count()} cores", "torch": torch.__version__, "runtime_gib": runtime,
+    result = {"date": record.now(), "commit": record.commit(), "machine": record.machine(), "torch": torch.__version__, "runtime_gib": runtime,
               "plan_runtime_gib": mp.CPU_RUNTIME_BYTES / mp.GiB, "tolerance": TOLERANCE, "runs": runs}
     if not args.no_write:
-        RESULTS.mkdir(exist_ok=True)
-        (RESULTS / "memory_plan.json").write_text(json.dumps(result, indent=1))
-        (RESULTS / "memory_plan.md").write_text(markdown(result))
+        files.save(result, RESULTS / "memory_plan", markdown)
         print(f"wrote {RESULTS / 'memory_plan.json'} and memory_plan.md")
     print(markdown(result))
 

@@ -20,6 +20,8 @@ import sys
 import time
 from pathlib import Path
 
+from harness import files, record
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -98,7 +100,8 @@ def main() -> int:
                "labels": "the letter grader's verdicts", "responses_with_answer_tags": tagged,
                "labeled_file": str(labeled)}
     RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"setting": setting, "timings_s": timings, "reports": reports}
+    payload = {"setting": setting, "timings_s": timings, "reports": reports,
+               "date": record.now(), "commit": record.commit(), "machine": record.machine()}
     (RESULTS / "reward_quality.json").write_text(json.dumps(payload, indent=2) + "\n")
     write_markdown(payload)
     return 0
@@ -109,7 +112,7 @@ def write_markdown(payload: dict) -> None:
     free, none = reports["free"], reports["none"]
     minutes = ", ".join(f"{k[:-2].replace('_', ' ')} {v / 60:.0f} min" for k, v in timings.items())
     lines = [f"# Reward quality on MMLU validation ({setting['questions']} questions x "
-             f"{setting['samples_per_question']} samples)", "",
+             f"{setting['samples_per_question']} samples)", "", files.header(payload), "",
              f"Embedded SmolLM2-135M-Instruct, r1 template, temperature 1.0, {setting['max_new_tokens']} new tokens, "
              f"seed 0; labels from the letter grader. {free['n_rows']} responses, "
              f"{setting['responses_with_answer_tags']} with answer tags; "

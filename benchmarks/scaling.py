@@ -49,6 +49,7 @@ from pathlib import Path
 if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
+from harness import record  # noqa: E402
 from scaling_report import BASE_L, BASE_N, criterion, notes, summarise, verdict_text, write  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -336,7 +337,8 @@ def main() -> int:
     import torch
 
     res = {"date": time.strftime("%Y-%m-%d %H:%M:%S %z"), "quick": args.quick, "settings": key,
-           "machine": {"cpu_count": os.cpu_count(), "platform": platform.platform(), "torch": torch.__version__},
+           "commit": record.commit(),
+           "machine": {**record.machine(), "platform": platform.platform(), "torch": torch.__version__},
            "model_gb": setup["model_gb"] if setup else None, "setup": setup, "rows": rows,
            "run_notes": [r["text"] for r in done if r.get("kind") == "note"],
            "missing": [p for p in points if p not in by], "wall_s_this_invocation": time.time() - started}

@@ -3,9 +3,10 @@ plot and notes it writes (scaling.{json,md,png})."""
 
 from __future__ import annotations
 
-import json
 import sys
 from pathlib import Path
+
+from harness import files
 
 LENGTHS = (256, 512, 1024, 2048, 4096)
 BASE_N, BASE_L = 2, 512
@@ -45,7 +46,7 @@ def criterion(rows: list[dict], model_gb: float | None) -> dict | None:
 
 def markdown(res: dict) -> str:
     s = res["settings"]
-    lines = [f"# Training-step scaling: memory and time vs response length and group size ({res['date']})", "",
+    lines = [f"# Training-step scaling: memory and time vs response length and group size ({res['date']})", "", files.header(res), "",
              (f"One full RLPR step (rollout, score B, update) of the embedded SmolLM2-135M-Instruct, full fine-tuning, "
               f"gradient checkpointing, trainer.micro_batch_tokens={s['budget']}, 1 prompt per step, every response "
               f"exactly L tokens (rollout.min_new_tokens = max_new_tokens = L); {s['threads']} torch threads on "
@@ -84,7 +85,7 @@ def markdown(res: dict) -> str:
     if v and v.get("rows"):
         lines += [(f"**The same points with glibc's mmap threshold fixed at {v['settings']['malloc_mmap_threshold']} "
                    f"bytes** (`--malloc-mmap-threshold`, MALLOC_MMAP_THRESHOLD_: freed blocks of that size or more go "
-                   f"back to the OS at once; results/{v['name']}.json, model_gb {v['model_gb']:.2f} GiB):"), "",
+                   f"back to the OS at once; results/archive/{v['name']}.json, model_gb {v['model_gb']:.2f} GiB):"), "",
                   "| L | n | peak RSS GiB, default malloc | peak RSS GiB, fixed threshold | growth over model_gb, fixed | "
                   "peak in update, fixed | step s, default | step s, fixed |", "|---|---|---|---|---|---|---|---|"]
         main = {(r["response_tokens"], r["group_size"]): r for r in res["rows"]}
@@ -170,10 +171,7 @@ def plot(res: dict, path: Path) -> None:
 
 
 def write(res: dict, stem: Path) -> str:
-    stem.parent.mkdir(parents=True, exist_ok=True)
-    stem.with_suffix(".json").write_text(json.dumps(res, indent=2, default=str))
-    text = markdown(res)
-    stem.with_suffix(".md").write_text(text)
+    text = files.save(res, stem, markdown)
     try:
         plot(res, stem.with_suffix(".png"))
     except ImportError:

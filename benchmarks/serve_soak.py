@@ -37,6 +37,8 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 
+from harness import files, record
+
 ROOT = Path(__file__).resolve().parents[1]
 RESULTS = ROOT / "benchmarks" / "results"
 KEY_ENV, KEY = "RLPR_SOAK_KEY", "sk-soak-5e1d"
@@ -279,10 +281,10 @@ def soak(port: int, pid: int, seconds: float) -> dict:
     }
 
 
-def write_md(result: dict, path: Path) -> None:
+def markdown(result: dict) -> str:
     r = result
     lines = [
-        "# `rlpr serve` soak (issue 29)", "",
+        "# `rlpr serve` soak (issue 29)", "", files.header(r), "",
         f"`python benchmarks/serve_soak.py --seconds {r['config']['seconds']} --read-timeout "
         f"{r['config']['read_timeout']}`: the real `rlpr serve` (tiny random Llama, embedded tokenizer, API key, "
         "default cap of 64 connections served and 64 waiting) on 127.0.0.1, for "
@@ -315,7 +317,7 @@ def write_md(result: dict, path: Path) -> None:
     lines += ["", "503 is the answer of a full server (64 served, 64 waiting at most "
               f"{r['config']['read_timeout']} s for a thread); a slowloris client is answered 408 or "
               "closed at its deadline. Latencies run from connect to the whole reply, on the client."]
-    path.write_text("\n".join(lines) + "\n")
+    return "\n".join(lines) + "\n"
 
 
 def main() -> int:
@@ -341,9 +343,8 @@ def main() -> int:
     result["alive_after"] = alive
     result["server_log_tail"] = log_tail
     result["config"] = {"seconds": args.seconds, "read_timeout": args.read_timeout, "cpus": os.cpu_count()}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    (RESULTS / "serve_soak.json").write_text(json.dumps(result, indent=2) + "\n")
-    write_md(result, RESULTS / "serve_soak.md")
+    result.update(date=record.now(), commit=record.commit(), machine=record.machine())
+    files.save(result, RESULTS / "serve_soak", markdown)
     print(json.dumps({k: result[k] for k in ("requests", "answered", "closed_at_deadline", "failures",
                                              "latency_ms_200", "server_rss_mib", "server_threads", "alive_after")}))
     return 0 if result["failures"] == 0 and alive else 1
