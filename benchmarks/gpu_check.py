@@ -73,6 +73,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # its parts in files of their own (module docstring)
 # the parts' names, importable from here as before (tests/test_cuda.py, tests/test_gpu_check.py use gpu_check.NAME)
 from gpubench.decode import decode_part  # noqa: E402
+from harness import record  # noqa: E402
 from gpubench.learning import learning_part  # noqa: E402
 from gpubench.markdown import fmt  # noqa: E402,F401
 from gpubench.models import CHATML, SHAPES, SPECIAL_TOKENS, random_model_dir, synthetic_tokenizer  # noqa: E402,F401
@@ -114,7 +115,8 @@ def environment(device: str) -> dict:
 
     env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
            "transformers": transformers.__version__, "device": device, "hostname": platform.node(),
-           "cpu_count": os.cpu_count(), "rlpr_source": rlpr_source()}
+           "cpu_count": os.cpu_count(), "rlpr_source": rlpr_source(), "commit": record.commit(),
+           "cpu": record.cpu_name()}
     for name in ("peft", "accelerate", "safetensors", "tokenizers", "gguf", "math_verify"):
         try:
             env[name] = __import__(name).__version__

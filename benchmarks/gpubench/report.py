@@ -22,6 +22,7 @@ def write_report(out: Path, report: dict) -> None:
     lines = ["# rlpr GPU check", "",
              f"{report['started']}; device **{env.get('gpu', env.get('device'))}**; torch {env.get('torch')} "
              f"(CUDA {env.get('cuda')}), transformers {env.get('transformers')}, Python {env.get('python')}; "
+             f"commit {env.get('commit', 'not recorded')}; "
              f"wall {fmt(report.get('wall_s'), '.0f')} s of a {report['budget_s']:.0f} s budget.", "",
              f"Command: `{report['command']}`", ""]
     lines += report.get("notes", [])  # what a person wrote of the run (kept when the report is rewritten)
