@@ -104,7 +104,7 @@ def markdown(res: dict) -> str:
                   f"| decode steps only (prefill excluded, all rows) | {pct(g['pct_of_ceiling_decode_only'])} | |", ""]
     if res.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
-    lines += files.history_table(res.get("history", []), HISTORY)
+    lines += [""] + files.history_table(res.get("history", []), HISTORY)
     return "\n".join(lines) + "\n"
 
 
@@ -178,7 +178,7 @@ def add_notes(res: dict, args) -> None:
                  + ", advantages, metrics. reward_other = parsing and building o'.")
     if packed is not None:
         notes.append("rlpr's rollout copy multiplies decode-sized inputs by "
-                     + ("weights prepacked for oneDNN (rollout.prepacked_weights, benchmarks/prepacked.py)" if packed
+                     + ("weights prepacked for oneDNN (rollout.prepacked_weights; measured by benchmarks/prepacked.py, retired, in commit a0f9d4c)" if packed
                         else "plain weights (rollout.prepacked_weights off or unavailable)") + ".")
     if "trl" in res:
         tr = res["trl"]
