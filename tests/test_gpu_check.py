@@ -187,3 +187,17 @@ def test_rows_trained_elsewhere_are_archived_and_merged_once(tmp_path, tiny_dir)
     junk.write_text("not an archive")
     with pytest.raises(SystemExit, match="not an archive of gpu_rows run"):
         gpu_rows.main(["merge", str(junk), "--output", str(here)])
+
+
+def test_resummarize_rewrites_a_stored_report_from_its_gpu_rows(tmp_path):
+    """`gpu_check.py --resummarize REPORT ROWS` (once gpu_learning.py's own command line): the stored
+    H200 report's learning_cuda section recomputed from its GPU rows against the CPU table, the .json
+    and the .md beside it rewritten, nothing run."""
+    results = ROOT / "benchmarks" / "results"
+    report = tmp_path / "gpu_check.json"
+    report.write_text((results / "gpu_check.json").read_text())
+    assert gpu_check.main(["--resummarize", str(report), str(results / "learning_cuda.jsonl")]) == 0
+    part = json.loads(report.read_text())["learning_cuda"]
+    assert set(part["variants"]) == {"rlpr", "shuffled_reference"}
+    assert all("compare" in v for v in part["variants"].values())
+    assert "The embedded model learns on CUDA" in (tmp_path / "gpu_check.md").read_text()
