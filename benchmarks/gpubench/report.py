@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-from gpubench.decode import report_lines as decode_lines
+from gpubench.decode_report import report_lines as decode_lines
 from gpubench.learning import report_lines as learning_lines
 from gpubench.learning import summarize
 from gpubench.markdown import fmt, unfinished
