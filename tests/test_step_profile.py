@@ -1,5 +1,5 @@
 """rlpr/rollout/step_profile.py: what a decode step of the static loop spends its time on, by class,
-from torch.profiler's ops on the CPU (on a GPU the same code reads kernels: benchmarks/gpu_decode.py)."""
+from torch.profiler's ops on the CPU (on a GPU the same code reads kernels: benchmarks/gpubench/decode.py)."""
 
 import copy
 
