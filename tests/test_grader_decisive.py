@@ -170,3 +170,12 @@ def test_degenerate_text_after_an_early_cue_is_read_fast():
 ])
 def test_values_after_a_correction_or_an_offer(source, reference, response, correct):
     assert grade_example(example(source, reference, "Who or what is it?"), response).correct is correct
+
+
+@pytest.mark.parametrize("word", ["orange", "Oregon", "Orlando", "orbit", "Eithers", "Maybelline", "Perhapsville"])
+def test_an_answer_that_begins_like_an_offer_word_is_not_an_offer(word):
+    """The offer words ("or", "either", "maybe", "perhaps") are whole words: "orange" is no "or" offering
+    "ange" (the v6 probe's first tree refused a bare "orange", the colour of a carrot)."""
+    assert grade_example(example("demo/color", word), word).correct
+    assert grade_example(example("demo/color", word), f"The answer is {word}.").correct
+    assert not grade_example(example("demo/color", word), f"{word}, or maybe Blue").correct

@@ -54,7 +54,7 @@ _OFFER = re.compile(
     r"(?:second|another|other|alternative|backup)\s+(?:possible\s+)?(?:choice|guess|option|answer|pick|candidate|"
     r"possibility)s?|p\.?\s?s\b\.?|maybe|perhaps|possibly|probably|could\s+(?:also\s+)?be|might\s+(?:also\s+)?be|"
     r"may\s+(?:also\s+)?be|it\s+could\s+also\s+be|(?:also|equally)\s+(?:possible|plausible|likely)|"
-    r"(?:some|others|many)\s+(?:say|believe|think|argue|claim)(?:\s+it\s+is)?)",
+    r"(?:some|others|many)\s+(?:say|believe|think|argue|claim)(?:\s+it\s+is)?)(?!\w)",  # whole words: not "orange"
     re.IGNORECASE)
 # "X is also valid", "(option C is equally correct)": X, the words before, is offered.
 _ALSO_VALID = re.compile(
