@@ -155,7 +155,7 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
             "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
             "reward's own cost per step (s: score B and A, or the label-free kind's forward; each row on the "
             "machine and under the load it ran with, so rows are not comparable: the side-by-side ratios are "
-            "benchmarks/results/reward_cost.md's; n/a: rows recorded before the column existed):", "",
+            "benchmarks/results/archive/reward_cost.md's; n/a: rows recorded before the column existed):", "",
             *MONITOR_HEAD]
 
     cost += monitor_lines([rlpr, *controls, *[by[v] for v in ("rlvr",) if v in by]])

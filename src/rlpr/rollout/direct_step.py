@@ -7,7 +7,7 @@ transformers' forward goes through `nn.Module.__call__` for every norm, projecti
 (about 400 per step for SmolLM2's 30 layers), decorators that rename keyword arguments, an output
 recorder, the attention registry and a mask builder. Here each projection's and norm's `forward` is
 called directly and the step's mask is made once: the demo rollout 0.92x the time (3.80 against 4.14
-s, bf16 copy, AMD EPYC, 2 cores; benchmarks/step_variants.py, results/step_variants_amd.md).
+s, bf16 copy, AMD EPYC, 2 cores; benchmarks/step_variants.py at a0f9d4c, results/archive/step_variants_amd.md).
 
 `step_function(model)` gives the step where the model allows it, else None (the caller runs the
 model's own forward): another family, a sliding-window or other special cache layer, an attention

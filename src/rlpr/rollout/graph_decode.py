@@ -54,7 +54,7 @@ SPAN_STEP = 256  # attention span buckets: a step attends over the smallest mult
 CHECK_EVERY = 16  # decode steps between looks at the rows' state (one host synchronisation each)
 # how a decode step attends: "matmul" (grouped matmuls, softmax in fp32: transformers' eager numerics)
 # or "sdpa" (torch's scaled_dot_product_attention over the grouped heads, enable_gqa: one fused kernel
-# where the GPU has one for a float mask); benchmarks/gpu_decode.py measures both on a GPU
+# where the GPU has one for a float mask); benchmarks/gpubench/decode.py measures both on a GPU
 KERNEL = "matmul"
 
 
