@@ -43,7 +43,8 @@ def multiply_by_digit(rng: random.Random) -> tuple[str, str, str]:
     a, b = rng.randint(12, 49), rng.randint(2, 9)
     tens, ones = a // 10 * 10 * b, a % 10 * b
     return (f"What is {a} × {b}?", str(a * b),
-            _answer(f"{a // 10 * 10} × {b} = {tens}. {a % 10} × {b} = {ones}. {tens} + {ones} = {a * b}.", str(a * b)))
+            _answer(f"{a // 10 * 10} × {b} = {tens}. {a % 10} × {b} = {ones}. {tens} + {ones} = {a * b}.",
+                    str(a * b)))
 
 
 def two_step_word_problem(rng: random.Random) -> tuple[str, str, str]:
@@ -68,22 +69,24 @@ def groups_word_problem(rng: random.Random) -> tuple[str, str, str]:
             _answer(f"{bags} × {each} = {bags * each}. {bags * each} + {extra} = {total}.", str(total)))
 
 
+def _counted_on(names: list[str], start: int, k: int) -> tuple[str, str]:
+    """(the name k places after names[start], cyclically; the count that reaches it, one name a step)."""
+    steps = [names[(start + i) % len(names)] for i in range(1, k + 1)]
+    return steps[-1], _answer(f"Counting from {names[start]}: " + ", ".join(f"{i} {n}" for i, n in enumerate(steps, 1))
+                              + ".", steps[-1])
+
+
 def weekday_steps(rng: random.Random) -> tuple[str, str, str]:
     """A weekday a few days later, counted day by day."""
     start, k = rng.randrange(7), rng.randint(2, 8)
-    days = [WEEKDAYS[(start + i) % 7] for i in range(1, k + 1)]
-    return (f"Today is {WEEKDAYS[start]}. What day of the week will it be in {k} days?", days[-1],
-            _answer(f"Counting from {WEEKDAYS[start]}: " + ", ".join(f"{i} {d}" for i, d in enumerate(days, 1)) + ".",
-                    days[-1]))
+    return (f"Today is {WEEKDAYS[start]}. What day of the week will it be in {k} days?",
+            *_counted_on(WEEKDAYS, start, k))
 
 
 def month_steps(rng: random.Random) -> tuple[str, str, str]:
     """A month a few months later, counted month by month."""
     start, k = rng.randrange(12), rng.randint(2, 6)
-    months = [MONTHS[(start + i) % 12] for i in range(1, k + 1)]
-    return (f"It is {MONTHS[start]}. Which month will it be in {k} months?", months[-1],
-            _answer(f"Counting from {MONTHS[start]}: " + ", ".join(f"{i} {m}" for i, m in enumerate(months, 1)) + ".",
-                    months[-1]))
+    return (f"It is {MONTHS[start]}. Which month will it be in {k} months?", *_counted_on(MONTHS, start, k))
 
 
 def letter_count_spelled(rng: random.Random) -> tuple[str, str, str]:
