@@ -188,6 +188,18 @@ def test_the_teacher_prompt_is_the_student_prompt_plus_exactly_the_block(tokeniz
         assert teacher_block(student, shown, context, transition).endswith(TRANSITION) is expected
 
 
+def test_a_recipe_that_is_no_name_is_one_line(tmp_path):
+    """A preset file's opsd.recipe that is a list or a mapping, or a name of any length, is one line."""
+    from rlpr.errors import ConfigError
+
+    for value in ("[a, b]", "{x: 1}", "'" + "r" * 5000 + "'"):
+        path = tmp_path / "p.yaml"
+        path.write_text(f"opsd:\n  recipe: {value}\n")
+        with pytest.raises(ConfigError, match="^opsd.recipe: .* is not one of authors_current$") as e:
+            load_config(str(path))
+        assert len(str(e.value)) < 400 and "\n" not in str(e.value)
+
+
 def test_clip_token_divergence_by_hand():
     """min(JSD_t, c) per token; c = 0 leaves the divergence as it is; a clipped token has no gradient."""
     from rlpr.algorithms.opsd import clip_token_divergence

@@ -185,8 +185,8 @@ def apply_recipe(cfg: Config, name) -> None:
 
     if not name:
         return
-    if name not in RECIPES:
-        raise ConfigError(f"opsd.recipe: {name!r} is not one of {', '.join(RECIPES)}")
+    if not isinstance(name, str) or name not in RECIPES:  # a preset's YAML may hold any value here
+        raise ConfigError(f"opsd.recipe: {shown(name)} is not one of {', '.join(RECIPES)}")
     apply(cfg, RECIPES[name])
 
 
