@@ -222,3 +222,20 @@ def test_rows_survive_a_torn_line_and_concurrent_writers(tmp_path, capsys):
     assert sorted(r["seed"] for r in rows if r["variant"] == "a") == list(range(200))
     assert sorted(r["seed"] for r in rows if r["variant"] == "b") == list(range(200))
     assert rows[-1]["variant"] == "c" and len(rows) == 403
+
+
+def test_teacher_gap_numbers_by_hand(tmp_path):
+    """--teacher-gap's per-family numbers: greedy, Avg@k, pass@k as the learning rows grade them, and
+    the gap (teacher Avg@k minus student Avg@k) and room (pass@k minus Avg@k) its table writes."""
+    gap = importlib.import_module("learnbench.teacher_gap")
+    kept = [{"greedy_correct": True, "samples_correct": [True, False, False, False], "samples": ["a b", "c"] * 2},
+            {"greedy_correct": False, "samples_correct": [False] * 4, "samples": ["d e f"] * 4}]
+    numbers = gap._numbers(kept)
+    assert numbers == {"greedy": 0.5, "avg": 0.125, "pass": 0.5, "len": 2.25}  # 18 words over 8 samples
+    family = {"questions": 2, "greedy": 0.5, "avg": 0.125, "pass": 0.5, "len_words": 2.0, "teacher_greedy": 1.0,
+              "teacher_avg": 0.25, "teacher_pass": 1.0, "gap": 0.125, "room": 0.375}
+    result = {"preset": "reasoning", "samples": 4, "max_new_tokens": 96, "temperature": 1.0, "template": "steps",
+              "teacher_template": "matched", "families": {"add_two_digit": family}, "teacher_prompt_example": "T"}
+    text = gap.write(result, tmp_path / "gap")
+    assert "| add_two_digit | 2 | 50.0 | 12.5 | 50.0 | +37.5 | 25.0 | 100.0 | +12.5 | 2 |" in text
+    assert json.loads((tmp_path / "gap.json").read_text())["families"]["add_two_digit"]["gap"] == 0.125

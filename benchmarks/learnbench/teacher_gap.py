@@ -19,6 +19,7 @@ import tempfile
 import time
 from pathlib import Path
 
+from .records import graded_numbers
 from .runner import evaluation, make_trainer
 from .variants import RESULTS
 
@@ -28,10 +29,10 @@ def _family(prompt) -> str:
 
 
 def _numbers(kept: list[dict]) -> dict:
-    n = len(kept)
-    return {"greedy": sum(q["greedy_correct"] for q in kept) / n,
-            "avg": statistics.fmean(statistics.fmean(map(float, q["samples_correct"])) for q in kept),
-            "pass": sum(any(q["samples_correct"]) for q in kept) / n,
+    """Greedy accuracy, Avg@k and pass@k (records.graded_numbers, as the learning rows compute them) and
+    the sampled responses' mean length in words."""
+    graded = graded_numbers(kept)
+    return {"greedy": graded["greedy"], "avg": graded["acc"], "pass": graded["pass8"],
             "len": statistics.fmean(len(s.split()) for q in kept for s in q["samples"])}
 
 
