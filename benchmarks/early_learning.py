@@ -3,6 +3,11 @@ one RLPR run and one self-certainty run at the `small` preset, from their metric
 
     python benchmarks/early_learning.py run                      # trains both, one after the other
     python benchmarks/early_learning.py report RUN_A RUN_B ...   # the tables from finished runs
+    python benchmarks/early_learning.py compare                  # item 3: the variants' rows, fair in compute
+
+`compare` reads the learning benchmark's rows of the early-learning variants (docs/learning.md, "RLPR's
+early learning": `benchmarks/learning.py --output benchmarks/results/early_learning_runs ...`) and
+compares them at equal steps and at equal rollouts (learnbench/budget.py), into the same result files.
 
 Per step: groups generated, passed by the std filter, trained on; tokens trained on; the advantage's
 scale (mean |A| over trained tokens); the gradient norm (before clipping); responses generated (this
@@ -22,8 +27,13 @@ import time
 from pathlib import Path
 
 import yaml
+from harness.files import save
+from learnbench import budget
+from learnbench.records import read_records
+from learnbench.rows import load_rows
 
 OUT = Path(__file__).resolve().parent / "results" / "early_learning"
+RUNS = OUT.with_name("early_learning_runs.jsonl")
 KINDS = ("probability", "self_certainty")
 # (metric key, column title, total it adds up to or None)
 COLUMNS = [("filter/generated_groups", "generated", True), ("filter/passed_groups", "passed", True),
@@ -83,7 +93,7 @@ def fmt(v) -> str:
 def markdown(data: dict) -> str:
     runs = data["runs"]
     names = [r["kind"] for r in runs]
-    lines = ["# Early learning: where RLPR's steps differ from self-certainty's (issue 61, item 1)", "",
+    lines = ["# Early learning: where RLPR's steps differ from self-certainty's (issue 61)", "",
              data.get("note", ""), "", "## Means per step (warm-up: no filter; filtered: the filter on), totals", "",
              "Ratio: the first run's value over the second's.", ""]
     parts = ("warm-up", "filtered", "all", "total")
@@ -111,7 +121,25 @@ def markdown(data: dict) -> str:
         lines += ["| " + " | ".join([str(s["step"])] + [fmt(s[k]) for k, _, _ in COLUMNS]) + " |" for s in r["steps"]]
     if data.get("findings"):
         lines += ["", "## What it points to", "", data["findings"]]
+    if data.get("comparison"):
+        c = data["comparison"]
+        lines += ["", "## The variants at equal steps and at equal rollouts (item 3)", "", c.get("note", ""), "",
+                  *budget.markdown(c)]
+        if c.get("findings"):
+            lines += ["", c["findings"]]
     return "\n".join(lines) + "\n"
+
+
+def comparison_runs(rows_path: Path) -> list[dict]:
+    """The trained rows of a learning-benchmark .jsonl, each with its curve in rollouts (budget.curve)."""
+    out = []
+    for row in load_rows(rows_path):
+        if row["variant"] == "base" or row.get("rollouts") is None:
+            continue
+        records = read_records(rows_path.parent / row["responses"]) if row.get("responses") else []
+        out.append({k: row.get(k) for k in ("variant", "seed", "steps", "acc_after", "n_heldout", "rollouts", "wall_s")}
+                   | {"curve_points": budget.curve(row, records), "n_curve": row.get("curve_questions") or 0})
+    return out
 
 
 def main(argv=None) -> None:
@@ -123,10 +151,22 @@ def main(argv=None) -> None:
     r.add_argument("--runs", type=Path, default=Path("runs/early_learning"))
     rep = sub.add_parser("report", help="the tables from finished run directories")
     rep.add_argument("runs", type=Path, nargs="+")
-    for q in (r, rep):
+    cmp = sub.add_parser("compare", help="item 3: the variants' learning rows at equal steps and equal rollouts")
+    cmp.add_argument("--rows", type=Path, default=RUNS, help="the learning benchmark's .jsonl of those runs")
+    for q in (r, rep, cmp):
+        q.add_argument("--output", type=Path, default=OUT, help="path prefix of the result files (.json, .md)")
         q.add_argument("--note", default="", help="a paragraph under the title (machine, load, code)")
         q.add_argument("--findings", default="", help="the conclusions, as a paragraph at the end")
     args = p.parse_args(argv)
+    if args.cmd == "compare":
+        old = args.output.with_suffix(".json")
+        data = json.loads(old.read_text()) if old.exists() else {"runs": []}
+        runs = comparison_runs(args.rows)
+        if not runs:
+            raise SystemExit(f"{args.rows}: no trained rows with rollouts recorded")
+        data["comparison"] = budget.compare(runs) | {"note": args.note, "findings": args.findings}
+        print(save(data, args.output, markdown))
+        return
     if args.cmd == "run":
         for kind in KINDS:
             train(kind, args.steps, args.runs, args.seed)
@@ -137,10 +177,9 @@ def main(argv=None) -> None:
     for run in runs:
         run["summary"] = summarize(run)
     data = {"runs": runs, "note": args.note, "findings": args.findings}
-    OUT.parent.mkdir(parents=True, exist_ok=True)
-    OUT.with_suffix(".json").write_text(json.dumps(data, indent=1) + "\n")
-    OUT.with_suffix(".md").write_text(markdown(data))
-    print(OUT.with_suffix(".md").read_text())
+    if args.output.with_suffix(".json").exists():  # item 3's comparison stays
+        data["comparison"] = json.loads(args.output.with_suffix(".json").read_text()).get("comparison")
+    print(save(data, args.output, markdown))
 
 
 if __name__ == "__main__":

@@ -42,15 +42,18 @@ def test_opsd_variants_registered_with_their_overrides():
     # appended after every earlier variant: their table rows and plot colours stay where they were
     names = list(variants.VARIANTS)
     assert names[:6] == ["rlpr", "rlvr", "rlvr_exact", "no_debias", "no_std_filter", "seq_likelihood"]
-    assert names[17:22] == list(OPSD) and len(names) == 33
+    assert names[17:22] == list(OPSD) and len(names) == 35
     # then the precision arms (issue 42), which the default list leaves out
     assert names[22:25] == ["rlpr_exact_b", "rlpr_fp32_update", "rlpr_b_by_policy"]
     # then (issue 58) the OPSD rows of the mismatched teacher template, kept under their own names, and
     # OPSD at its authors' recipe for tracks with worked solutions: all run only when named
     assert names[25:29] == [f"{v}_refcode_template" for v in ("opsd", "opsd_hybrid", "op2sd", "opsd_context_only")]
-    assert names[29:] == ["opsd_recipe", "opsd_hybrid_recipe", "op2sd_recipe", "opsd_context_only_recipe"]
+    assert names[29:33] == ["opsd_recipe", "opsd_hybrid_recipe", "op2sd_recipe", "opsd_context_only_recipe"]
     assert all("opsd.template=reference_code" in variants.VARIANTS[n] for n in names[25:29])
-    assert all("opsd.recipe=authors_current" in variants.VARIANTS[n] for n in names[29:])
+    assert all("opsd.recipe=authors_current" in variants.VARIANTS[n] for n in names[29:33])
+    # then (issue 61) RLPR's early-learning settings, one change each against the preset
+    assert variants.VARIANTS["rlpr_fill"] == ["algorithm.refill=missing", "algorithm.max_sampling_tries=4"]
+    assert names[33:] == ["rlpr_fill", "rlpr_lr2x"] and variants.VARIANTS["rlpr_lr2x"] == ["trainer.lr=4e-4"]
     assert list(variants.DEFAULT_VARIANTS) == names[:22]
     assert variants.CONTROLS == ("random", "shuffled_reference", "entropy", "self_certainty", "majority")
     assert set(OPSD) <= set(variants.MAIN_VARIANTS)

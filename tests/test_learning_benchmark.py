@@ -65,6 +65,22 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         assert {x["reference"] for x in records if x["set"] == "general"} and \
             all(x["reference"] in x["acceptable"] for x in records if x["set"] != "heldout")
     assert runs["rlpr"]["steps"] == 2 and [p["step"] for p in runs["rlpr"]["curve"]] == [0, 1]
+    # issue 61: a row counts every response its training generated, and its curve points say how many so far
+    for v in ("rlpr", "rlvr"):
+        train = runs[v]["train"]
+        assert runs[v]["rollouts"] == sum(t["rollout/responses"] for t in train) == train[-1]["rollout/responses_total"]
+        assert runs[v]["rollouts"] >= 2 * 2 * 2 and 0 < runs[v]["wall_s"] < runs[v]["seconds"]
+        assert [p["rollouts"] for p in runs[v]["curve"]] == [0, train[0]["rollout/responses_total"]]
+        assert all(t["policy/groups"] <= t["filter/generated_groups"] for t in train)
+    compared = subprocess.run([sys.executable, str(BENCH.with_name("early_learning.py")), "compare", "--rows",
+                               str(out.with_suffix(".jsonl")), "--output", str(tmp_path / "early")],
+                              capture_output=True, text=True, timeout=300)
+    assert compared.returncode == 0, compared.stderr[-3000:]
+    comparison = json.loads((tmp_path / "early.json").read_text())["comparison"]
+    assert set(comparison["variants"]) == {"rlpr", "rlvr"}
+    assert comparison["budget_rollouts"] == min(runs[v]["rollouts"] for v in ("rlpr", "rlvr"))
+    assert comparison["variants"]["rlpr"]["steps"] == pytest.approx(runs["rlpr"]["acc_after"])
+    assert "| rlvr | 1 |" in (tmp_path / "early.md").read_text()
     # evaluation schedule 2: only the final held-out set is scored; transfer sets and curve points graded only
     assert runs["rlpr"]["eval_schedule"] == 2 and runs["rlpr"]["eval_s"] > 0
     assert all("reward_curve" not in p and 0 <= p["acc_curve"] <= 1 for p in runs["rlpr"]["curve"])
@@ -170,3 +186,35 @@ def test_controls_verdict_by_hand():
     assert [r["metric"] for r in rows] == ["Avg@8", "greedy", "pass@8"]
     assert "RLPR - best control" in text and "+10.0 (entropy;" in text
     assert learning.controls_verdict([entry("rlpr", 0.5, 0.0, 1)], base) == ([], "")
+
+
+def test_budget_reads_curves_at_equal_rollouts():
+    """Issue 61's comparison by hand: a curve is read linearly in rollouts at the fewest rollouts any run
+    generated; each variant's mean carries the seeds' spread and the binomial error over its questions."""
+    import math
+
+    budget = learnbench("budget")
+    points = [(0, 0.2), (100, 0.4), (300, 0.5)]
+    assert budget.read_at(points, 50) == pytest.approx(0.3) and budget.read_at(points, 200) == pytest.approx(0.45)
+    assert math.isnan(budget.read_at(points, 301))
+    # the final evaluation joins the curve on the curve's questions only
+    records = [{"set": "curve", "uid": "a", "step": 1}, {"set": "heldout", "uid": "a", "greedy_correct": 1,
+                                                           "samples": ["x", "y"], "samples_correct": [1, 0]},
+               {"set": "heldout", "uid": "b", "greedy_correct": 0, "samples": ["x", "y"], "samples_correct": [0, 0]}]
+    row = {"rollouts": 300, "curve": [{"step": 0, "rollouts": 0, "acc_curve": 0.25},
+                                      {"step": 1, "rollouts": 150, "acc_curve": 0.25}]}
+    assert budget.curve(row, records) == [(0, 0.25), (150, 0.25), (300, 0.5)]
+    assert budget.curve({"rollouts": None, "curve": row["curve"]}, records) == []  # a row from before issue 61
+    runs = [{"variant": "rlpr", "seed": s, "steps": 20, "acc_after": a, "n_heldout": 100, "rollouts": 300,
+             "wall_s": 10.0, "curve_points": points, "n_curve": 50} for s, a in ((0, 0.4), (1, 0.6))]
+    runs.append({"variant": "fill", "seed": 0, "steps": 20, "acc_after": 0.7, "n_heldout": 100, "rollouts": 600,
+                 "wall_s": 20.0, "curve_points": [(0, 0.2), (600, 0.8)], "n_curve": 50})
+    result = budget.compare(runs)
+    assert result["budget_rollouts"] == 300
+    rlpr, fill = result["variants"]["rlpr"], result["variants"]["fill"]
+    assert rlpr["steps"] == pytest.approx(0.5) and rlpr["budget"] == pytest.approx(0.5)
+    assert rlpr["steps_se"] == pytest.approx(math.sqrt(0.1 ** 2 + 0.25 / 100))  # sd 0.1414 / sqrt(2) = 0.1
+    assert fill["budget"] == pytest.approx(0.5) and fill["budget_diff"] == pytest.approx(0.0)
+    assert fill["steps_diff"] == pytest.approx(0.2)
+    assert fill["steps_diff_in_se"] == pytest.approx(0.2 / math.hypot(fill["steps_se"], rlpr["steps_se"]))
+    assert "| fill | 1 | 600 | 20 | 70.0 +- 4.6 | +20.0 (+1.7) | 50.0 +- 7.1 | +0.0 (+0.0) |" in budget.markdown(result)

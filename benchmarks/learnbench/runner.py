@@ -91,6 +91,13 @@ EVAL_SCHEDULE = 2
 # a training step's metrics kept in the row's `train` beside the fixed list: every one of these families
 # (OPSD's, issue 41: its per-token signal and the OPSD-sum / RLPR identity correlations)
 TRAIN_PREFIXES = ("opsd/",)
+# what the row's `train` keeps of each step: the reward and rollouts, and the step's accounting of issue
+# 61 (groups generated, passed and trained on, responses so far, the advantage's scale, the gradient norm)
+TRAIN_KEYS = ("reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
+              "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
+              "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s",
+              "filter/generated_groups", "filter/passed_groups", "policy/groups", "policy/tokens",
+              "policy/adv_abs_mean", "policy/grad_norm", "rollout/responses", "rollout/responses_total")
 
 
 def evaluation(trainer, limit: int = 0, prompts: list | None = None, keep: list | None = None,
@@ -227,10 +234,7 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
         m = trainer.train_step(step)
         trainer.step = step
         trainer.tracker.log(step, m)
-        train.append({"step": step, **{k: m.get(k) for k in (
-            "reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
-            "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
-            "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s")},
+        train.append({"step": step, **{k: m.get(k) for k in TRAIN_KEYS},
                       **{k: v for k, v in m.items() if k.startswith(TRAIN_PREFIXES)}})
         number = {k: math.nan if m.get(k) is None else m[k] for k in (  # a reward kind may log no reward/mean
             "reward/mean", "reward/accuracy", "filter/kept_frac", "rollout/response_len_mean", "perf/step_s")}
@@ -239,7 +243,8 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
               f"len {number['rollout/response_len_mean']:.1f} {number['perf/step_s']:.0f}s", flush=True)
         if curve_every and step % curve_every == 0 and step < steps:
             tick = time.time()
-            curve.append(curve_point(trainer, step, curve_questions, records))
+            curve.append({**curve_point(trainer, step, curve_questions, records),
+                          "rollouts": m.get("rollout/responses_total")})
             evaluating += time.time() - tick
     tick = time.time()
     ev, transfer = evaluate_all(trainer, transfer_prompts(trainer, transfer_questions), records, "after")
@@ -247,7 +252,7 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
     trainer.tracker.close()
     n = ev["eval/questions"]
     base = get_base()
-    curve = ([dict(base["curve"][0])] if base.get("curve") else []) + curve  # step 0: the base model
+    curve = ([{**base["curve"][0], "rollouts": 0}] if base.get("curve") else []) + curve  # step 0: the base model
     before = {k: v for k, v in base.items() if k.endswith("_before")}
     return {"variant": variant, "seed": seed, "steps": steps, "n_heldout": n, **before, **summary_of(ev, "after"),
             **transfer, "curve": curve, "curve_questions": curve_questions, "train": train,
@@ -256,4 +261,7 @@ def run_one(preset: str, overrides: list[str], variant: str, seed: int, steps: i
             "reward_s": statistics.fmean(t["perf/reward_s"] for t in train), "model": model_name(trainer),
             "device": trainer.device.type,  # rows of one table may come from a CPU and a GPU: the report says which
             "eval_s": evaluating, "eval_schedule": EVAL_SCHEDULE, **run_facts(trainer.cfg),
+            # issue 61: every response the training generated (all sampling rounds), and the training's wall
+            # time (the run's seconds less its evaluations): the compute a row's accuracy cost
+            "rollouts": train[-1]["rollout/responses_total"], "wall_s": time.time() - start - evaluating,
             "seconds": time.time() - start}

@@ -138,6 +138,14 @@ register("op2sd_recipe", ["reward.kind=opsd", "reward.shuffle_references=true", 
 register("opsd_context_only_recipe", ["reward.kind=opsd", *_RECIPE, "opsd.context=none"], "opsd_control",
          by_name=True, doc="the recipe, the teacher block without the solution")
 
+# RLPR's early learning (issue 61), one change each against the preset: fill the batch (rounds of exactly
+# the missing groups, up to 4: every extra rollout counted in the row's `rollouts`), or twice the learning
+# rate (the measured gradient norm of RLPR's steps is 0.68x self-certainty's at the same |A|;
+# results/early_learning.md). Run by name, to the early-learning file (docs/learning.md).
+register("rlpr_fill", ["algorithm.refill=missing", "algorithm.max_sampling_tries=4"], "ablation", by_name=True,
+         doc="RLPR filling its batch: up to 4 sampling rounds of exactly the missing groups")
+register("rlpr_lr2x", ["trainer.lr=4e-4"], "ablation", by_name=True, doc="RLPR at twice the preset's learning rate")
+
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
 DEFAULT_VARIANTS = tuple(name for name, v in REGISTRY.items() if not v.by_name)  # what --variants runs unset
