@@ -55,3 +55,20 @@ def test_the_default_work_folder_is_private(tmp_path, monkeypatch):
     folder.symlink_to(tmp_path / "elsewhere")  # planted by another user before the first run
     with pytest.raises(SystemExit, match="not a private folder of this user"):
         rows_mod.private_dir(folder)
+
+
+def test_a_run_never_writes_over_another_rows_responses(tmp_path):
+    """A renamed variant's rows keep their responses' file names (variant-seed-settings hash): a run of the
+    old name must get a file of its own, not replace theirs (issue 58's matched OPSD runs once did)."""
+    log = tmp_path / "learning.jsonl"
+    path = tmp_path / "learning_responses" / "opsd-0-abc.jsonl.gz"
+    assert rows_mod.free_responses_path(log, path) == path  # no rows yet
+    rows_mod.append_row(log, {"variant": "opsd_refcode_template", "seed": 0,
+                              "responses": "learning_responses/opsd-0-abc.jsonl.gz"})
+    second = rows_mod.free_responses_path(log, path)
+    assert second == path.with_name("opsd-0-abc-2.jsonl.gz")
+    rows_mod.append_row(log, {"variant": "opsd", "seed": 0, "responses": "learning_responses/opsd-0-abc-2.jsonl.gz"})
+    assert rows_mod.free_responses_path(log, path) == path.with_name("opsd-0-abc-3.jsonl.gz")
+    # a file that no row names (a run killed before its row was appended) is written over
+    other = tmp_path / "learning_responses" / "rlpr-0-abc.jsonl.gz"
+    assert rows_mod.free_responses_path(log, other) == other

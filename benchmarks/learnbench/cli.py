@@ -12,7 +12,8 @@ from pathlib import Path
 from .plots import plot
 from .records import responses_path, write_records
 from .regrade import regrade, unfinished_jobs
-from .rows import append_row, claim, grader_version, private_dir, read_rows, reuse_base, transfer_fingerprint
+from .rows import (append_row, claim, free_responses_path, grader_version, private_dir, read_rows, reuse_base,
+                   transfer_fingerprint)
 from .runner import backfill_base_entropy, run_base, run_one, scorer_overrides
 from .tables import controls_verdict, opsd_verdict, summarise
 from .variants import (DEFAULT_VARIANTS, MAIN_VARIANTS, MODEL_TITLES, MODELS, RESULTS, SET_TITLES, TRANSFER, VARIANTS,
@@ -122,7 +123,7 @@ def run_jobs(args, jobs: list[tuple], settings: dict, overrides: list[str], log_
         else:
             row = run_one(args.preset, overrides, job[0], job[1], args.steps, args.curve_every,
                           args.curve_questions, args.transfer_questions, get_base, workdir, records)
-        path = responses_path(log_path, job[0], job[1], settings)
+        path = free_responses_path(log_path, responses_path(log_path, job[0], job[1], settings))
         write_records(path, records)  # before the row: a row always has its responses
         row["responses"] = str(path.relative_to(log_path.parent))
         row["settings"] = settings

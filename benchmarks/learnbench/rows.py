@@ -82,6 +82,19 @@ def load_rows(log_path: Path) -> list[dict]:
     return rows
 
 
+def free_responses_path(log_path: Path, path: Path) -> Path:
+    """`path`, or `path` numbered (-2, -3, ...) where a row of the .jsonl already names it: a run never
+    writes over another row's saved responses (a renamed variant's rows keep their file names, and
+    a run of the old name would otherwise replace them; a file no row names, left by a run killed
+    before its row, is written over)."""
+    taken = {r.get("responses") for r in load_rows(log_path)}
+    candidate, number = path, 1
+    while str(candidate.relative_to(log_path.parent)) in taken:
+        number += 1
+        candidate = path.with_name(path.name.replace(".jsonl.gz", f"-{number}.jsonl.gz"))
+    return candidate
+
+
 def append_row(log_path: Path, row: dict) -> None:
     """Append one row, in one write under the lock: concurrent workers never interleave."""
     data = (json.dumps(row) + "\n").encode()
