@@ -84,3 +84,15 @@ def one_process_run(tiny_dir, tmp_path_factory):
         return runs[key]
 
     return run
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    """Loading a model fails the test: the check under test must come first."""
+    import rlpr.model.loading
+
+    def fail(*a, **k):
+        raise AssertionError("the model loaded before the bad input was refused")
+
+    monkeypatch.setattr(rlpr.model.loading, "load_policy", fail)
+    monkeypatch.setattr(rlpr.model.loading, "load_model", fail)

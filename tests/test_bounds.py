@@ -34,18 +34,6 @@ def one_line_error(capsys, *words):
     return err
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Loading a model fails the test: the check under test must come first."""
-    import rlpr.model.loading
-
-    def fail(*a, **k):
-        raise AssertionError("the model loaded before the bad input was refused")
-
-    monkeypatch.setattr(rlpr.model.loading, "load_policy", fail)
-    monkeypatch.setattr(rlpr.model.loading, "load_model", fail)
-
-
 def test_eval_samples_beyond_memory_are_one_line_before_the_model_loads(tiny_dir, tmp_path, capsys, no_model):
     """--samples 1000000000 used to build a list of a billion rows: a MemoryError or the OOM killer."""
     from rlpr.evaluation.benchmark import Benchmark, check_fits

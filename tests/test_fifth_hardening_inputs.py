@@ -29,18 +29,6 @@ def one_line_error(capsys, *words) -> str:
     return lines[0]
 
 
-@pytest.fixture
-def no_model(monkeypatch):
-    """Loading a model fails the test: the check under test must come first."""
-    import rlpr.model.loading
-
-    def fail(*a, **k):
-        raise AssertionError("the model loaded before the bad input was refused")
-
-    monkeypatch.setattr(rlpr.model.loading, "load_policy", fail)
-    monkeypatch.setattr(rlpr.model.loading, "load_model", fail)
-
-
 # -- S8, S14: a temperature whose logits overflow -----------------------------------------------------
 
 def test_such_a_temperature_really_makes_the_sampler_draw_garbage():
