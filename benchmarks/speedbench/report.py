@@ -1,6 +1,5 @@
-"""What the results record besides the measurements (versions, CPU, instruction-set caps), the notes
-that say how to read them, and the two files: speed.json (everything) and speed.md (the tables).
-markdown() renders any saved speed*.json, so a result's tables can be re-rendered without a run."""
+"""speed.json and speed.md: the versions, the notes that say how to read a run, the tables (markdown()
+re-renders any saved speed*.json), and the run a rerun replaces as a history row."""
 
 from __future__ import annotations
 
@@ -81,7 +80,6 @@ def markdown(res: dict) -> str:
                   f"from the cache {rm['score_b_from_cache_s']:.2f} s vs recomputed {rm['score_b_recomputed_s']:.2f} s "
                   f"per step ({pct(100 * (1 - rm['score_b_from_cache_s'] / rm['score_b_recomputed_s']))} less); "
                   f"max |B difference| {rm['max_abs_diff_b']:.1e}.", ""]
-        lines += token_table(rm, tm)
         if "eval" in r:
             e = r["eval"]
             lines += [f"rlpr setup (model load, rollout copy) {r['setup_s']:.1f} s; one held-out evaluation as the demo "
@@ -89,52 +87,10 @@ def markdown(res: dict) -> str:
                       f"greedy generation {e['greedy_generate_s']:.1f} + its scoring {e['scoring_s']:.1f} (score B from "
                       f"the cache {e['score_b_from_cache_s']:.1f} vs recomputed {e['score_b_recomputed_s']:.1f}) + "
                       f"sampled generation {e['samples_generate_s']:.1f}.", ""]
-    m = res.get("micro")
-    if m:
-        b, g = m["score_b"], m["rollout"]
-        lines += ["| micro-benchmark | value | target |", "|---|---|---|",
-                  (f"| score B on {b['texts']} texts ({b['tokens_in_texts']} tokens, {b['dtype']}) / bare forward "
-                  f"{b['bare_batch_shape']} | {b['ratio_score_b_over_bare']:.2f} ({b['score_b_s']:.2f} s / "
-                  f"{b['bare_forward_s']:.2f} s) | <= 1.2 |"),
-                  (f"| same, vs bare forward with full-vocabulary logits | {b['ratio_score_b_over_bare_full_logits']:.2f} "
-                  "| |"),
-                  (f"| rollout batch {g['batch']}, {g['max_new_tokens']} new tokens: generated tok/s vs matmul ceiling "
-                  f"| {g['generated_tok_s']:.0f} / {g['floor']['ceiling_tok_s']:.0f} = {g['pct_of_ceiling']:.0f}% "
-                  "| >= 80% |"),
-                  f"| decode steps only (prefill excluded, all rows) | {pct(g['pct_of_ceiling_decode_only'])} | |", ""]
     if res.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
     lines += [""] + files.history_table(res.get("history", []), HISTORY)
     return "\n".join(lines) + "\n"
-
-
-PHASES = [("rollout / generation", "rollout", "generate"), ("score B", None, "score_b"),
-          ("score B recomputed", "score_b_recomputed", None), ("score B from the cache", "score_b_cache", None),
-          ("score A", "score_a", "score_a"), ("update (forwards; each has one backward)", "update", "other")]
-
-
-def token_table(rm: dict, tm: dict) -> list[str]:
-    """Tokens each phase runs through the model per step (padding included), against the step's unique tokens."""
-    ru, tu = rm.get("unique_tokens") or {}, (tm or {}).get("unique_tokens") or {}
-    if not ru:
-        return []
-    rt, tt = rm.get("tokens", {}), (tm or {}).get("tokens", {})
-
-    def cell(counts, key, unique):
-        if key is None or key not in counts:
-            return "-"
-        run = counts[key]["run"]
-        return f"{run:.0f} ({run / unique['total']:.2f}x)" if unique else f"{run:.0f}"
-
-    lines = ["| tokens per step (run through the model; x the step's unique tokens) | rlpr | TRL |", "|---|---|---|"]
-    for label, rk, tk in PHASES:
-        lines.append(f"| {label} | {cell(rt, rk, ru)} | {cell(tt, tk, tu)} |")
-    for label, key in (("unique: prompts, once per group", "prompts"), ("unique: responses (fed tokens)", "responses"),
-                       ("unique: reference tails (o' after the rollout's tokens)", "reference_tails"),
-                       ("unique tokens of the step", "total")):
-        lines.append(f"| {label} | {ru.get(key, 0):.0f} | {tu.get(key, 0):.0f} |" if tu else
-                     f"| {label} | {ru.get(key, 0):.0f} | - |")
-    return lines + [""]
 
 
 def add_notes(res: dict, args) -> None:
@@ -164,11 +120,6 @@ def add_notes(res: dict, args) -> None:
                  "in its dtype, under always; under auto by the fp32 policy where the copy is bf16). The step trains "
                  "on the one reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s "
                  "and score_b_s.")
-    notes.append("Tokens per step: query positions each phase runs through a decoder (forward pre-hooks on the "
-                 "policy's decoder and the rollout copy's input embedding; padding included, backward passes not counted). The "
-                 "step's unique tokens: each group's prompt once, each response's tokens fed back while decoding, "
-                 "and each response's reference tail (o' after its longest common prefix with those); "
-                 "benchmarks/speedbench/tokens.py.")
     copy = res.get("rlpr", {}).get("rollout_dtype", "bfloat16")
     update = res.get("rlpr", {}).get("mixed_precision", "bf16")
     update_text = "under torch.autocast bf16" if update == "bf16" else "in fp32 (no autocast)"
@@ -178,7 +129,7 @@ def add_notes(res: dict, args) -> None:
                  + ", advantages, metrics. reward_other = parsing and building o'.")
     if packed is not None:
         notes.append("rlpr's rollout copy multiplies decode-sized inputs by "
-                     + ("weights prepacked for oneDNN (rollout.prepacked_weights; measured by benchmarks/prepacked.py, retired, in commit a0f9d4c)" if packed
+                     + ("weights prepacked for oneDNN (rollout.prepacked_weights)" if packed
                         else "plain weights (rollout.prepacked_weights off or unavailable)") + ".")
     if "trl" in res:
         tr = res["trl"]
@@ -198,19 +149,6 @@ def add_notes(res: dict, args) -> None:
         notes.append("Sampling differs in mechanism (rlpr: per-row seeded sampler as a logits processor; TRL: "
                      "HF do_sample with top_k=0, top_p=1), so the responses and their lengths differ; the "
                      "generated-token counts per step are reported for both.")
-    if "micro" in res:
-        notes.append("Micro (a): bare forward = the same (LoRA-wrapped, fp32) model's forward "
-                     "`lm(input_ids, logits_to_keep=1)` over the score-B texts' tokens packed into a [32, width] "
-                     "batch (same token count, no padding); 'full logits' is the same with every position "
-                     "projected through the 49k-vocabulary head. rlpr's path shares each prompt across its "
-                     "group (tokens_run_with_prefix_sharing) and projects only reference positions.")
-        notes.append("Micro (b): ceiling = batch 32 / time of one pass of F.linear over all nn.Linear weights of "
-                     "the rollout model (in its dtype: bf16 where `auto` picks it; 30 x q/k/v/o/gate/up/down + lm_head) on [32, 1, in_features] "
-                     "inputs: the weight-streaming floor of a decode step, without attention over the KV cache, "
-                     "norms, sampling or Python overhead. pct_of_ceiling uses real generated tokens/s (rows that "
-                     "hit EOS early count only their tokens) including the prompt prefill; "
-                     "pct_of_ceiling_decode_only = floor step time / measured time per decode step "
-                     "((generate(N) - generate(1)) / (steps - 1)), all 32 rows counted; rlpr's decode loop drops finished rows, so later steps run fewer rows and this figure overstates the per-row efficiency.")
     if args.quick:
         notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
 

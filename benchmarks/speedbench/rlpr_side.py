@@ -1,8 +1,6 @@
-"""Part 1: rlpr's timed training steps at the demo settings, each phase's seconds and tokens, score B
-computed both ways on the same responses (from the rollout's caches and recomputed), and the
-held-out evaluation as the demo runs it. It returns the prompts in the order the steps took them,
-for TRL to train on the same ones. mean_counts (the mean of nested token counts) is shared with
-trl_side.py."""
+"""rlpr's side: timed training steps at the demo settings, each phase's seconds, score B both ways on
+the same responses (from the rollout's caches and recomputed), and the held-out evaluation as the
+demo runs it; it returns the prompts in the order the steps took them, for TRL to train on the same."""
 
 from __future__ import annotations
 
@@ -17,55 +15,22 @@ from rlpr.train.metrics import mean
 from .settings import rlpr_config
 
 
-def instrument_rlpr(trainer, counter, unique: list) -> None:
-    """Count each phase's tokens (rollout, score A, update; score B's two paths are BothPaths'), and
-    append each training scoring's unique tokens (speedbench.tokens.unique_tokens) to `unique`."""
-    from speedbench.tokens import reference_tails, unique_tokens
-
-    def in_phase(name, fn):
-        def run(*a, **k):
-            with counter.phase(name):
-                return fn(*a, **k)
-        return run
-
-    trainer.raw_generate = trainer.engine.generate  # timed_eval's phases wrap it instead
-    trainer.engine.generate = in_phase("rollout", trainer.engine.generate)
-    trainer.reward.score_a._compute = in_phase("score_a", trainer.reward.score_a._compute)
-    trainer.update = in_phase("update", trainer.update)
-    score = trainer.score
-
-    def scored(prompts, rollouts, reward=None, training=False):
-        if training:
-            by = [prompts[r.prompt_index] for r in rollouts]
-            ids, rids = [p.token_ids for p in by], [r.token_ids for r in rollouts]
-            tails = reference_tails(trainer.reward, trainer.tokenizer, ids, rids, [p.text for p in by],
-                                    [p.response_text(r.text) for p, r in zip(by, rollouts)],
-                                    [p.example.reference for p in by])
-            unique.append(unique_tokens(ids, [r.prompt_index for r in rollouts], rids, tails))
-        return score(prompts, rollouts, reward, training)
-
-    trainer.score = scored
-
-
-def timed_eval(trainer, counter, both) -> dict:
-    """The held-out evaluation as the demo runs it (before and after training), in phases: greedy
-    generation, its scoring (score B both ways, the configured one counted), sampled generation. Its
-    tokens: eval_greedy, eval_samples, and the scoring's under score_b_* and score_a."""
+def timed_eval(trainer, both) -> dict:
+    """The held-out evaluation as the demo runs it, in phases: greedy generation, its scoring (score B
+    both ways, the configured one counted), sampled generation."""
     seconds = {"greedy_generate_s": 0.0, "samples_generate_s": 0.0, "scoring_s": 0.0}
     generate, score = trainer.engine.generate, trainer.score
 
     def eval_generate(prompts, n, **kw):
         name = "greedy" if kw.get("temperature") == 0 else "samples"
         tick = time.perf_counter()
-        with counter.phase(f"eval_{name}"):
-            out = trainer.raw_generate(prompts, n, **kw)
+        out = generate(prompts, n, **kw)
         seconds[f"{name}_generate_s"] += time.perf_counter() - tick
         return out
 
     def eval_score(*a, **k):
         tick = time.perf_counter()
-        with counter.phase("eval_scoring"):
-            out = score(*a, **k)
+        out = score(*a, **k)
         seconds["scoring_s"] += time.perf_counter() - tick
         return out
 
@@ -80,7 +45,7 @@ def timed_eval(trainer, counter, both) -> dict:
     seconds["scoring_s"] -= extra
     return {"eval_s": total - extra, **seconds, "score_b_from_cache_s": sum(c["cache_s"] for c in mine),
             "score_b_recomputed_s": sum(c["recomputed_s"] for c in mine), "questions": metrics.get("eval/questions"),
-            "samples": metrics.get("eval/samples", 0), "tokens": counter.take()}
+            "samples": metrics.get("eval/samples", 0)}
 
 
 def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
@@ -90,9 +55,7 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     recomputed); the step trains on the one reward.score_b_from_cache picks, and the other's seconds
     are left out of the step."""
     from speedbench.score_b_paths import BothPaths
-    from speedbench.tokens import TokenCounter
 
-    from rlpr.model.forward import causal_lm
     from rlpr.train.trainer import Trainer
 
     cfg, overrides = rlpr_config(args, str(workdir))
@@ -102,13 +65,7 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     baton.end()
     configured = trainer.keep_caches  # reward.score_b_from_cache as resolved for this rollout copy
     trainer.keep_caches = True  # keep them for both paths; BothPaths returns the configured one
-    counter, unique = TokenCounter(), []
-    counter.watch(causal_lm(trainer.policy).get_decoder())
-    # the copy's embedding, not its decoder: a hook there would send decode steps through the model's forward
-    # (rollout/direct_step.py calls the layers directly, the embedding as a module)
-    counter.watch(trainer.engine.model.get_input_embeddings())
-    both = BothPaths(trainer.reward, use_cache=configured, counter=counter)
-    instrument_rlpr(trainer, counter, unique)
+    both = BothPaths(trainer.reward, use_cache=configured)
     stream = copy.deepcopy(trainer.stream)  # the order in which the steps below take prompts
     n_steps = args.warmup + args.steps
     order = [trainer.train_prompts[i] for i in stream.take(cfg.trainer.prompts_per_step * n_steps)]
@@ -133,8 +90,7 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
                "generated_tokens": m["perf/rollout_tok_s"] * m["perf/rollout_s"],
                "rollout_tok_s": m["perf/rollout_tok_s"], "groups": m["filter/kept_groups"],
                "rollout_rounds": m["filter/tries"], "reward_mean": m["reward/mean"],
-               "fallback_frac": m["reward/fallback_frac"], "response_len_mean": m["rollout/response_len_mean"],
-               "tokens": counter.take(), "unique_tokens": unique[-1] if unique else None}
+               "fallback_frac": m["reward/fallback_frac"], "response_len_mean": m["rollout/response_len_mean"]}
         row["other_s"] = row["step_s"] - sum(row[k] for k in ("rollout_s", "score_b_s", "score_a_s",
                                                                "reward_other_s", "old_logp_s", "update_s"))
         steps.append(row)
@@ -148,8 +104,6 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     summary["rollout_tok_s"] = summary["generated_tokens"] / summary["rollout_s"]
     summary["step_tok_s"] = summary["generated_tokens"] / summary["step_s"]
     summary["max_abs_diff_b"] = max(r["max_abs_diff_b"] for r in timed)
-    summary["tokens"] = mean_counts([r["tokens"] for r in timed])
-    summary["unique_tokens"] = mean_counts([r["unique_tokens"] for r in timed if r["unique_tokens"]])
     out = {"overrides": overrides, "steps": steps, "mean": summary, "setup_s": setup_s,
            "score_b_from_cache": cfg.reward.score_b_from_cache,
            "score_b_on_copy": cfg.reward.score_b_on_copy, "configured_path": "cache" if configured else "recomputed",
@@ -161,20 +115,7 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
     if not args.skip_eval:
         print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)
         with baton.turn():
-            out["eval"] = timed_eval(trainer, counter, both)
-    counter.close()
+            out["eval"] = timed_eval(trainer, both)
     del trainer
     return out, order
 
-
-def mean_counts(rows: list[dict]) -> dict:
-    """The mean of nested {name: number | {name: number}} dicts over `rows` (missing entries count 0)."""
-    if not rows:
-        return {}
-    keys = {k for r in rows for k in r}
-    out = {}
-    for k in sorted(keys):
-        values = [r.get(k, 0) for r in rows]
-        out[k] = mean_counts([v or {} for v in values]) if any(isinstance(v, dict) for v in values) else \
-            mean(values)
-    return out

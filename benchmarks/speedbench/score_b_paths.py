@@ -1,20 +1,18 @@
 """Score B both ways in every training scoring of the speed run: from the rollout's kept caches and
-recomputed, on the same responses (issue 42's score_b_cache.py measured the paths' agreement; its
-code is in commit a0f9d4c)."""
+recomputed, on the same responses."""
 
 from __future__ import annotations
 
 import time
-from contextlib import nullcontext
 
 
 class BothPaths:
     """Replaces a ProbabilityReward's `score_b`: each call scores B from the caches and recomputed
     (alternating which runs first), records both, and returns the cached one (`use_cache`, else the
-    recomputed one). `counter`: a speedbench.tokens.TokenCounter whose phase each path runs in."""
+    recomputed one)."""
 
-    def __init__(self, reward, use_cache: bool = True, counter=None):
-        self.reward, self.score_b, self.use_cache, self.counter = reward, reward.score_b, use_cache, counter
+    def __init__(self, reward, use_cache: bool = True):
+        self.reward, self.score_b, self.use_cache = reward, reward.score_b, use_cache
         reward.score_b = self
         self.calls: list[dict] = []
 
@@ -22,12 +20,10 @@ class BothPaths:
         paths = {}
         order = ("recomputed", "cache") if len(self.calls) % 2 == 0 else ("cache", "recomputed")
         for name in order:
-            phase = self.counter.phase(f"score_b_{name}") if self.counter is not None else nullcontext()
             tick = time.perf_counter()
-            with phase:
-                kept = caches if name == "cache" else None
-                paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
-                               time.perf_counter() - tick)
+            kept = caches if name == "cache" else None
+            paths[name] = (self.score_b(model, items, groups, too_long if name == "cache" else [], kept),
+                           time.perf_counter() - tick)
         self.calls.append({"groups": list(groups) if groups is not None else None,
                            "scored": [it is not None for it in items],
                            "cached": [c is not None for c in caches] if caches is not None else [False] * len(items),

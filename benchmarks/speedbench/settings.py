@@ -1,7 +1,5 @@
-"""The settings every part runs at: the demo preset with one rollout round per step and the
-command line's steps, tokens and threads, and the prompts in the order rlpr takes them. Apart from
-the parts so that rlpr, TRL and the micro-benchmarks read the same config, and speed.py the same
-micro-batch for the report."""
+"""The settings both sides run at: the demo preset with one rollout round per step and the command
+line's steps, tokens and threads, and the prompts in the order rlpr takes them."""
 
 from __future__ import annotations
 

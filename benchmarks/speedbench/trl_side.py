@@ -1,7 +1,6 @@
-"""Part 2: TRL's GRPOTrainer doing the same work as rlpr's steps (same model, prompts in the same
-order, LoRA, sampling and loss settings), with a reward function computing the same probability
-reward with rlpr's scorer; steps timed with a TrainerCallback, tokens counted per phase as for rlpr.
-TRL is imported only here: it is needed by this benchmark, not by rlpr."""
+"""TRL's side: GRPOTrainer doing the same work as rlpr's steps (same model, prompts in the same order,
+LoRA, sampling and loss settings), with a reward function computing the same probability reward with
+rlpr's scorer; steps timed with a TrainerCallback. TRL is imported only here."""
 
 from __future__ import annotations
 
@@ -12,7 +11,6 @@ import torch
 
 from rlpr.train.metrics import mean
 
-from .rlpr_side import mean_counts
 from .settings import rlpr_config
 
 
@@ -24,9 +22,6 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
 
-    from speedbench.tokens import TokenCounter, reference_tails, unique_tokens
-
-    from rlpr.model.forward import causal_lm
     from rlpr.model.loading import load_model
     from rlpr.reward.probability_reward import ProbabilityReward
 
@@ -45,27 +40,12 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
     reward = ProbabilityReward(cfg.reward, tokenizer, cfg.rollout.temperature, max_length)
     holder: dict = {}
     seen = {"reward_autocast": set(), "generate_autocast": set()}
-    step_stats = {"tokens": 0, "generate_s": 0.0, "unique": []}
-    counter = TokenCounter()
-
-    def in_phase(name, fn):
-        def run(*a, **k):
-            with counter.phase(name):
-                return fn(*a, **k)
-        return run
-
-    reward.score_b = in_phase("score_b", reward.score_b)
-    reward.score_a._compute = in_phase("score_a", reward.score_a._compute)
+    step_stats = {"tokens": 0, "generate_s": 0.0}
 
     def rlpr_probability_reward(prompts, completions, completion_ids, chat_text, reference, **kwargs):
         policy = holder["trainer"].model
         seen["reward_autocast"].add(torch.is_autocast_enabled("cpu"))
         step_stats["tokens"] += sum(len(c) for c in completion_ids)
-        ids = [tokenizer(p, add_special_tokens=False)["input_ids"] for p in prompts]
-        completions_ids = [list(c) for c in completion_ids]
-        tails = reference_tails(reward, tokenizer, ids, completions_ids, list(chat_text),
-                                [prefill + c for c in completions], list(reference))
-        step_stats["unique"].append(unique_tokens(ids, list(prompts), completions_ids, tails))
 
         def fill_a(pairs):  # score A with the initial policy: LoRA off, as rlpr does
             with policy.disable_adapter():
@@ -98,9 +78,8 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
 
         def on_step_begin(self, args_, state, control, **kwargs):
             reward.seconds = {"score_b": 0.0, "score_a": 0.0}
-            step_stats.update(tokens=0, generate_s=0.0, unique=[])
+            step_stats.update(tokens=0, generate_s=0.0)
             baton.begin()
-            counter.current = "other"  # the loss forwards; generation and the reward set their own
             self.tick = time.perf_counter()
 
         def on_step_end(self, args_, state, control, **kwargs):
@@ -109,10 +88,7 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
             self.steps.append({"step": state.global_step, "warmup": state.global_step <= args.warmup,
                                "step_s": step_s, "generate_s": step_stats["generate_s"],
                                "score_b_s": reward.seconds["score_b"], "score_a_s": reward.seconds["score_a"],
-                               "generated_tokens": step_stats["tokens"], "tokens": counter.take(),
-                               "unique_tokens": {k: sum(u[k] for u in step_stats["unique"])
-                                                 for k in step_stats["unique"][0]} if step_stats["unique"] else None})
-            counter.current = None
+                               "generated_tokens": step_stats["tokens"]})
             r = self.steps[-1]
             r["other_s"] = step_s - r["generate_s"] - r["score_b_s"] - r["score_a_s"]
             print(f"TRL step {r['step']}{' (warm-up)' if r['warmup'] else ''}: {step_s:.1f} s "
@@ -123,14 +99,12 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
                           train_dataset=Dataset.from_list(rows), processing_class=tokenizer,
                           peft_config=lora, callbacks=[timer])
     holder["trainer"] = trainer
-    counter.watch(causal_lm(trainer.model).get_decoder())
     generate = trainer._generate_single_turn
 
     def timed_generate(*a_, **k_):
         tick = time.perf_counter()
         try:
-            with counter.phase("generate"):
-                return generate(*a_, **k_)
+            return generate(*a_, **k_)
         finally:
             step_stats["generate_s"] += time.perf_counter() - tick
 
@@ -149,9 +123,6 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
     summary = {k: mean(r[k] for r in timed) for k in keys}
     summary["rollout_tok_s"] = summary["generated_tokens"] / summary["generate_s"] if summary["generate_s"] else 0.0
     summary["step_tok_s"] = summary["generated_tokens"] / summary["step_s"]
-    summary["tokens"] = mean_counts([r["tokens"] for r in timed])
-    summary["unique_tokens"] = mean_counts([r["unique_tokens"] for r in timed if r["unique_tokens"]])
-    counter.close()
     settings = {k: getattr(gconf, k) for k in (
         "use_cpu", "bf16", "per_device_train_batch_size", "gradient_accumulation_steps", "generation_batch_size",
         "steps_per_generation", "num_generations", "max_completion_length", "temperature", "top_p", "top_k", "beta",
