@@ -1,36 +1,14 @@
 """Step time and peak memory of one full RLPR training step against response length and group size
-(issue 27: memory must grow at most linearly with the response length).
+(issue 27: memory must grow at most linearly with the response length; docs/distributed.md).
 
-Setting: the embedded SmolLM2-135M-Instruct (the demo preset's data, prompts and reward), full
-fine-tuning (model.lora=false), model.gradient_checkpointing=true, trainer.micro_batch_tokens=8192
-(a token budget per forward, which also bounds score B/A's forwards), one prompt per step
-(prompts_per_step=1, no std filter), and rollout.min_new_tokens = rollout.max_new_tokens = L so
-that every response has exactly L tokens. Points: L in 256, 512, 1024, 2048, 4096 at group size
-(rollout.responses_per_prompt) n = 2, and n in 2, 4, 8 at L = 512. No held-out evaluation, no
-report, one step (trainer.max_steps=1); the end-of-run checkpoint is written after the step (it
-cannot be turned off) and lies outside every measurement here.
+Each point (L new tokens forced, group size n) is `rlpr.train.trainer.train` for one step in a fresh
+child process (`--child`), with hooks that only read memory: the peak-RSS counter (VmHWM) is reset
+right before the step and at each phase's start and end, so `peak_rss_gb` is the step's own peak and
+`phase_peak_gb` says in which phase. `model_gb` comes from one more child (`--setup-child`): the
+Trainer as `rlpr train` builds it plus every gradient and AdamW's two moments. Resumable: the
+finished points are lines of OUTPUT.jsonl.
 
-Each point is a fresh child process (`--child`) that runs `rlpr.train.trainer.train(cfg)`, the
-code path of `rlpr train`, with hooks that only read memory: the kernel's peak-RSS counter (VmHWM,
-which ru_maxrss follows) is reset (/proc/self/clear_refs) right before the step and at the start
-and end of each phase (weight sync, rollout, score B, the update, the AdamW step inside it), so
-`peak_rss_gb` is the largest resident size DURING the step (set-up peaks excluded; the process
-peak before the step is kept as `setup_peak_rss_gb`) and `phase_peak_gb` says in which phase.
-Phase times (perf/rollout_s, perf/reward_s, perf/update_s, ...) are read back from the run's
-metrics.jsonl.
-
-`model_gb` (top level) comes from one more child (`--setup-child`): it builds the `Trainer`
-exactly as `rlpr train` does (fp32 policy, the bf16/fp32 rollout copy, the score-A cache of the
-training prompts, AdamW), then materialises what every step holds whatever its length: a
-gradient for every parameter and AdamW's two moments (one optimizer step on zero gradients; torch
-allocates the moments lazily at the first step) and reads the RSS. So growth above model_gb is
-what the step's activations, KV cache, logits and scoring add.
-
-    python benchmarks/scaling.py            # full: 7 points, ~30-40 min on 2 busy cores
-    python benchmarks/scaling.py --quick    # smoke run: 2 points (L = 16, 32), writes to /tmp
-
-Results: benchmarks/results/scaling.jsonl (one line per finished point; a re-run skips the points
-already there: the script is resumable), scaling.json, scaling.md and scaling.png.
+    python benchmarks/scaling.py [--quick] [--points L:n,...]
 """
 
 from __future__ import annotations
@@ -50,6 +28,7 @@ if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from harness import record  # noqa: E402
+from harness.memory import hwm_gb, reset_peak, rss_gb  # noqa: E402
 from scaling_report import BASE_L, BASE_N, criterion, notes, summarise, verdict_text, write  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -73,30 +52,6 @@ def overrides(args, length: int, n: int, output_dir: str, name: str) -> list[str
             "trainer.eval_before=false", "trainer.max_steps=1", "trainer.report=false", "trainer.save_every=0",
             "trainer.sample_every=0", "trainer.progress=false", "trainer.trackers=[jsonl]",
             "trainer.tensorboard=false", f"trainer.output_dir={output_dir}", f"trainer.name={name}"]
-
-
-def rss_gb() -> float:
-    with open("/proc/self/statm") as f:
-        return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE") / 1024 ** 3
-
-
-def hwm_gb() -> float:
-    """The process's peak resident size (VmHWM) since start or the last reset."""
-    with open("/proc/self/status") as f:
-        for line in f:
-            if line.startswith("VmHWM:"):
-                return int(line.split()[1]) / 1024 ** 2
-    return float("nan")
-
-
-def reset_peak() -> bool:
-    """Reset VmHWM and ru_maxrss to the current RSS (Linux >= 4.0: clear_refs 5)."""
-    try:
-        with open("/proc/self/clear_refs", "w") as f:
-            f.write("5")
-        return True
-    except OSError:
-        return False
 
 
 def run_child(args, length: int, n: int, out: Path) -> None:
@@ -263,15 +218,10 @@ def main() -> int:
     parser.add_argument("--budget", type=int, default=8192, help="trainer.micro_batch_tokens")
     parser.add_argument("--train-prompts", type=int, default=8,
                         help="data.demo_train_size (score A is precomputed for these at set-up)")
-    parser.add_argument("--omp-wait-policy", default="PASSIVE",
-                        help="OMP_WAIT_POLICY of the children ('' leaves the environment's): PASSIVE, since on "
-                             "cores shared with other jobs OpenMP's spinning barriers made decoding ~10x slower")
+    parser.add_argument("--omp-wait-policy", default="PASSIVE", help="the children's OMP_WAIT_POLICY ('': unset)")
     parser.add_argument("--malloc-mmap-threshold", type=int, default=0,
-                        help="MALLOC_MMAP_THRESHOLD_ (bytes) for the children: glibc serves allocations from this size "
-                             "with mmap and returns them on free (0: glibc's dynamic default)")
-    parser.add_argument("--note", action="append", default=[],
-                        help="a remark about this run (e.g. what else ran on the machine), kept in the .jsonl and "
-                             "printed under Notes")
+                        help="the children's MALLOC_MMAP_THRESHOLD_ in bytes (0: glibc's dynamic default)")
+    parser.add_argument("--note", action="append", default=[], help="a remark about this run, printed under Notes")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds per child")
     parser.add_argument("--output", default=None, help="path stem for .jsonl/.json/.md/.png")
     parser.add_argument("--child", default=None, help=argparse.SUPPRESS)  # "L:n" in a fresh process
@@ -343,11 +293,6 @@ def main() -> int:
            "run_notes": [r["text"] for r in done if r.get("kind") == "note"],
            "missing": [p for p in points if p not in by], "wall_s_this_invocation": time.time() - started}
     res["criterion"] = None if args.quick else criterion(rows, res["model_gb"])
-    variant = RESULTS / "archive" / "scaling_mmap_threshold.json"
-    if not args.quick and stem == RESULTS / "scaling" and variant.exists():
-        v = json.loads(variant.read_text())
-        res["variant"] = {"name": variant.stem, "settings": v["settings"], "model_gb": v["model_gb"], "rows": v["rows"],
-                          "criterion": v.get("criterion")}
     if res["model_gb"] is not None:
         res["verdict_text"] = verdict_text(rows, res["model_gb"])
     res["notes"] = notes(res, args)

@@ -81,26 +81,6 @@ def markdown(res: dict) -> str:
         lines += [(f"**Linearity criterion {verdict}**: growth above model_gb at L=4096 is {c['growth_4096_gb']:.3f} "
                    f"GiB, {c['ratio']:.3f}x the {c['growth_512_gb']:.3f} GiB at L=512 (n=2), against a limit of "
                    f"1.2 x 8 = {c['limit']:.1f}x. " + res.get("verdict_text", "")), ""]
-    v = res.get("variant")
-    if v and v.get("rows"):
-        lines += [(f"**The same points with glibc's mmap threshold fixed at {v['settings']['malloc_mmap_threshold']} "
-                   f"bytes** (`--malloc-mmap-threshold`, MALLOC_MMAP_THRESHOLD_: freed blocks of that size or more go "
-                   f"back to the OS at once; results/archive/{v['name']}.json, model_gb {v['model_gb']:.2f} GiB):"), "",
-                  "| L | n | peak RSS GiB, default malloc | peak RSS GiB, fixed threshold | growth over model_gb, fixed | "
-                  "peak in update, fixed | step s, default | step s, fixed |", "|---|---|---|---|---|---|---|---|"]
-        main = {(r["response_tokens"], r["group_size"]): r for r in res["rows"]}
-        for r in v["rows"]:
-            m = main.get((r["response_tokens"], r["group_size"]))
-            ph = (r.get("phase_peak_gb") or {}).get("update")
-            lines.append(f"| {r['response_tokens']} | {r['group_size']} | {f(m and m['peak_rss_gb'], '{:.2f}')} | "
-                         f"{r['peak_rss_gb']:.2f} | {r['peak_rss_gb'] - v['model_gb']:.2f} | {f(ph, '{:.2f}')} | "
-                         f"{f(m and m['step_s'])} | {r['step_s']:.1f} |")
-        vc = v.get("criterion")
-        if vc:
-            lines += ["", (f"With the fixed threshold: growth at L=4096 {vc['growth_4096_gb']:.3f} GiB = {vc['ratio']:.2f}x "
-                           f"the {vc['growth_512_gb']:.3f} GiB at L=512 (limit {vc['limit']:.1f}x): criterion "
-                           f"{'holds' if vc['holds'] else 'does NOT hold'}.")]
-        lines.append("")
     if not c:
         lines += ["Linearity criterion: not evaluated (the L=512 and L=4096 points at n=2 and model_gb are all "
                   "needed).", ""]
@@ -136,11 +116,6 @@ def plot(res: dict, path: Path) -> None:
             continue
         x = [r[xkey] for r in sel]
         ax.plot(x, [r["peak_rss_gb"] for r in sel], "o-", color="tab:blue", label="peak RSS during the step")
-        vsel = sorted((r for r in (res.get("variant") or {}).get("rows", []) if r[fixed_key] == fixed),
-                      key=lambda r: r[xkey])
-        if vsel:
-            ax.plot([r[xkey] for r in vsel], [r["peak_rss_gb"] for r in vsel], "^-", color="tab:green",
-                    label="peak RSS, fixed mmap threshold")
         if res.get("model_gb") is not None:
             ax.axhline(res["model_gb"], color="tab:blue", ls=":", label=f"model_gb {res['model_gb']:.2f}")
             if xkey == "response_tokens" and len(sel) > 1:
@@ -180,50 +155,18 @@ def write(res: dict, stem: Path) -> str:
 
 
 def notes(res: dict, args) -> list[str]:
+    """How to read the run (docs/distributed.md, "Long responses", says what the growth is)."""
     out = [
-        "Each point is one step in a fresh process: rollout (hf engine, rlpr's decode loop, shared prefill), score B "
-        "(score A is cached at set-up for full fine-tuning), one mini-batch update (no separate old log-prob pass). "
-        "step s = perf/step_s, which also holds the weight sync into the rollout copy (perf/sync_s) and advantages.",
-        "peak RSS is the largest resident size during the step: the kernel's peak counter (VmHWM) is reset right "
-        "before the step and at each phase boundary (clear_refs) and read at the next one; the phase columns are each "
-        "phase's own peak (the update's includes its AdamW step). setup_peak_rss_gb in the JSON is the process peak "
-        "before the step (model load, score-A precomputation). The end-of-run checkpoint comes after the step and is "
-        "not measured. Rows without phase peaks come from the first version of this script, which reset the counter "
-        "once, right before the step: the same quantity.",
-        "tokens/s = L x n generated tokens / step s (the whole step); rollout tok/s = perf/rollout_tok_s.",
-        f"Timings are noisy: other jobs shared the 2 cores during the run ({args.threads} torch threads here). Memory "
-        "is the main measurement.",
-        f"OMP_WAIT_POLICY={args.omp_wait_policy or '(unset)'} in the children: with other jobs on the 2 cores, "
-        "OpenMP's default spinning barriers made a decode step of the 135M model at batch 2 take 1346 ms (vs 123 ms "
-        "passive, 103 ms on one thread, measured side by side), since every small op waits for a descheduled "
-        "thread; a first attempt of this benchmark without it spent 225 s of a 239 s step at L=256 in the rollout.",
+        "Each point is one step in a fresh process; step s = perf/step_s (with the weight sync and advantages). "
+        "peak RSS: VmHWM reset right before the step and at each phase boundary; each phase column is that phase's "
+        "own peak (the update's includes its AdamW step). The end-of-run checkpoint is not measured. "
+        "tokens/s = L x n generated tokens / step s.",
+        f"Timings are noisy: other jobs shared the cores ({args.threads} torch threads here); memory is the "
+        f"measurement. OMP_WAIT_POLICY={args.omp_wait_policy or '(unset)'} in the children.",
     ]
-    if not res.get("quick") and res["settings"].get("model") == "default":
-        out.append(
-            "What the growth is (measured apart, one update micro-batch of the embedded model, forward + backward under "
-            "bf16 autocast with checkpointing, fresh process each): the tensors autograd saves are 74 KB per token "
-            "(the 30 layers' checkpointed inputs, fp32), yet the resident size grew 3.3-3.9 GiB for 8 x 560 tokens "
-            "(two runs) and 1.5 GiB for 2 x 560. With MALLOC_MMAP_THRESHOLD_=131072 the same 8 x 560 micro-batch grew "
-            "1.13 GiB (and ran about 1.5x slower). So most of the growth is glibc keeping freed blocks: after a free of a "
-            "large block it raises its mmap threshold (up to 32 MiB), later blocks of the per-layer recomputation come "
-            "from its heaps, and they stay resident until a malloc_trim (rlpr trimmed after every update when these "
-            "results were measured, so rss_after_step_gb in the JSON is back at model_gb minus the gradients; since "
-            "2026-11-29 it trims only when the free heap exceeds a quarter of the machine's available memory). This part depends on allocation order and thread timing, "
-            "so it varies from run to run by several hundred MB.")
-    v = res.get("variant") or {}
-    names = {"sync": "the weight sync", "rollout": "the rollout", "reward": "score B", "update": "the update",
-             "optimizer_step": "the AdamW step"}
-    for r in v.get("rows", []):
-        ph = r.get("phase_peak_gb") or {}
-        if ph:
-            top = max((k for k in ph if k != "update"), key=ph.get)
-            where = names[top] if ph[top] >= ph.get("update", 0) - 0.01 else "the update's forwards/backwards"
-            out.append(f"Fixed threshold, L={r['response_tokens']} n={r['group_size']}: the step peaks in {where} "
-                       f"({', '.join(f'{names[k]} {x:.2f}' for k, x in ph.items())} GiB).")
     out += res.get("run_notes", [])
     if res.get("missing"):
         out.append("Points not measured: " + ", ".join(f"L={a} n={b}" for a, b in res["missing"]) + ".")
     if res.get("quick"):
         out.append("QUICK run: 2 short points to check the script; the numbers are not measurements.")
     return out
-
