@@ -1,14 +1,12 @@
-"""Every reward variant's ROC-AUC against correctness on MMLU validation with the embedded model:
-`rlpr reward-quality` on one labeled file, under the published rules (`--fallback none`) and
-with the 1b fallback (`free`).
+"""Every reward variant's ROC-AUC against correctness on MMLU validation with the embedded model
+(`rlpr reward-quality` under the published rules and with the 1b fallback), and with `--baseline` the
+model's baseline Avg@1 on MATH-500 / MMLU-Pro / GSM8K slices (docs/benchmarks.md).
 
     python benchmarks/reward_quality.py [--questions 100] [--samples 8] [--labeled FILE]
+    python benchmarks/reward_quality.py --baseline [--quick]
 
-Reads ../shared/data/mmlu/mmlu_val.jsonl (never copied, never the test split), converts the first
-`--questions` rows with the r1 template, samples `--samples` responses each (temperature 1.0,
-128 new tokens, seed 0) and labels them with the letter grader (`rlpr reward-quality
---build-from`), then scores every variant; writes benchmarks/results/reward_quality.json and .md.
-`--labeled` reuses a labeled file built before (the sampling is the slow part).
+Reads ../shared/data (never copied; MMLU's validation split, never its test split) and writes
+benchmarks/results/reward_quality.{json,md} or eval_baseline.{json,md}.
 """
 
 from __future__ import annotations
@@ -26,6 +24,10 @@ ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
 FALLBACKS = ("free", "none")
+# --baseline: (converter format, source file, rows, rows with --quick, max new tokens)
+BASELINE = {"math500": ("math", "math500/test.jsonl", 100, 10, 384),
+            "mmlu_pro": ("mmlu_pro", "mmlu_pro/mmlu_pro_test_1000_seed0.jsonl", 200, 10, 256),
+            "gsm8k": ("gsm8k", "gsm8k/test.jsonl", 200, 10, 256)}
 
 
 def rlpr(*args: str) -> None:
@@ -65,12 +67,16 @@ def main() -> int:
                         help="with --labeled: the wall seconds its build took, recorded as timings_s.build_s")
     parser.add_argument("--work", default="/tmp/rlpr-reward-quality")
     parser.add_argument("--render", action="store_true", help="only rewrite the .md from results/reward_quality.json")
+    parser.add_argument("--baseline", action="store_true", help="the model's Avg@1 on three benchmarks instead")
+    parser.add_argument("--quick", action="store_true", help="--baseline: 10 questions per benchmark")
     args = parser.parse_args()
+    work = Path(args.work)
+    work.mkdir(parents=True, exist_ok=True)
+    if args.baseline:
+        return baseline(work, args.quick)
     if args.render:
         write_markdown(json.loads((RESULTS / "reward_quality.json").read_text()))
         return 0
-    work = Path(args.work)
-    work.mkdir(parents=True, exist_ok=True)
     threads = f"model.threads={args.threads}"
     timings = {"build_s": args.build_seconds} if args.labeled and args.build_seconds else {}
     labeled = Path(args.labeled) if args.labeled else work / f"mmlu_val_{args.questions}x{args.samples}.jsonl"
@@ -104,6 +110,33 @@ def main() -> int:
                "date": record.now(), "commit": record.commit(), "machine": record.machine()}
     (RESULTS / "reward_quality.json").write_text(json.dumps(payload, indent=2) + "\n")
     write_markdown(payload)
+    return 0
+
+
+def baseline(work: Path, quick: bool) -> int:
+    """Avg@1 (r1 template, temperature 1.0, one sample) on the first rows of each BASELINE benchmark."""
+    results, timings = {}, {}
+    for name, (fmt, source, rows, quick_rows, max_new) in BASELINE.items():
+        parquet, out = work / f"{name}.parquet", work / f"eval-{name}"
+        rlpr("data", "convert", "--format", fmt, "--input", str(DATA / source), "--output", str(parquet),
+             "--limit", str(quick_rows if quick else rows), "--template", "r1")
+        start = time.time()
+        rlpr("eval", "--model", "default", "--data", str(parquet), "--samples", "1", "--max-new-tokens", str(max_new),
+             "--output", str(out))
+        timings[f"eval_{name}_s"] = time.time() - start
+        results[name] = {**json.loads((out / "results.json").read_text())[name], "max_new_tokens": max_new}
+    payload = {"model": "SmolLM2-135M-Instruct (embedded GGUF, fp32; bf16 sampling copy)", "template": "r1",
+               "temperature": 1.0, "samples_per_question": 1, "quick": quick, "benchmarks": results,
+               "timings_s": timings, "date": record.now(), "commit": record.commit(), "machine": record.machine()}
+
+    def render(res: dict) -> str:
+        lines = ["# The embedded model's baseline (benchmarks/reward_quality.py --baseline)", "", files.header(res), "",
+                 "| benchmark | questions | max new tokens | Avg@1 | format-valid | mean length |", "|---|---|---|---|---|---|"]
+        lines += [f"| {n} | {r['n_questions']} | {r['max_new_tokens']} | {100 * r['accuracy']:.1f}% | "
+                  f"{100 * r['format_valid_rate']:.1f}% | {r['mean_response_tokens']:.0f} |" for n, r in res["benchmarks"].items()]
+        return "\n".join(lines) + "\n"
+
+    print(files.save(payload, RESULTS / ("eval_baseline_quick" if quick else "eval_baseline"), render))
     return 0
 
 

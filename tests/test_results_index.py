@@ -31,7 +31,7 @@ def appears(number: str, text: str) -> bool:
 def test_the_index_reads_and_names_each_maintained_suite():
     commands = " ".join(r["command"] for r in ROWS)
     for suite in ("learning.py", "speed.py", "scaling.py", "memory_plan.py", "grader_consistency.py",
-                  "grader_gaming.py", "gpu_check.py", "serve_soak.py", "demo_time.py"):
+                  "grader_probes.py", "gpu_check.py", "serve_soak.py", "demo_time.py"):
         assert f"benchmarks/{suite}" in commands, suite
     assert sum(len(q) for r in ROWS for q in r["quoted"].values()) >= 30
 
