@@ -1,23 +1,10 @@
-"""README command 1 as a new user runs it, timed: a fresh clone of this repository's HEAD, a fresh
-virtual environment (seeing this machine's installed packages, so nothing is downloaded that is
-already here) and a fresh rlpr cache (the embedded model's one-time conversion included), then the
-command's parts one after another: the installs and `rlpr train` (the demo preset).
-
-Modes, side by side in one run:
-- native: the CPU as it is;
-- avx2: PyTorch, oneDNN and MKL capped to AVX2 (ATEN_CPU_CAPABILITY=avx2, ONEDNN_MAX_CPU_ISA=AVX2,
-  MKL_ENABLE_INSTRUCTIONS=AVX2): the kernels an AVX2-only laptop runs, and rlpr's `auto` precision
-  choices for one (fp32; rlpr.model.precision.isa_capped_below_bf16). An approximation: the clock,
-  caches and memory stay this machine's;
-- native_passive, avx2_passive: the same with OMP_WAIT_POLICY=PASSIVE, the OpenMP wait rlpr set
-  before its bounded spin (rlpr/parallel/threads.py), for a same-hour comparison.
-
-Each row also holds the held-out accuracies before and after training (Avg@k and greedy), so
-that a faster demo is seen to learn as before.
+"""README command 1 as a new user runs it, timed part by part (docs/benchmarks.md): a fresh clone of HEAD,
+a fresh virtual environment (seeing this machine's packages) and a fresh rlpr cache, in each mode:
+native, avx2 (PyTorch, oneDNN and MKL capped to AVX2: an AVX2 laptop's kernels and `auto` precisions),
+and either with OMP_WAIT_POLICY=PASSIVE (`_passive`). Each row holds the held-out accuracies before and
+after training, so that a faster demo is seen to learn as before.
 
     python benchmarks/demo_time.py [--modes native,avx2]
-
-Writes benchmarks/results/archive/demo_time_2026-11-28.{json,md}.
 """
 
 from __future__ import annotations

@@ -1,55 +1,16 @@
-"""The CUDA path in one command (issue 36): everything rlpr promises on a GPU, checked in at most 8
-minutes on one H100, nothing downloaded, the figures written to gpu_check.json and gpu_check.md.
+"""The CUDA path in one command (issue 36; docs/distributed.md, "The GPU check"): everything rlpr promises
+on a GPU, checked in at most 8 minutes on one H100, nothing downloaded, written to OUT/gpu_check.{json,md}.
 
-    python benchmarks/gpu_check.py --out DIR                  # on a GPU machine (docs/distributed.md)
+    python benchmarks/gpu_check.py --out DIR                  # on a GPU machine
     python benchmarks/gpu_check.py --device cpu --out DIR     # the CPU dry run (tests/test_gpu_check.py)
-
-What it runs, each part timed against a deadline (`--budget-s`; a part that would not fit is
-recorded as skipped, and the JSON is rewritten after every part, so a run cut short keeps what it
-measured); the short parts (1, 4, 3) run before the shapes (2), which took 430 s on one H100:
-
-1. the suite's CUDA tests (tests/test_cuda.py, in a pytest subprocess; they skip on a CPU);
-2. per model shape (`--models`; on CUDA the Qwen2.5-0.5B and Qwen2.5-1.5B shapes: their published
-   config.json numbers, random weights, a tokenizer made here), `rlpr train --preset paper`
-   in-process on one device for 3 steps (full fine-tuning, gradient checkpointing, the 16384-token
-   micro-batch budget, responses forced to `--response-tokens` with rollout.min_new_tokens): step
-   time, rollout and update tokens/s, and per phase of a step (sync, rollout, scoring, update, step)
-   the peak of torch.cuda.max_memory_allocated and max_memory_reserved beside `rlpr plan`'s total
-   for the same configuration (`measured_over_plan`; the plan should hold within 25%);
-3. score B of the same random model and texts on the device (fp32, and under bf16 autocast) against
-   the CPU in fp32: the largest difference of a reference token's log-prob and of score B;
-4. resume on the device: 3 steps with a checkpoint at step 2, then a resume from it; step 3's weights
-   and metrics against the uninterrupted run's (bitwise, or within RESUME_TOLERANCE of step 3's own
-   weight change, which CUDA's non-deterministic kernels may need);
-5. the device's name, torch / CUDA / transformers versions;
-6. `decode` (gpubench/decode.py): the CUDA-graph decode loop's tokens/s against the eager loop's, 32/128/256
-   rows of the Qwen2.5-0.5B shape, as a fraction of the HBM floor (issue 40);
-7. `learning_cuda` (gpubench/learning.py; only with --parts, it needs the embedded model carried over by
-   gpu_transfer.py): the learning benchmark's RLPR and shuffled-reference runs on the GPU beside the CPU rows.
-
-`--parts` selects parts; `--merge` keeps an earlier call's report (a plan over several calls or loans).
-
-Scaled from the paper preset so that it fits the time (each change is in `paper_overrides`): 4 prompts
-x 8 responses per step, 2 prompts per mini-batch (2 updates per step), no held-out evaluation, the std
-filter off (a random model's rewards barely vary, and dynamic sampling would re-roll), the spec-1b
-fallback for responses without the r1 tags (reward.invalid_fallback=free), no checkpoint writes in the
-timed runs, and data.max_prompt_tokens set to the longest training prompt (the plan counts every
-prompt at that length). Everything else is the preset's: fsdp (one process: ddp), fp32 update, bf16
-rollout copy, 128 rows decoded at once, lr 1e-6.
-
-The tokenizer is a byte-level BPE trained here on the demo questions and padded with tokens no text
-encodes to, to the model's vocabulary size (151,936 for Qwen2.5): every id a random model samples
-decodes. With ChatML's special tokens and template, as Qwen2.5's own.
-
-This file keeps the command line, the budget and its deadline, parts 1 and 5, and the run of the parts;
-the rest lives in the package gpubench/ beside it, one module per concern, imports running down
-(gpubench/__init__.py): models.py (SHAPES, the tokenizer, the random-weight model folders), train.py
-(parts 2 to 4: the scaled configuration, `rlpr plan`'s totals, the phase meter, train_shape,
-score_b_comparison, resume_check), decode.py (part 6), learning.py (part 7) and report.py
-(gpu_check.md). The names tests use are imported here again, so that `gpu_check.NAME` works as before.
-
     python benchmarks/gpu_check.py --resummarize gpu_check.json learning_cuda.jsonl
-        # recompute the learning_cuda section against the CPU table as it is now; rewrite the .json and .md
+
+Each part runs against the deadline `--budget-s` (one that would not fit is recorded as skipped; the JSON
+is rewritten after every part), the short ones first: the CUDA tests (tests/test_cuda.py), resume and
+score B on the device, `decode` and `learning_cuda` (gpubench/decode.py, learning.py), then the model
+shapes trained against `rlpr plan` (gpubench/train.py). This file keeps the command line, the budget,
+the tests' and the environment's parts; gpubench/ holds the rest, imports running down. The names tests
+use are imported here again (`gpu_check.NAME`).
 """
 
 from __future__ import annotations
@@ -181,15 +142,12 @@ PARTS_ORDER = ("cuda_tests", "resume", "score_b", "decode", "learning_cuda", "mo
 
 
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--out", default="gpu_check_out", help="folder for gpu_check.json / gpu_check.md")
     ap.add_argument("--device", default="cuda", choices=("cuda", "cpu"))
     ap.add_argument("--parts", nargs="*", default=None, choices=PARTS_ORDER,
-                    help="the parts to run, in this order: " + ", ".join(PARTS_ORDER) + " (default: all but "
-                         "learning_cuda, which needs the embedded model: benchmarks/gpu_transfer.py)")
-    ap.add_argument("--merge", default=None,
-                    help="an earlier gpu_check.json: its sections are kept and the parts run now replace theirs "
-                         "(a second call or loan resumes where the first stopped)")
+                    help="the parts to run, in this order (default: all but learning_cuda, which needs the embedded model)")
+    ap.add_argument("--merge", default=None, help="an earlier gpu_check.json whose sections the parts run now replace")
     ap.add_argument("--models", nargs="*", default=None,
                     help="shapes to train (default: qwen2.5-0.5b qwen2.5-1.5b on cuda, tiny on cpu)")
     ap.add_argument("--steps", type=int, default=3)
@@ -197,18 +155,15 @@ def main(argv=None) -> int:
     ap.add_argument("--decode-rows", type=int, nargs="*", default=None, help="decode: rows (default 32 128 256)")
     ap.add_argument("--decode-tokens", type=int, default=None, help="decode: new tokens (cuda 1024, cpu 24)")
     ap.add_argument("--learning-steps", type=int, default=20)
-    ap.add_argument("--learning-heldout", type=int, default=0,
-                    help="learning_cuda: held-out and transfer questions (0: the benchmark's own; the dry run's few)")
-    ap.add_argument("--learning-set", nargs="*", default=[], help="learning_cuda: more config overrides (the dry run's model)")
-    ap.add_argument("--learning-resume", default=None,
-                    help="learning_cuda: an earlier call's learning_cuda.tar.gz; its finished runs are kept")
+    ap.add_argument("--learning-heldout", type=int, default=0, help="learning_cuda: held-out questions (0: the benchmark's)")
+    ap.add_argument("--learning-set", nargs="*", default=[], help="learning_cuda: more config overrides")
+    ap.add_argument("--learning-resume", default=None, help="learning_cuda: an earlier call's learning_cuda.tar.gz")
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting parts after this (default 450)")
     ap.add_argument("--gpu-gb", type=float, default=None, help="plan for this GPU size (default: the device's)")
     ap.add_argument("--no-tests", action="store_true", help="skip tests/test_cuda.py")
     ap.add_argument("--skip", nargs="*", default=[], choices=PARTS_ORDER)
     ap.add_argument("--resummarize", nargs=2, metavar=("REPORT", "ROWS"), default=None,
-                    help="run nothing: recompute REPORT's (a gpu_check.json) learning_cuda section from the GPU rows "
-                         "ROWS (learning_cuda.jsonl) against the CPU table as it is now, and rewrite its .json and .md")
+                    help="run nothing: REPORT's learning_cuda section again from ROWS against today's CPU table")
     args = ap.parse_args(argv)
     if args.resummarize:
         resummarize(Path(args.resummarize[0]), Path(args.resummarize[1]))

@@ -1,22 +1,8 @@
-"""Learning-benchmark rows trained on a lent GPU and merged into the CPU table (issue 41).
+"""Learning-benchmark rows trained on a lent GPU (issue 41; docs/distributed.md): `run` starts several
+`learning.py` workers per `--job` on one job list until they end or `--deadline-s`, and archives the rows
+they added with their saved responses; `merge` appends those rows here (once; each keeps its `device`).
 
-A CPU row of the embedded model at 60 steps takes 40-90 minutes on 2 cores; on one H100 a run is a
-few minutes, and several run at once (the 135M model leaves the GPU mostly idle: a run is bound by
-its own Python). Each row records `device`, and the table says which rows came from a GPU
-(issue 40 measured RLPR's CUDA row within 1 SE of its CPU row on every set and metric).
-
-On the GPU machine (rlpr and the embedded model installed as for gpu_check's learning_cuda part,
-docs/distributed.md), several `learning.py` workers share one job list, writing to the tree's
-benchmarks/results/learning.jsonl (whose base rows they reuse), until they end or the deadline
-passes; the rows they added and those rows' saved responses go to one archive:
-
-    python3 benchmarks/gpu_rows.py run --out $OUT --deadline-s 480 \\
-        --job "--variants opsd,op2sd --seeds 2 --steps 60" --workers 4 \\
-        --job "--variants opsd,opsd_hybrid,op2sd,opsd_context_only,opsd_no_teacher --seeds 3" --workers 2
-
-Here, the archive's rows are appended to the table (rows already there are skipped) and the
-responses copied beside the others; then `learning.py --report` re-summarises:
-
+    python3 benchmarks/gpu_rows.py run --out $OUT --deadline-s 480 --job "--variants opsd --seeds 2" --workers 4
     python benchmarks/gpu_rows.py merge DIR/gpu_rows.tar.gz
 """
 

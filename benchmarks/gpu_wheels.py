@@ -1,17 +1,8 @@
-"""The wheels a GPU machine's image lacks, for benchmarks/gpu_check.py (issue 36), in `.whl/` (git-ignored).
+"""The wheels a GPU machine's image lacks (rlpr built from this tree, gguf, math-verify and its needs, at the
+versions installed here, for CPython 3.12 manylinux), into the git-ignored `.whl/`; it checks that every
+requirement is in IMAGE or among the wheels and prints the GPU machine's install line (docs/distributed.md).
 
-The GPU machine has Python 3.12, torch 2.11 (CUDA 13), transformers 5.17, peft, accelerate, safetensors,
-pyarrow, numpy, pyyaml, rich, tensorboard, matplotlib, sympy, requests, tqdm, pytest and hypothesis
-(IMAGE below), and reaches no package registry. What rlpr needs beyond that travels as wheels: rlpr
-itself (built from this tree), gguf, math-verify and math-verify's latex2sympy2_extended and antlr4
-runtime, each at the version installed here (the versions the suite was run with), for CPython 3.12
-on manylinux x86-64. Run it here, where PyPI is reachable, before each GPU loan (the rlpr wheel must be
-this tree's: gpu_check.json says `rlpr_source.matches_tree`):
-
-    python benchmarks/gpu_wheels.py            # writes .whl/*.whl (about 1.5 MB), replacing older ones
-
-It then checks that every requirement of those wheels is in IMAGE or among the wheels, and prints the
-one-line command for the GPU machine (docs/distributed.md).
+    python benchmarks/gpu_wheels.py
 """
 
 from __future__ import annotations

@@ -1,27 +1,11 @@
-"""Self-consistency of the graders on every converted row of the public data (issue 17).
+"""Self-consistency of the graders (issue 17; docs/scoring-and-evaluation.md): every converted row of the
+public data in ../shared/data (or a converter's hand-made fixture, tests/test_convert_benchmarks.py) has
+its own reference graded as a response in three forms (each >= 99% correct) and another row's reference
+no more often than chance (+2 points for free-form answers). Then the free-form grader against people
+(issue 28): precision and recall on the hand-labeled set (halves by sha256(id) parity) and on the fresh
+sets labeled blind (FRESH_SETS).
 
-    python benchmarks/grader_consistency.py [--limit N] [--workers 2]
-
-For each data set in ../shared/data that has a converter (and for each converter without data
-there, its hand-made fixture in the official layout from tests/test_convert_benchmarks.py), every
-row is converted and its own reference is graded as a response in three forms:
-`<answer> REF </answer>`, `The answer is REF.` and `\\boxed{REF}` (each must be correct for at
-least 99% of rows), then with the reference of another row (a fixed shuffle within the file,
-given as `<answer> OTHER </answer>`), which must be graded correct no more often than chance:
-the rate at which the other row's reference is the same answer (normalized text) as its own,
-exactly for multiple choice, plus at most 2 points for free-form answers.
-
-Then the free-form grader against people (issue 28): `grade_short_answer` on every row of the
-hand-labeled set tests/data/grading/labeled_responses.jsonl (label correct/wrong; `ambiguous` rows
-left out): precision and recall of `correct`, overall, on each half of a fixed split (sha256 of the
-row id, even: "dev", odd: "held"), by question set, model x decoding and kind of question, the
-confusion counts and every remaining disagreement with its label's reason; beside it the fresh sets
-(FRESH_SETS: responses generated after a grader version was written and labeled blind; what each
-measured while blind is kept, since it was read afterwards): the same scores, by set and decoding
-(and by run for fresh set 3, trained models' responses), and their disagreements. `--labeled-only` runs this part alone (seconds, no data needed).
-
-Writes benchmarks/results/grader_consistency.json and .md (with GRADER_VERSION). Data is read,
-never copied.
+    python benchmarks/grader_consistency.py [--limit N] [--workers 2] [--labeled-only]
 """
 
 from __future__ import annotations

@@ -1,28 +1,10 @@
-"""`rlpr plan` against measured peaks: short `rlpr train` runs on this CPU machine, each in a fresh
-process, their peak RSS beside the plan's peak for the same configuration.
+"""`rlpr plan` against measured peaks (docs/memory-plan.md): short `rlpr train` runs of the tiny random
+Llama and the embedded model (LoRA and full, checkpointing, fsdp over 2 processes), each in a fresh
+process whose peak RSS (`ru_maxrss` of the largest child) is set beside the plan's peak for the same
+configuration (model.device=cpu); full fine-tuning runs 2 steps, since AdamW's states exist from the
+first step on. Also measured: the runtime baseline (a run's imports and the tokenizer).
 
-The plan (rlpr/parallel/memory_plan.py, through the command's own `checked_setup`) is made for
-model.device=cpu, where it adds the measured `runtime` line (the process before any model). Each
-run is `python -m rlpr train` (or `torchrun --nproc_per_node 2`) under a small Python wrapper that
-reports `getrusage(RUSAGE_CHILDREN).ru_maxrss`: the peak RSS of the largest process it waited for
-(under torchrun, the larger worker). Configurations: the tiny random Llama of
-`rlpr.model.loading.tiny_llama` (2 layers, hidden 64, SmolLM2's 49k vocabulary; saved to a temporary
-directory) and the embedded SmolLM2-135M-Instruct, LoRA and full fine-tuning, one process (ddp),
-gradient checkpointing on the 135M model, and 2 processes under fsdp (tiny model, full fine-tuning).
-All start from the demo preset with no held-out data (no evaluation), `data.max_prompt_tokens=46`,
-the demo's longest training prompt (the plan counts the longest prompt a run keeps), responses of
-the full 32 tokens (`rollout.min_new_tokens=32`: the plan counts full-length responses), and 16
-training questions (full fine-tuning scores A of every question before the first step). Full
-fine-tuning runs 2 steps: AdamW creates its states at the first step, so only from the second
-update on does a backward hold them (the plan is that steady state).
-
-Also measured: the CPU runtime baseline, RSS after importing what a run imports and loading the
-tokenizer (the plan's constant `CPU_RUNTIME_BYTES`).
-
-    python benchmarks/memory_plan.py            # 16 min on 2 cores shared with other jobs
-    python benchmarks/memory_plan.py --only tiny-lora smol-lora
-
-Writes benchmarks/results/memory_plan.json and memory_plan.md.
+    python benchmarks/memory_plan.py [--only tiny-lora smol-lora]
 """
 
 from __future__ import annotations

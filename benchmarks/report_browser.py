@@ -1,18 +1,10 @@
-"""The run report in a real browser: load report.html in headless Chromium and check what a reader
-would see. Every <img> decoded (naturalWidth > 0) and laid out (width > 0), the held-out
-before -> after table present with rows, nothing wider than the window (no horizontal scroll);
-optionally a screenshot to look at.
+"""The run report in a real browser (docs/testing.md): report.html loaded in headless Chromium ($RLPR_CHROMIUM,
+else chromium / chromium-browser / google-chrome on PATH); every <img> decoded and laid out, the held-out
+table present, nothing wider than the window. Exit status 0 when the checks pass, 1 when one fails, 2
+when Chromium is absent or fails.
 
-    python benchmarks/report_browser.py runs/NAME                      # writes runs/NAME/report.html first
-    python benchmarks/report_browser.py runs/NAME --screenshot shot.png --height 6000
-    python benchmarks/report_browser.py some/report.html --json check.json
-
-How: the page is copied to a temporary folder with a small script appended that, on the window's
-load event, writes the counts into attributes of <html>; `chromium --headless --dump-dom` prints
-the DOM after that, and the attributes are read back. The report itself stays script-free.
-Exit status 0 when the checks pass, 1 when one fails, 2 when Chromium is absent or fails.
-Chromium: $RLPR_CHROMIUM, else chromium / chromium-browser / google-chrome on PATH
-(`apt-get install -y chromium`)."""
+    python benchmarks/report_browser.py runs/NAME [--screenshot shot.png --height 6000] [--json check.json]
+"""
 
 from __future__ import annotations
 

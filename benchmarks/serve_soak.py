@@ -1,24 +1,10 @@
-"""A long soak of `rlpr serve` against hostile and careless clients (issue 29).
+"""A long soak of `rlpr serve` against hostile and careless clients (issue 29; docs/reliability.md): the real
+command on 127.0.0.1 (a tiny random Llama, an API key, the default connection cap) under bursts of 100
+clients, back-to-back clients, slowloris clients, oversized and malformed requests at once. Every request
+must be answered (its expected status, or 503 when full) or, for a trickling client, cut at its deadline;
+the server's RSS and threads are sampled every 0.2 s.
 
     python benchmarks/serve_soak.py [--seconds 120] [--read-timeout 2]
-
-Starts the real command, `rlpr serve` (a tiny random Llama with the embedded tokenizer, saved to a
-temporary folder; an API key; the default connection cap of 64 served and 64 waiting), on
-127.0.0.1 only, and for `--seconds` runs, at the same time:
-
-- bursts of 100 valid clients connecting at the same moment, every 15 s;
-- 8 clients sending valid requests back to back;
-- 30 slowloris clients, each trickling its request a byte every 0.2 s (half the headers, half
-  the body), reconnecting when cut;
-- oversized bodies: a declared 20 MB (413), 512 KB without the key (401), 10 MB declared with a
-  wrong key and never sent (401);
-- malformed requests: Content-Length '²', two Content-Lengths, chunked, a garbled request line,
-  a 70 KB header line, 200 headers, PUT, 100k-deep JSON, a 5000-digit number, a lone surrogate.
-
-Every request must be answered (its expected status, or 503 when the server is full) or, for a
-trickling client, cut at its deadline; a client that gets nothing within 30 s, or a connection
-closed without an answer, is a failure. The server's resident memory (VmRSS, VmHWM) and thread
-count are sampled from /proc every 0.2 s. Writes benchmarks/results/serve_soak.json and .md.
 """
 
 from __future__ import annotations

@@ -1,26 +1,8 @@
-"""gpu_check's `decode` part (issue 40): rollout tokens/s of the CUDA-graph decode loop against rlpr's
-eager loop, in the same run, on the Qwen2.5-0.5B shape (random weights, bf16 rollout copy), 32, 128
-and 256 rows of 1024 new tokens (responses forced to full length), and each figure as a fraction of
-the HBM floor of a decode step: the rollout copy's weight bytes over the device's measured copy
-bandwidth (bytes read + written per second by a device-to-device copy), the time one step needs
-just to read every weight once. Also: what capturing the graphs cost, and whether the two loops draw
-the same tokens on this GPU in fp32. Issue 63 adds, each skipped with its reason when the part's budget
-would not hold it:
-
-- `vllm`: the 32-row step beside vLLM's published decode time for Qwen2.5-0.5B-Instruct (VLLM_PUBLISHED);
-- `profile`: inside a decode step (rlpr/rollout/step_profile.py): kernels per step, ms per class
-  (projections, attention, norms, rotary, sampling, copies, ...), the share that is not matrix work,
-  and on a GPU the graph replays' wall time against the kernels' busy time;
-- `gemma`: the Gemma 3 270M shape (random weights; 5 of 6 layers slide over 512 positions) in the graph
-  loop against the eager loop, and their fp32 tokens compared;
-- `attention_kernel`: the graph loop's attention as grouped matmuls (the default) against torch's
-  scaled_dot_product_attention over the grouped heads, same rows;
-- `compile` (CUDA only): torch.compile(mode="reduce-overhead") of the same step against the
-  hand-captured graphs, on the same 32 rows and one span bucket.
-
-    python benchmarks/gpu_check.py --parts decode --out DIR          # on a GPU
-    python benchmarks/gpu_check.py --device cpu --parts decode ...   # the CPU dry run (a tiny shape, no graphs)
-"""
+"""gpu_check's `decode` part (issues 40, 63): rollout tokens/s of the CUDA-graph decode loop against the
+eager loop on the Qwen2.5-0.5B shape (random weights, bf16 copy), as a fraction of the HBM floor (the
+copy's weight bytes over the measured copy bandwidth), the capture's cost, the fp32 tokens of both loops,
+and the arms each skipped with its reason when the budget would not hold it: vLLM's published step, a
+step profile, Gemma 3's shape, the attention kernel, torch.compile (docs/distributed.md)."""
 
 from __future__ import annotations
 

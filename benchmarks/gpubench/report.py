@@ -1,8 +1,4 @@
-"""gpu_check.md: the report's JSON (gpu_check.json) written out and set out as markdown, a section per
-part (the decode and learning_cuda parts' sections come from decode.py and learning.py); in a file of
-its own so that the measuring and the writing of it change apart, and so that a report can be
-rewritten from its JSON without running anything (`resummarize`, `gpu_check.py --resummarize`).
-"""
+"""gpu_check.json and gpu_check.md, a section per part; `resummarize` rewrites a report from its JSON."""
 
 from __future__ import annotations
 

@@ -1,11 +1,6 @@
-"""gpu_check's training parts (2 to 4 of gpu_check.py's docstring), which run rlpr's own trainer
-in-process on the device: the paper preset scaled to a few minutes (`paper_overrides`), `rlpr plan`'s
-phase totals for the same configuration, the meter that wraps the trainer's phases without changing
-them (seconds and the allocator's peak per phase of each step), and the parts themselves: one shape
-trained and measured against the plan (`train_shape`), score B on the device against the CPU in fp32
-(`score_b_comparison`) and resume on the device (`resume_check`); in a file of its own because the
-measuring is the bulk of the check, and gpu_check.py keeps only what runs it.
-"""
+"""gpu_check's training parts, rlpr's own trainer in-process on the device: the paper preset scaled to a
+few minutes (`paper_overrides`), `rlpr plan`'s phase totals, a meter of each phase's seconds and
+allocator peak (`PhaseMeter`), and the parts: `train_shape`, `score_b_comparison`, `resume_check`."""
 
 from __future__ import annotations
 
@@ -27,7 +22,7 @@ GiB = 1024 ** 3
 # -- the configuration -------------------------------------------------------------------------
 def paper_overrides(model_dir, out, name: str, *, device: str, response_tokens: int, prompt_tokens: int,
                     steps: int = 3, save_every: int = 0, prompts: int = 4) -> list[str]:
-    """The paper preset scaled to a few minutes (gpu_check.py's docstring); `prompt_tokens`: the longest prompt."""
+    """The paper preset scaled to a few minutes (docs/distributed.md); `prompt_tokens`: the longest prompt."""
     return [f"model.path={model_dir}", f"model.device={device}", f"trainer.output_dir={out}", f"trainer.name={name}",
             f"trainer.prompts_per_step={prompts}", f"trainer.mini_batch_prompts={max(1, prompts // 2)}",
             "rollout.responses_per_prompt=8", f"rollout.max_new_tokens={response_tokens}",

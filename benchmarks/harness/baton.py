@@ -1,12 +1,8 @@
 """Turn-taking between speed.py and its two children, rlpr's trainer and TRL's, so that their steps
-alternate in time (rlpr's step 1, TRL's step 1, rlpr's step 2, ...) and meet the same load from
-other processes. Run one after the other, a change of load between the two halves moved the ratio by
-more than the target's margin (0.26 and 0.32 for the same code, TRL's side 38.8-48.5 s).
-
-A child says it is ready for its next unit of work (its setup with the imports, a step, the held-out
-evaluation), waits for its turn, does the unit and says it is done; speed.py gives the turns in
-order until both have exited, so that only one of them computes at any time. Standard library
-only: a child takes its first turn before it imports torch."""
+alternate (rlpr's step 1, TRL's step 1, ...) and meet the same load: run one after the other, a change of
+load between the halves moved the ratio by more than the target's margin. A child says it is ready for
+its next unit of work, waits for its turn, does it and says it is done; only one computes at a time.
+Standard library only: a child takes its first turn before it imports torch."""
 
 from __future__ import annotations
 
