@@ -235,60 +235,44 @@ def _pct(x) -> str:
     return "n/a" if x is None else f"{x:.3f}"
 
 
-def labeled_table(result: dict, fresh: list[dict] = ()) -> str:
-    """The labeled-set part of the .md report (with a line per fresh set)."""
-    def line(name, r):
-        return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
-                f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
+def slices(rows: list[tuple[str, dict]]) -> list[str]:
+    """A markdown table of (slice name, _scores) rows."""
+    return ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |", "|---|---|---|---|---|---|---|---|---|"] + [
+        f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | {_pct(r['agreement'])} | {r['tp']} | "
+        f"{r['fp']} | {r['fn']} | {r['tn']} |" for name, r in rows]
 
-    head = ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |",
-            "|---|---|---|---|---|---|---|---|---|"]
-    groups = result["groups"]
-    out = head[:]
-    out.append(line("**all**", result["overall"]))
-    out += [line(f"{k.split('/', 1)[1]} half", groups[k]) for k in ("half/dev", "half/held") if k in groups]
-    out += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith(("set/", "model/"))]
-    for f in fresh:
-        out.append(line(f"**{f['name']}** (now read)", f["overall"]))
-    kinds = head[:]
-    kinds += [line(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith("kind/")]
-    dis = ["| id | half | label | graded | rule | label's reason | response |",
-           "|---|---|---|---|---|---|---|"]
+
+def disagreements(result: dict, halves: bool) -> list[str]:
+    lines = ["| id |" + (" half |" if halves else "") + " label | graded | rule | label's reason | response |",
+             "|---|" + ("---|" if halves else "") + "---|---|---|---|---|"]
     for d in result["disagreements"]:
         text = " ".join(d["response"].split())[:160].replace("|", "\\|")
-        dis.append(f"| {d['id']} | {d['half']} | {d['label']} | {d['graded']} | {d['rule']} | "
-                   f"{d['reason'].replace('|', '/')} | {text} |")
-    return ("\n".join(out) + "\n\nBy kind of question (set:family or kind):\n\n" + "\n".join(kinds)
-            + f"\n\nThe {len(result['disagreements'])} remaining disagreements:\n\n" + "\n".join(dis) + "\n")
-
-
-def fresh_markdown(fresh: dict) -> str:
-    """A fresh set's section: how it was made, its blind result, its slices and every disagreement."""
-    def line(name, r):
-        return (f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | "
-                f"{_pct(r['agreement'])} | {r['tp']} | {r['fp']} | {r['fn']} | {r['tn']} |")
-
-    out = ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |",
-           "|---|---|---|---|---|---|---|---|---|", line("**all**", fresh["overall"])]
-    out += [line(k.split("/", 1)[1], v) for k, v in fresh["groups"].items() if k.startswith(("set/", "model/", "run/"))]
-    dis = ["| id | label | graded | rule | label's reason | response |", "|---|---|---|---|---|---|"]
-    for d in fresh["disagreements"]:
-        text = " ".join(d["response"].split())[:160].replace("|", "\\|")
-        dis.append(f"| {d['id']} | {d['label']} | {d['graded']} | {d['rule']} | "
-                   f"{d['reason'].replace('|', '/')} | {text} |")
-    return (f"### {fresh['name']}\n\n`{fresh['file']}` ({fresh['rows']} rows, "
-            f"{fresh['ambiguous_left_out']} labeled ambiguous left out): {fresh['made']}; labeled by reading "
-            f"the responses before the grader ran on them. When it was blind: {fresh['blind']}. The current "
-            "grader:\n\n"
-            + "\n".join(out) + f"\n\nIts {len(fresh['disagreements'])} disagreements:\n\n" + "\n".join(dis) + "\n")
+        lines.append(f"| {d['id']} |" + (f" {d['half']} |" if halves else "") + f" {d['label']} | {d['graded']} | "
+                     f"{d['rule']} | {d['reason'].replace('|', '/')} | {text} |")
+    return lines
 
 
 def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:
-    return (f"## The free-form grader against people\n\n`grade_short_answer` on `{result['file']}` "
-            f"({result['rows']} rows, {result['ambiguous_left_out']} labeled ambiguous left out): precision "
-            "and recall of `correct`; halves by sha256(id) parity (even: dev, odd: held)"
-            + ("; the fresh sets (below): " + ", ".join(f"`{f['file']}`" for f in fresh) if fresh else "") + ".\n\n"
-            + labeled_table(result, fresh) + "".join("\n" + fresh_markdown(f) for f in fresh))
+    """The labeled set's section (by half, set, model and kind; its disagreements) and each fresh set's."""
+    groups = result["groups"]
+    named = [(k.split("/", 1)[1] + (" half" if k.startswith("half/") else ""), v) for k, v in groups.items()
+             if k.startswith(("half/", "set/", "model/"))]
+    out = [f"## The free-form grader against people\n\n`grade_short_answer` on `{result['file']}` ({result['rows']} rows, "
+           f"{result['ambiguous_left_out']} labeled ambiguous left out): precision and recall of `correct`; halves by "
+           "sha256(id) parity (even: dev, odd: held)" + ("; the fresh sets (below): " + ", ".join(
+               f"`{f['file']}`" for f in fresh) if fresh else "") + ".\n",
+           *slices([("**all**", result["overall"]), *named, *((f"**{f['name']}** (now read)", f["overall"]) for f in fresh)]),
+           "\nBy kind of question (set:family or kind):\n",
+           *slices([(k.split("/", 1)[1], v) for k, v in groups.items() if k.startswith("kind/")]),
+           f"\nThe {len(result['disagreements'])} remaining disagreements:\n", *disagreements(result, True)]
+    for f in fresh:
+        out += [f"\n### {f['name']}\n\n`{f['file']}` ({f['rows']} rows, {f['ambiguous_left_out']} labeled ambiguous left "
+                f"out): {f['made']}; labeled by reading the responses before the grader ran on them. When it was blind: "
+                f"{f['blind']}. The current grader:\n",
+                *slices([("**all**", f["overall"]), *((k.split("/", 1)[1], v) for k, v in f["groups"].items()
+                                                       if k.startswith(("set/", "model/", "run/")))]),
+                f"\nIts {len(f['disagreements'])} disagreements:\n", *disagreements(f, False)]
+    return "\n".join(out) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -300,8 +284,6 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="rows per file (0: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", default=str(RESULTS / "grader_consistency"))
-    parser.add_argument("--labeled-only", action="store_true",
-                        help="only the hand-labeled set (written to OUTPUT_labeled.json/.md)")
     args = parser.parse_args(argv)
     labeled = labeled_agreement()
     fresh = [{**labeled_agreement(f["path"], split=False), **{k: v for k, v in f.items() if k != "path"}}
@@ -310,15 +292,6 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: precision {_pct(r['overall']['precision'])} recall {_pct(r['overall']['recall'])} "
               f"({len(r['disagreements'])} disagreements)", flush=True)
     out = Path(args.output)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    if args.labeled_only:
-        out = out.with_name(out.name + "_labeled")
-        out.with_suffix(".json").write_text(json.dumps(
-            {"meta": {"grader_version": GRADER_VERSION}, "labeled": labeled, "fresh": fresh}, indent=2) + "\n")
-        out.with_suffix(".md").write_text(
-            f"# Grader against people (GRADER_VERSION {GRADER_VERSION})\n\n"
-            + labeled_markdown(labeled, fresh).split("\n", 2)[2])
-        return 0
     if not DATA.is_dir():
         print(f"{DATA} is absent: nothing to check", file=sys.stderr)
         return 1
