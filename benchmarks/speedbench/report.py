@@ -94,61 +94,30 @@ def markdown(res: dict) -> str:
 
 
 def add_notes(res: dict, args) -> None:
-    res["notes"] = notes = []
-    if res["settings"].get("interleaved"):
-        spin = {side: res[side].get("gomp_spincount") for side in ("rlpr", "trl") if side in res}
-        notes.append("Each trainer runs in its own process and their steps alternate (setup, then rlpr's step 1, "
-                     "TRL's step 1, rlpr's step 2, ...; speedbench/baton.py): one computes while the other waits, "
-                     "and both meet the same load from other processes. OpenMP's idle spin as each tool's users "
-                     "have it: " + ", ".join(f"{side} GOMP_SPINCOUNT={v or 'unset (libgomp default 300000)'}"
-                                             for side, v in spin.items()) + ".")
-        if res.get("same_prompts") is False:
-            notes.append("WARNING: the two sides trained on different prompts.")
-    notes.append("rlpr runs exactly one rollout round per step (algorithm.std_filter=false, "
-                 "algorithm.max_sampling_tries=1), so both trainers sample, score and train on 32 sequences per step.")
-    notes.append("With one mini-batch per step neither side computes separate old log-probs (rlpr: n_updates=1; "
-                 "TRL: steps_per_generation == gradient_accumulation_steps), so rlpr's old_logp_s is ~0.")
-    on_copy = res.get("rlpr", {}).get("score_b_on_copy", "always")
-    notes.append("Score B recomputed runs in fp32 on both sides (rlpr scores outside autocast; in TRL the reward "
-                 "function calls rlpr's ProbabilityReward, which runs the decoder directly, outside accelerate's "
-                 "wrapped forward). Score A uses the adapter-off model and is cached per (prompt, reference) on "
-                 "both sides.")
-    notes.append("rlpr computes score B both ways at every scoring, on the same responses: recomputed (the whole o' "
-                 "by the fp32 policy, each prompt once per group: the path before issue 42) and from the rollout's "
-                 "kept KV cache (only o' after its common prefix with prompt + response runs, on the rollout copy's "
-                 f"keys and values, continued as reward.score_b_on_copy={on_copy} picks: by the rollout copy itself, "
-                 "in its dtype, under always; under auto by the fp32 policy where the copy is bf16). The step trains "
-                 "on the one reward.score_b_from_cache picks; the other path's seconds are subtracted from step_s "
-                 "and score_b_s.")
-    copy = res.get("rlpr", {}).get("rollout_dtype", "bfloat16")
-    update = res.get("rlpr", {}).get("mixed_precision", "bf16")
-    update_text = "under torch.autocast bf16" if update == "bf16" else "in fp32 (no autocast)"
-    packed = res.get("rlpr", {}).get("prepacked_weights")
-    notes.append("rlpr's 'other' = step time not in rollout/reward/update: syncing the merged LoRA weights "
-                 f"into the {copy} rollout copy" + (" and laying them out again for oneDNN" if packed else "")
-                 + ", advantages, metrics. reward_other = parsing and building o'.")
-    if packed is not None:
-        notes.append("rlpr's rollout copy multiplies decode-sized inputs by "
-                     + ("weights prepacked for oneDNN (rollout.prepacked_weights)" if packed
-                        else "plain weights (rollout.prepacked_weights off or unavailable)") + ".")
-    if "trl" in res:
-        tr = res["trl"]
-        gen_ac = tr["generation_autocast_bf16"]
-        notes.append(f"TRL generation autocast to bf16 observed: {gen_ac} (TRL on CPU generates with its training "
-                     f"model, {args.trl_model_dtype} weights and the LoRA adapter unmerged; rlpr generates on a merged "
-                     f"{copy} copy). TRL's loss forward/backward: bf16={args.trl_bf16} (accelerate's bf16 autocast "
-                     f"when True); rlpr's update {update_text}.")
-        notes.append("TRL's 'other' = everything but generation and the reward forwards: tokenisation, the "
-                     "4 micro-batch forward/backward passes, optimizer step. rlpr runs each prompt's 8 responses "
-                     "with the prompt once (share_prompt_prefix), "
-                     + ("packed into rows after it (trainer.pack_responses)" if res.get("rlpr", {}).get("pack_responses")
-                        else "one padded row each (trainer.pack_responses off)")
-                     + "; TRL runs 8 padded prompt+completion rows.")
-        if not tr["prompt_ids_identical"]:
+    """What this run's settings were, where a reader needs them to read the tables (the method: docs/benchmarks.md)."""
+    r, t = res.get("rlpr", {}), res.get("trl")
+    spin = ", ".join(f"{side} GOMP_SPINCOUNT={res[side].get('gomp_spincount') or 'unset (libgomp default)'}"
+                     for side in ("rlpr", "trl") if side in res)
+    res["notes"] = notes = [
+        f"Each trainer in its own process, their steps alternating (harness/baton.py); OpenMP's idle spin: {spin}.",
+        "One rollout round and one mini-batch per step on both sides (32 sequences; no separate old log-probs).",
+        f"rlpr scores B both ways on the same responses (recomputed by the fp32 policy, and from the rollout's kept "
+        f"caches continued as reward.score_b_on_copy={r.get('score_b_on_copy', 'always')} picks); the step trains on "
+        "the configured one, and the other path's seconds are left out of step_s and score_b_s.",
+        f"rlpr: {r.get('rollout_dtype', 'bfloat16')} rollout copy"
+        + (", weights prepacked for oneDNN" if r.get("prepacked_weights") else "")
+        + f", update {'under bf16 autocast' if r.get('mixed_precision', 'bf16') == 'bf16' else 'in fp32'}, responses "
+        + ("packed into rows" if r.get("pack_responses") else "one padded row each")
+        + "; 'other' = the weight sync, advantages, metrics."]
+    if res.get("same_prompts") is False:
+        notes.append("WARNING: the two sides trained on different prompts.")
+    if t:
+        notes.append(f"TRL: generation under bf16 autocast observed {t['generation_autocast_bf16']} ({args.trl_model_dtype} "
+                     f"weights, LoRA unmerged), loss bf16={args.trl_bf16}; 'other' = tokenisation, the micro-batch "
+                     "forward/backward passes and the optimizer step. Sampling differs in mechanism, so the responses "
+                     "and their lengths differ.")
+        if not t["prompt_ids_identical"]:
             notes.append("WARNING: TRL tokenised some prompts differently from rlpr.")
-        notes.append("Sampling differs in mechanism (rlpr: per-row seeded sampler as a logits processor; TRL: "
-                     "HF do_sample with top_k=0, top_p=1), so the responses and their lengths differ; the "
-                     "generated-token counts per step are reported for both.")
     if args.quick:
         notes.append("QUICK run: settings shrunk for validation; the numbers are not measurements.")
 
