@@ -1,7 +1,7 @@
 """README command 1 as a new user runs it, timed part by part (docs/benchmarks.md): a fresh clone of HEAD,
 a fresh virtual environment (seeing this machine's packages) and a fresh rlpr cache, in each mode:
-native, avx2 (PyTorch, oneDNN and MKL capped to AVX2: an AVX2 laptop's kernels and `auto` precisions),
-and either with OMP_WAIT_POLICY=PASSIVE (`_passive`). Each row holds the held-out accuracies before and
+native and avx2 (PyTorch, oneDNN and MKL capped to AVX2: an AVX2 laptop's kernels and `auto` precisions).
+Each row holds the held-out accuracies before and
 after training, so that a faster demo is seen to learn as before.
 
     python benchmarks/demo_time.py [--modes native,avx2]
@@ -25,13 +25,7 @@ from rlpr.model.precision import AVX2_LAPTOP
 
 ROOT = Path(__file__).resolve().parent.parent
 RESULTS = ROOT / "benchmarks" / "results"
-PASSIVE = {"OMP_WAIT_POLICY": "PASSIVE"}  # rlpr's OpenMP wait of 2026-11-27 to -29 (parallel/threads.py)
-MODES = {
-    "native": {},
-    "avx2": AVX2_LAPTOP,
-    "native_passive": PASSIVE,
-    "avx2_passive": {**AVX2_LAPTOP, **PASSIVE},
-}
+MODES = {"native": {}, "avx2": AVX2_LAPTOP}
 HELD_OUT = ("eval/accuracy", "eval/greedy_accuracy")  # Avg@k and greedy, before and after training
 PHASES = ("perf/rollout_s", "perf/reward_s", "perf/update_s", "perf/step_s")
 
@@ -133,8 +127,7 @@ def main() -> None:
         raise SystemExit(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
     parts, cpu = readme_command(), cpu_name()
     out, rows = Path(args.output), []
-    res = files.carry_history({"date": time.strftime("%Y-%m-%d %H:%M %z"), "commit": record.commit(),
-                               "machine": record.machine(), "cpu": cpu, "command": parts, "runs": rows},
+    res = files.carry_history({**record.stamp(), "cpu": cpu, "command": parts, "runs": rows},
                               out.with_suffix(".json"), history_row)
     work = Path(tempfile.mkdtemp(prefix="rlpr-demo-time-"))  # kept if a mode fails: its logs and runs
     for mode in modes:  # each mode's row is written as soon as it is measured

@@ -72,18 +72,11 @@ def cuda_tests(out: Path, timeout: float) -> dict:
 
 def environment(device: str) -> dict:
     import torch
-    import transformers
 
-    env = {"python": platform.python_version(), "torch": torch.__version__, "cuda": torch.version.cuda,
-           "transformers": transformers.__version__, "device": device, "hostname": platform.node(),
-           "cpu_count": os.cpu_count(), "rlpr_source": rlpr_source(), "commit": record.commit(),
-           "cpu": record.cpu_name()}
-    for name in ("peft", "accelerate", "safetensors", "tokenizers", "gguf", "math_verify"):
-        try:
-            env[name] = __import__(name).__version__
-        except Exception as e:  # noqa: BLE001 - a missing or broken package is a finding, not a crash
-            env[name] = f"unavailable ({type(e).__name__})"
-    env["requirements"] = requirements_met()
+    env = {**record.versions("peft", "accelerate", "safetensors", "tokenizers", "gguf", "math_verify"),
+           "cuda": torch.version.cuda, "device": device, "hostname": platform.node(), "cpu_count": os.cpu_count(),
+           "rlpr_source": rlpr_source(), "commit": record.commit(), "cpu": record.cpu_name(),
+           "requirements": requirements_met()}
     if device.startswith("cuda"):
         props = torch.cuda.get_device_properties(0)
         env.update(gpu=torch.cuda.get_device_name(0), gpu_memory_gib=props.total_memory / GiB,

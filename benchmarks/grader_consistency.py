@@ -310,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
     meta = {"seconds": round(time.time() - start), "limit": args.limit, "shuffle_seed": SHUFFLE_SEED,
             "min_form_accuracy": MIN_FORM_ACCURACY, "free_form_slack": FREE_FORM_SLACK,
             "grader_version": GRADER_VERSION}
-    res = {"date": record.now(), "commit": record.commit(), "machine": record.machine(),
+    res = {**record.stamp(),
            "meta": meta, "results": results, "labeled": labeled, "fresh": fresh}
     files.save(res, out, lambda r: f"# Grader self-consistency (GRADER_VERSION {GRADER_VERSION})\n\n"
         f"{files.header(r)}\n\n`python benchmarks/grader_consistency.py` ({meta['seconds']} s). Each row's own reference as "

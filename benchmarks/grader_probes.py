@@ -270,7 +270,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     limit = args.limit or PROBES[args.probe]["limit"]
     results = probe(args.probe, limit)
-    res = {"date": record.now(), "commit": record.commit(), "machine": record.machine(),
+    res = {**record.stamp(),
            "meta": {"probe": args.probe, "grader_version": GRADER_VERSION, "limit": limit,
                     "seed": PROBES[args.probe]["seed"]}, "by_class": by_class(results), "results": results}
     text = files.save(res, args.output or RESULTS / f"grader_{args.probe}", markdown)

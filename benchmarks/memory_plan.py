@@ -163,7 +163,7 @@ def main() -> None:
                          "plan": plan, "measured_gib": gib, "ratio": ratio, "within": within, "seconds": seconds})
             print(f"{name:18s} {CONFIGS[name][0]:5d} {plan['peak_gib']:8.2f}G {gib:8.2f}G {ratio:6.2f}  "
                   f"{plan['peak_phase']:8s} {seconds:.0f} s{'' if within else '  OUTSIDE 25%'}", flush=True)
-    result = {"date": record.now(), "commit": record.commit(), "machine": record.machine(), "torch": torch.__version__, "runtime_gib": runtime,
+    result = {**record.stamp(), "torch": torch.__version__, "runtime_gib": runtime,
               "plan_runtime_gib": mp.CPU_RUNTIME_BYTES / mp.GiB, "tolerance": TOLERANCE, "runs": runs}
     if not args.no_write:
         files.save(result, RESULTS / "memory_plan", markdown)

@@ -75,7 +75,7 @@ def main() -> int:
     if args.baseline:
         return baseline(work, args.quick)
     if args.render:
-        write_markdown(json.loads((RESULTS / "reward_quality.json").read_text()))
+        print(files.save(json.loads((RESULTS / "reward_quality.json").read_text()), RESULTS / "reward_quality", markdown))
         return 0
     threads = f"model.threads={args.threads}"
     timings = {"build_s": args.build_seconds} if args.labeled and args.build_seconds else {}
@@ -105,11 +105,8 @@ def main() -> int:
                "max_new_tokens": args.max_new_tokens, "temperature": 1.0, "seed": 0, "threads": args.threads,
                "labels": "the letter grader's verdicts", "responses_with_answer_tags": tagged,
                "labeled_file": str(labeled)}
-    RESULTS.mkdir(parents=True, exist_ok=True)
-    payload = {"setting": setting, "timings_s": timings, "reports": reports,
-               "date": record.now(), "commit": record.commit(), "machine": record.machine()}
-    (RESULTS / "reward_quality.json").write_text(json.dumps(payload, indent=2) + "\n")
-    write_markdown(payload)
+    print(files.save({"setting": setting, "timings_s": timings, "reports": reports, **record.stamp()},
+                     RESULTS / "reward_quality", markdown))
     return 0
 
 
@@ -127,7 +124,7 @@ def baseline(work: Path, quick: bool) -> int:
         results[name] = {**json.loads((out / "results.json").read_text())[name], "max_new_tokens": max_new}
     payload = {"model": "SmolLM2-135M-Instruct (embedded GGUF, fp32; bf16 sampling copy)", "template": "r1",
                "temperature": 1.0, "samples_per_question": 1, "quick": quick, "benchmarks": results,
-               "timings_s": timings, "date": record.now(), "commit": record.commit(), "machine": record.machine()}
+               "timings_s": timings, **record.stamp()}
 
     def render(res: dict) -> str:
         lines = ["# The embedded model's baseline (benchmarks/reward_quality.py --baseline)", "", files.header(res), "",
@@ -140,7 +137,7 @@ def baseline(work: Path, quick: bool) -> int:
     return 0
 
 
-def write_markdown(payload: dict) -> None:
+def markdown(payload: dict) -> str:
     setting, timings, reports = payload["setting"], payload["timings_s"], payload["reports"]
     free, none = reports["free"], reports["none"]
     minutes = ", ".join(f"{k[:-2].replace('_', ' ')} {v / 60:.0f} min" for k, v in timings.items())
@@ -163,8 +160,7 @@ def write_markdown(payload: dict) -> None:
              "token, as MMLU's letter) give equal AUCs of B, and within a question A is a constant, so B and "
              "B - A give equal within-group AUCs. The rule verifier's AUC is 1 by construction: the labels "
              "are its verdicts.", ""]
-    (RESULTS / "reward_quality.md").write_text("\n".join(lines))
-    print("\n".join(lines))
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

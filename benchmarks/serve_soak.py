@@ -329,7 +329,7 @@ def main() -> int:
     result["alive_after"] = alive
     result["server_log_tail"] = log_tail
     result["config"] = {"seconds": args.seconds, "read_timeout": args.read_timeout, "cpus": os.cpu_count()}
-    result.update(date=record.now(), commit=record.commit(), machine=record.machine())
+    result.update(record.stamp())
     files.save(result, RESULTS / "serve_soak", markdown)
     print(json.dumps({k: result[k] for k in ("requests", "answered", "closed_at_deadline", "failures",
                                              "latency_ms_200", "server_rss_mib", "server_threads", "alive_after")}))

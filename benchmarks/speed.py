@@ -89,11 +89,8 @@ def main() -> int:
     parser.add_argument("--max-new-tokens", type=int, default=64)
     parser.add_argument("--skip-trl", action="store_true")
     parser.add_argument("--skip-rlpr", action="store_true", help=argparse.SUPPRESS)
-    parser.add_argument("--skip-eval", action="store_true", help="leave out the held-out evaluation's timing")
     parser.add_argument("--trl-bf16", action=argparse.BooleanOptionalAction, default=True,
                         help="TRL's bf16 flag (accelerate bf16 autocast on CPU)")
-    parser.add_argument("--trl-model-dtype", choices=["float32", "bfloat16"], default="float32",
-                        help="dtype of TRL's model copy (default: fp32 master weights, as rlpr)")
     parser.add_argument("--threads", type=int, default=0,
                         help="torch threads of both sides (0: rlpr its own choice, TRL torch's default)")
     parser.add_argument("--quick", action="store_true", help="1 warm-up + 1 timed step, 16 new tokens")

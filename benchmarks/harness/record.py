@@ -71,9 +71,14 @@ def now() -> str:
     return datetime.now(timezone.utc).strftime("%Y-%m-%d %H:%M:%S +0000")
 
 
+def stamp() -> dict:
+    """The date, commit and machine every result carries (files.header states them)."""
+    return {"date": now(), "commit": commit(), "machine": machine()}
+
+
 def versions(*extra: str) -> dict:
-    """Python's, torch's and transformers' versions, those of `extra` packages (None when absent), and
-    rlpr's commit."""
+    """Python's, torch's and transformers' versions, those of `extra` packages (None when absent, a line
+    when broken), and rlpr's commit."""
     import importlib
 
     out = {"python": platform.python_version()}
@@ -82,5 +87,7 @@ def versions(*extra: str) -> dict:
             out[name] = importlib.import_module(name).__version__
         except ImportError:
             out[name] = None
+        except Exception as e:  # noqa: BLE001 - a broken package is a finding, not a crash
+            out[name] = f"unavailable ({type(e).__name__})"
     out["rlpr_commit"] = commit()
     return out

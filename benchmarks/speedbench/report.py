@@ -74,19 +74,13 @@ def markdown(res: dict) -> str:
         lines += headline(res)
         lines += ["rlpr breakdown (s per step): " + ", ".join(
             f"{k.removesuffix('_s')} {rm[k]:.2f}" for k in ("rollout_s", "score_b_s", "score_a_s", "reward_other_s",
-                                                           "old_logp_s", "update_s", "other_s")),
+                                                           "old_logp_s", "update_s", "other_s"))
+                  + f"; setup (model load, rollout copy) {r['setup_s']:.1f} s",
                   "", f"Score B both ways on the same responses (rollout copy {r['rollout_dtype']}, "
                   f"reward.score_b_from_cache={r['score_b_from_cache']}: the step trained on {r['configured_path']}): "
                   f"from the cache {rm['score_b_from_cache_s']:.2f} s vs recomputed {rm['score_b_recomputed_s']:.2f} s "
                   f"per step ({pct(100 * (1 - rm['score_b_from_cache_s'] / rm['score_b_recomputed_s']))} less); "
                   f"max |B difference| {rm['max_abs_diff_b']:.1e}.", ""]
-        if "eval" in r:
-            e = r["eval"]
-            lines += [f"rlpr setup (model load, rollout copy) {r['setup_s']:.1f} s; one held-out evaluation as the demo "
-                      f"runs it ({e['questions']:.0f} questions, greedy + {e['samples']} samples): {e['eval_s']:.1f} s = "
-                      f"greedy generation {e['greedy_generate_s']:.1f} + its scoring {e['scoring_s']:.1f} (score B from "
-                      f"the cache {e['score_b_from_cache_s']:.1f} vs recomputed {e['score_b_recomputed_s']:.1f}) + "
-                      f"sampled generation {e['samples_generate_s']:.1f}.", ""]
     if res.get("notes"):
         lines += ["Notes:", ""] + [f"- {n}" for n in res["notes"]]
     lines += [""] + files.history_table(res.get("history", []), HISTORY)
@@ -112,7 +106,7 @@ def add_notes(res: dict, args) -> None:
     if res.get("same_prompts") is False:
         notes.append("WARNING: the two sides trained on different prompts.")
     if t:
-        notes.append(f"TRL: generation under bf16 autocast observed {t['generation_autocast_bf16']} ({args.trl_model_dtype} "
+        notes.append(f"TRL: generation under bf16 autocast observed {t['generation_autocast_bf16']} (fp32 "
                      f"weights, LoRA unmerged), loss bf16={args.trl_bf16}; 'other' = tokenisation, the micro-batch "
                      "forward/backward passes and the optimizer step. Sampling differs in mechanism, so the responses "
                      "and their lengths differ.")

@@ -1,6 +1,6 @@
-"""rlpr's side: timed training steps at the demo settings, each phase's seconds, score B both ways on
-the same responses (from the rollout's caches and recomputed), and the held-out evaluation as the
-demo runs it; it returns the prompts in the order the steps took them, for TRL to train on the same."""
+"""rlpr's side: timed training steps at the demo settings, each phase's seconds, and score B both ways on
+the same responses (from the rollout's caches and recomputed); it returns the prompts in the order the
+steps took them, for TRL to train on the same."""
 
 from __future__ import annotations
 
@@ -15,41 +15,8 @@ from rlpr.train.metrics import mean
 from .settings import rlpr_config
 
 
-def timed_eval(trainer, both) -> dict:
-    """The held-out evaluation as the demo runs it, in phases: greedy generation, its scoring (score B
-    both ways, the configured one counted), sampled generation."""
-    seconds = {"greedy_generate_s": 0.0, "samples_generate_s": 0.0, "scoring_s": 0.0}
-    generate, score = trainer.engine.generate, trainer.score
-
-    def eval_generate(prompts, n, **kw):
-        name = "greedy" if kw.get("temperature") == 0 else "samples"
-        tick = time.perf_counter()
-        out = generate(prompts, n, **kw)
-        seconds[f"{name}_generate_s"] += time.perf_counter() - tick
-        return out
-
-    def eval_score(*a, **k):
-        tick = time.perf_counter()
-        out = score(*a, **k)
-        seconds["scoring_s"] += time.perf_counter() - tick
-        return out
-
-    trainer.engine.generate, trainer.score = eval_generate, eval_score
-    calls = len(both.calls)
-    tick = time.perf_counter()
-    metrics = trainer.evaluate()
-    total = time.perf_counter() - tick
-    trainer.engine.generate, trainer.score = generate, score
-    mine = both.calls[calls:]
-    extra = both.extra_s(mine)
-    seconds["scoring_s"] -= extra
-    return {"eval_s": total - extra, **seconds, "score_b_from_cache_s": sum(c["cache_s"] for c in mine),
-            "score_b_recomputed_s": sum(c["recomputed_s"] for c in mine), "questions": metrics.get("eval/questions"),
-            "samples": metrics.get("eval/samples", 0)}
-
-
 def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
-    """Timed rlpr steps, each (and the held-out evaluation) a turn of `baton`, whose setup turn the
+    """Timed rlpr steps, each a turn of `baton`, whose setup turn the
     caller began and the trainer's construction ends; also returns the prompts each step used. Every
     scoring computes score B both ways on the same responses (from the rollout's caches, and
     recomputed); the step trains on the one reward.score_b_from_cache picks, and the other's seconds
@@ -112,10 +79,6 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
            "mixed_precision": trainer.mixed_precision,  # the update's, as trainer.mixed_precision=auto resolved
            "pack_responses": trainer.pack,  # the update's rows, as trainer.pack_responses=auto resolved
            "torch_threads": torch.get_num_threads()}
-    if not args.skip_eval:
-        print("rlpr held-out evaluation (as the demo runs it before and after training)", flush=True)
-        with baton.turn():
-            out["eval"] = timed_eval(trainer, both)
     del trainer
     return out, order
 

@@ -27,8 +27,6 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
 
     cfg, _ = rlpr_config(args, str(workdir))
     model, tokenizer = load_model(cfg.model.path)
-    if args.trl_model_dtype == "bfloat16":
-        model = model.to(torch.bfloat16)
     n = cfg.rollout.responses_per_prompt
     per_step = cfg.trainer.prompts_per_step
     micro = cfg.trainer.micro_batch_sequences
@@ -130,7 +128,6 @@ def run_trl(args, workdir: Path, prompts: list, baton) -> dict:
         "weight_decay", "max_grad_norm", "optim", "lr_scheduler_type", "gradient_checkpointing", "shuffle_dataset")}
     settings["optim"] = str(settings["optim"])
     settings["lr_scheduler_type"] = str(settings["lr_scheduler_type"])
-    settings["model_dtype"] = args.trl_model_dtype
     settings["lora"] = {"r": lora.r, "lora_alpha": lora.lora_alpha, "target_modules": sorted(lora.target_modules)}
     del trainer, model
     return {"settings": settings, "steps": timer.steps, "mean": summary, "prompt_ids_identical": same_ids,
