@@ -142,9 +142,8 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     """The `decode` section of gpu_check.json; `budget_s`: the seconds it may take (the arms after the
     row counts are skipped, with the reason, when what is left would not hold them)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
 
-    from gpubench.models import SHAPES, synthetic_tokenizer
+    from gpubench.models import SHAPES, random_model
 
     start = time.perf_counter()
     device = torch.device(device_name)
@@ -160,12 +159,8 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
     # the eager loop is Python-bound (~27 ms a step whatever the rows): 1024 tokens at 32 rows, fewer at
     # more rows (its tokens/s at a shorter length is, if anything, flattered: less attention per step)
     eager_tokens = eager_tokens or ({32: 1024, 128: 256, 256: 256} if cuda else {})
-    tokenizer = synthetic_tokenizer(SHAPES[shape]["vocab_size"])
-    config = Qwen2Config(**SHAPES[shape], eos_token_id=tokenizer.eos_token_id,
-                         pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    torch.manual_seed(0)
-    with torch.device(device):
-        policy = Qwen2ForCausalLM(config).eval()
+    policy, tokenizer = random_model(SHAPES[shape], device)
+    policy.eval()
     result = {"shape": shape, "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens, "group": GROUP,
               "rollout_dtype": "bfloat16", "copy_bandwidth_gbs": copy_bandwidth(device) / 1e9}
     result["agreement_fp32"] = agreement(policy, tokenizer, device, tokens=min(tokens, 128))
@@ -274,20 +269,13 @@ def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
 
 def gemma_arm(device, tokens: int, rows: int, eager_tokens: int) -> dict:
     """The Gemma 3 270M shape's graph loop against its eager loop (and the fp32 tokens of both)."""
-    import torch
-    from transformers import Gemma3ForCausalLM, Gemma3TextConfig
-
-    from gpubench.models import synthetic_tokenizer
+    from gpubench.models import random_model
     from rlpr.model.packing import attention_windows
 
     cuda = device.type == "cuda"
     shape = "gemma-3-270m" if cuda else "tiny-gemma"
-    tokenizer = synthetic_tokenizer(GEMMA_SHAPES[shape]["vocab_size"])
-    config = Gemma3TextConfig(**GEMMA_SHAPES[shape], eos_token_id=tokenizer.eos_token_id,
-                              pad_token_id=tokenizer.pad_token_id, bos_token_id=None)
-    torch.manual_seed(0)
-    with torch.device(device):
-        policy = Gemma3ForCausalLM(config).eval()
+    policy, tokenizer = random_model(GEMMA_SHAPES[shape], device, family="Gemma3")
+    policy.eval()
     windows = attention_windows(policy)
     out = {"shape": shape, "sliding_layers": sum(w is not None for w in windows), "layers": len(windows),
            "window": GEMMA_SHAPES[shape]["sliding_window"], "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens}

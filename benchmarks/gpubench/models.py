@@ -73,18 +73,26 @@ def synthetic_tokenizer(vocab_size: int, bpe_size: int = 2048):
     return tokenizer
 
 
-def random_model_dir(path: Path, shape: str, device: str, seed: int = 0) -> Path:
-    """A HF model directory (config.json, random fp32 weights, the tokenizer) of `shape`, built on
-    `device` (a GPU initialises 1.5B parameters in a second)."""
+def random_model(shape: dict, device, seed: int = 0, family: str = "Qwen2"):
+    """(model, tokenizer): random fp32 weights of `shape` (a config's numbers) built on `device` (a GPU
+    initialises 1.5B parameters in a second); `family`: Qwen2 or Gemma3 (transformers' class prefix)."""
     import torch
-    from transformers import Qwen2Config, Qwen2ForCausalLM
+    import transformers
 
-    tokenizer = synthetic_tokenizer(SHAPES[shape]["vocab_size"])
-    config = Qwen2Config(**SHAPES[shape], eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
-                         bos_token_id=None)
+    tokenizer = synthetic_tokenizer(shape["vocab_size"])
+    config_class = getattr(transformers, "Gemma3TextConfig" if family == "Gemma3" else f"{family}Config")
+    config = config_class(**shape, eos_token_id=tokenizer.eos_token_id, pad_token_id=tokenizer.pad_token_id,
+                          bos_token_id=None)
     torch.manual_seed(seed)
     with torch.device(device):
-        model = Qwen2ForCausalLM(config)
+        return getattr(transformers, f"{family}ForCausalLM")(config), tokenizer
+
+
+def random_model_dir(path: Path, shape: str, device: str, seed: int = 0) -> Path:
+    """A HF model directory (config.json, random fp32 weights, the tokenizer) of `shape`, built on `device`."""
+    import torch
+
+    model, tokenizer = random_model(SHAPES[shape], device, seed)
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(path)
     tokenizer.save_pretrained(path)
