@@ -284,6 +284,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--limit", type=int, default=0, help="rows per file (0: all)")
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--output", default=str(RESULTS / "grader_consistency"))
+    parser.add_argument("--labeled-only", action="store_true", help="only the people-labeled sets (OUTPUT_labeled)")
     args = parser.parse_args(argv)
     labeled = labeled_agreement()
     fresh = [{**labeled_agreement(f["path"], split=False), **{k: v for k, v in f.items() if k != "path"}}
@@ -292,6 +293,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name}: precision {_pct(r['overall']['precision'])} recall {_pct(r['overall']['recall'])} "
               f"({len(r['disagreements'])} disagreements)", flush=True)
     out = Path(args.output)
+    if args.labeled_only:
+        files.save({**record.stamp(), "meta": {"grader_version": GRADER_VERSION}, "labeled": labeled, "fresh": fresh},
+                   out.with_name(out.name + "_labeled"), lambda r: f"# Grader against people (GRADER_VERSION "
+                   f"{GRADER_VERSION})\n\n{files.header(r)}\n\n" + labeled_markdown(labeled, fresh).split("\n", 2)[2])
+        return 0
     if not DATA.is_dir():
         print(f"{DATA} is absent: nothing to check", file=sys.stderr)
         return 1
