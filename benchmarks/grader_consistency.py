@@ -172,16 +172,13 @@ def check(groups: list[list], *, workers: int = 1, seed: int = SHUFFLE_SEED) -> 
 
 
 def table(results: dict) -> str:
-    lines = ["| data set | rows | grader | `<answer> REF </answer>` | `The answer is REF.` | "
-             "`\\boxed{REF}` | shuffled refs correct | chance (same answer) | bound | ok |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for name, r in results.items():
-        lines.append(
-            f"| {name} | {r['n']} | {', '.join(r['graders'])} | {100 * r['answer_tag']:.1f}% | "
-            f"{100 * r['answer_is']:.1f}% | {100 * r['boxed']:.1f}% | {100 * r['shuffled']:.2f}% | "
-            f"{100 * r['chance']:.2f}% | {100 * r['shuffled_bound']:.2f}% | "
-            f"{'yes' if r['passes'] else 'NO'} |")
-    return "\n".join(lines) + "\n"
+    from harness.files import table as md
+
+    return "\n".join(md(["data set", "rows", "grader", "`<answer> REF </answer>`", "`The answer is REF.`", "`\\boxed{REF}`",
+                         "shuffled refs correct", "chance (same answer)", "bound", "ok"],
+                        ([name, r["n"], ", ".join(r["graders"]), *(f"{100 * r[f]:.1f}%" for f in FORMS),
+                          *(f"{100 * r[k]:.2f}%" for k in ("shuffled", "chance", "shuffled_bound")),
+                          "yes" if r["passes"] else "NO"] for name, r in results.items()))) + "\n"
 
 
 # --------------------------------------------------------------------------- the labeled set
@@ -237,19 +234,20 @@ def _pct(x) -> str:
 
 def slices(rows: list[tuple[str, dict]]) -> list[str]:
     """A markdown table of (slice name, _scores) rows."""
-    return ["| slice | scored rows | precision | recall | agreement | TP | FP | FN | TN |", "|---|---|---|---|---|---|---|---|---|"] + [
-        f"| {name} | {r['n']} | {_pct(r['precision'])} | {_pct(r['recall'])} | {_pct(r['agreement'])} | {r['tp']} | "
-        f"{r['fp']} | {r['fn']} | {r['tn']} |" for name, r in rows]
+    from harness.files import table
+
+    return table(["slice", "scored rows", "precision", "recall", "agreement", "TP", "FP", "FN", "TN"],
+                 ([name, r["n"], _pct(r["precision"]), _pct(r["recall"]), _pct(r["agreement"]), r["tp"], r["fp"],
+                   r["fn"], r["tn"]] for name, r in rows))
 
 
 def disagreements(result: dict, halves: bool) -> list[str]:
-    lines = ["| id |" + (" half |" if halves else "") + " label | graded | rule | label's reason | response |",
-             "|---|" + ("---|" if halves else "") + "---|---|---|---|---|"]
-    for d in result["disagreements"]:
-        text = " ".join(d["response"].split())[:160].replace("|", "\\|")
-        lines.append(f"| {d['id']} |" + (f" {d['half']} |" if halves else "") + f" {d['label']} | {d['graded']} | "
-                     f"{d['rule']} | {d['reason'].replace('|', '/')} | {text} |")
-    return lines
+    from harness.files import table
+
+    return table(["id", *(["half"] if halves else []), "label", "graded", "rule", "label's reason", "response"],
+                 ([d["id"], *([d["half"]] if halves else []), d["label"], d["graded"], d["rule"],
+                   d["reason"].replace("|", "/"), " ".join(d["response"].split())[:160].replace("|", "\\|")]
+                  for d in result["disagreements"]))
 
 
 def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:

@@ -241,17 +241,14 @@ def markdown(res: dict) -> str:
            f"`python benchmarks/grader_probes.py {meta['probe']} --limit {meta['limit']}`: the share of rows credited "
            "for each form of response built from the row's reference (G) and another option or row's reference (O). "
            "Forms to credit must be credited on >= 95% of rows, those to refuse on <= 2%.\n",
-           "## By class, all data sets\n", "| class | should be | credited | rows | passes |", "|---|---|---|---|---|"]
-    for name, c in res["by_class"].items():
-        out.append(f"| {name} | {'credit' if c['must_be_credited'] else 'refuse'} | {100 * c['rate']:.1f}% | "
-                   f"{c['n']} | {'yes' if c['passes'] else 'NO'} |")
+           "## By class, all data sets\n", *files.table(["class", "should be", "credited", "rows", "passes"], (
+               [name, "credit" if c["must_be_credited"] else "refuse", f"{100 * c['rate']:.1f}%", c["n"],
+                "yes" if c["passes"] else "NO"] for name, c in res["by_class"].items()))]
     for name, r in res["results"].items():
-        out += ["", f"## {name} ({r['kind']}, {r['rows']} rows)\n", "| class | wording | should be | credited |",
-                "|---|---|---|---|"]
-        for w in r["wordings"]:
-            wording = w["wording"].replace("|", "\\|").replace("\n", "\\n")
-            out.append(f"| {w['class']} | `{wording}` | {'credit' if w['must_be_credited'] else 'refuse'} | "
-                       f"{100 * w['credited']:.1f}% |")
+        out += ["", f"## {name} ({r['kind']}, {r['rows']} rows)\n", *files.table(
+            ["class", "wording", "should be", "credited"],
+            ([w["class"], "`" + w["wording"].replace("|", "\\|").replace("\n", "\\n") + "`",
+              "credit" if w["must_be_credited"] else "refuse", f"{100 * w['credited']:.1f}%"] for w in r["wordings"]))]
     return "\n".join(out) + "\n"
 
 

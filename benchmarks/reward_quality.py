@@ -45,14 +45,12 @@ def summary_table(report: dict) -> list[str]:
     def num(x, signed=False):
         return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
 
-    lines = ["| reward variant | pooled AUC [95% CI] | within-group AUC [95% CI] | within - reward [paired 95% CI] |",
-             "|---|---|---|---|"]
-    for name, s in report["scores"].items():
-        diff = "" if name == "reward" else \
-            f"{num(s['mean_group_auc_diff'], True)} {ci(s['mean_group_auc_diff_ci'], True)}"
-        lines.append(f"| {report['labels'][name]} (`{name}`) | {num(s['auc'])} {ci(s['auc_ci'])} | "
-                     f"{num(s['mean_group_auc'])} {ci(s['mean_group_auc_ci'])} | {diff} |")
-    return lines
+    return files.table(["reward variant", "pooled AUC [95% CI]", "within-group AUC [95% CI]",
+                        "within - reward [paired 95% CI]"],
+                       ([f"{report['labels'][name]} (`{name}`)", f"{num(s['auc'])} {ci(s['auc_ci'])}",
+                         f"{num(s['mean_group_auc'])} {ci(s['mean_group_auc_ci'])}", "" if name == "reward" else
+                         f"{num(s['mean_group_auc_diff'], True)} {ci(s['mean_group_auc_diff_ci'], True)}"]
+                        for name, s in report["scores"].items()))
 
 
 def main() -> int:
@@ -127,11 +125,11 @@ def baseline(work: Path, quick: bool) -> int:
                "timings_s": timings, **record.stamp()}
 
     def render(res: dict) -> str:
-        lines = ["# The embedded model's baseline (benchmarks/reward_quality.py --baseline)", "", files.header(res), "",
-                 "| benchmark | questions | max new tokens | Avg@1 | format-valid | mean length |", "|---|---|---|---|---|---|"]
-        lines += [f"| {n} | {r['n_questions']} | {r['max_new_tokens']} | {100 * r['accuracy']:.1f}% | "
-                  f"{100 * r['format_valid_rate']:.1f}% | {r['mean_response_tokens']:.0f} |" for n, r in res["benchmarks"].items()]
-        return "\n".join(lines) + "\n"
+        return "\n".join(["# The embedded model's baseline (benchmarks/reward_quality.py --baseline)", "", files.header(res), "",
+                          *files.table(["benchmark", "questions", "max new tokens", "Avg@1", "format-valid", "mean length"],
+                                       ([n, r["n_questions"], r["max_new_tokens"], f"{100 * r['accuracy']:.1f}%",
+                                         f"{100 * r['format_valid_rate']:.1f}%", f"{r['mean_response_tokens']:.0f}"]
+                                        for n, r in res["benchmarks"].items()))]) + "\n"
 
     print(files.save(payload, RESULTS / ("eval_baseline_quick" if quick else "eval_baseline"), render))
     return 0

@@ -27,14 +27,19 @@ def header(res: dict) -> str:
     return f"Machine: {where}. Commit: {commit}. Date: {res.get('date', 'unknown')}."
 
 
+def table(head: list[str], rows, align: list[str] | None = None) -> list[str]:
+    """Markdown lines of a table: the column names, then each row's cells (`str` of each); `align`: a
+    separator cell per column ("---", "---:")."""
+    return (["| " + " | ".join(head) + " |", "|" + "".join(f"{a}|" for a in align or ["---"] * len(head))]
+            + ["| " + " | ".join(map(str, row)) + " |" for row in rows])
+
+
 def history_table(rows: list[dict], columns: list[tuple[str, str]]) -> list[str]:
     """Markdown lines of the earlier runs: `columns` = (key, heading) pairs, newest row first."""
     if not rows:
         return []
-    lines = ["## Earlier runs (history)", "", "| " + " | ".join(h for _, h in columns) + " |",
-             "|" + "---|" * len(columns)]
-    lines += ["| " + " | ".join(str(r.get(k, "")) for k, _ in columns) + " |" for r in rows]
-    return lines + [""]
+    return ["## Earlier runs (history)", "", *table([h for _, h in columns], ([r.get(k, "") for k, _ in columns]
+                                                                             for r in rows)), ""]
 
 
 def save(res: dict, output, render, figure=None) -> str:
