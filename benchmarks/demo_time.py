@@ -92,26 +92,22 @@ def markdown(res: dict) -> str:
              f"{cpu}; a fresh clone, virtual environment (this machine's packages visible: nothing "
              "downloaded) and rlpr cache (the embedded model's conversion included); `python "
              "benchmarks/demo_time.py`. avx2 = PyTorch, oneDNN and MKL capped to AVX2: an "
-             "approximation of an AVX2-only laptop on this machine's clock and memory.", "",
-             "| | " + " | ".join(r["mode"] for r in rows) + " |", "|---|" + "---|" * len(rows)]
-    add = lines.append
-    add("| total (install + demo) min | " + " | ".join(f"{r['total_s'] / 60:.1f}" for r in rows) + " |")
-    add("| install s | " + " | ".join(f"{r['install_s']:.0f}" for r in rows) + " |")
-    add("| `rlpr train` s | " + " | ".join(f"{r['train_s']:.0f}" for r in rows) + " |")
-    add("| steps | " + " | ".join(str(r["steps"]) for r in rows) + " |")
-    for phase in ("step", "rollout", "reward", "update"):
-        add(f"| {phase} s per step | " + " | ".join(f"{r['per_step_s'][phase]:.1f}" for r in rows) + " |")
-    add("| outside the steps s (load, convert, evaluations, report) | "
-        + " | ".join(f"{r['outside_steps_s']:.0f}" for r in rows) + " |")
-    for key, label in zip(HELD_OUT, ("held-out Avg@k % before -> after", "held-out greedy % before -> after")):
-        add(f"| {label} | " + " | ".join(
-            "{:.1f} -> {:.1f}".format(*(100 * v for v in r["held_out"][key])) if key in r.get("held_out", {}) else "-"
-            for r in rows) + " |")
+             "approximation of an AVX2-only laptop on this machine's clock and memory.", ""]
+
+    def held_out(r, key):
+        return "{:.1f} -> {:.1f}".format(*(100 * v for v in r["held_out"][key])) if key in r.get("held_out", {}) else "-"
+
+    cells = [("total (install + demo) min", lambda r: f"{r['total_s'] / 60:.1f}"),
+             ("install s", lambda r: f"{r['install_s']:.0f}"), ("`rlpr train` s", lambda r: f"{r['train_s']:.0f}"),
+             ("steps", lambda r: r["steps"]),
+             *((f"{p} s per step", lambda r, p=p: f"{r['per_step_s'][p]:.1f}") for p in ("step", "rollout", "reward", "update")),
+             ("outside the steps s (load, convert, evaluations, report)", lambda r: f"{r['outside_steps_s']:.0f}"),
+             *((label, lambda r, k=k: held_out(r, k)) for k, label in zip(HELD_OUT, (
+                 "held-out Avg@k % before -> after", "held-out greedy % before -> after")))]
+    lines += files.table(["", *(r["mode"] for r in rows)], ([label, *map(fn, rows)] for label, fn in cells))
     if len(rows) == 2:
-        a, b = rows
-        add("")
-        add(f"**{b['mode']} / {a['mode']} total: {b['total_s'] / a['total_s']:.2f}** (one run, one mode after "
-            "the other)")
+        lines += ["", f"**{rows[1]['mode']} / {rows[0]['mode']} total: {rows[1]['total_s'] / rows[0]['total_s']:.2f}** "
+                  "(one run, one mode after the other)"]
     lines += [""] + files.history_table(res.get("history", []), HISTORY)
     return "\n".join(lines) + "\n"
 
