@@ -153,7 +153,6 @@ def main(argv=None) -> int:
     ap.add_argument("--learning-resume", default=None, help="learning_cuda: an earlier call's learning_cuda.tar.gz")
     ap.add_argument("--budget-s", type=float, default=450.0, help="stop starting parts after this (default 450)")
     ap.add_argument("--gpu-gb", type=float, default=None, help="plan for this GPU size (default: the device's)")
-    ap.add_argument("--no-tests", action="store_true", help="skip tests/test_cuda.py")
     ap.add_argument("--skip", nargs="*", default=[], choices=PARTS_ORDER)
     ap.add_argument("--resummarize", nargs=2, metavar=("REPORT", "ROWS"), default=None,
                     help="run nothing: REPORT's learning_cuda section again from ROWS against today's CPU table")
@@ -176,7 +175,7 @@ def main(argv=None) -> int:
         report.update(budget_s=args.budget_s, command=command)
         report.setdefault("errors", [])
     parts = [p for p in (args.parts if args.parts is not None else [p for p in PARTS_ORDER if p != "learning_cuda"])
-             if p not in args.skip and not (p == "cuda_tests" and args.no_tests)]
+             if p not in args.skip]
     parts = [p for p in PARTS_ORDER if p in parts]
     # a part run now replaces the merged report's errors of that part
     report["errors"] = [e for e in report["errors"] if e.split(":", 1)[0].split("/", 1)[0] not in parts]
