@@ -278,26 +278,24 @@ def markdown(result: dict) -> str:
         "clients, 30 slowloris clients (a byte every 0.2 s), 2 clients sending oversized bodies and 4 malformed "
         "requests, one after another (after a 503 a looping client waits 1 s, its Retry-After). "
         f"Machine: {r['config']['cpus']} CPU cores shared with other work.", "",
-        "| | |", "|---|---|",
-        f"| requests | {r['requests']} |",
-        f"| answered (HTTP status and a JSON body) | {r['answered']} |",
-        f"| slowloris connections: 408 at the deadline / closed at the deadline without an answer / 503 at once "
-        f"| {r['slowloris_answered_408']} / {r['closed_at_deadline']} / {r['slowloris_refused_503']} "
-        f"(cut after p50 {r['cut_after_s']['p50']} s, max {r['cut_after_s']['max']} s, deadline "
-        f"{r['config']['read_timeout']} s) |",
-        f"| failures (no answer, closed without one, unexpected status) | {r['failures']} |",
-        f"| latency of 200s, p50 / p99 / max | {r['latency_ms_200']['p50']} / {r['latency_ms_200']['p99']} / "
-        f"{r['latency_ms_200']['max']} ms ({r['latency_ms_200']['n']} requests) |",
-        f"| latency of all answers, p50 / p99 / max | {r['latency_ms_answered']['p50']} / "
-        f"{r['latency_ms_answered']['p99']} / {r['latency_ms_answered']['max']} ms |",
-        f"| server RSS start / end / peak | {r['server_rss_mib']['start']} / {r['server_rss_mib']['end']} / "
-        f"{r['server_rss_mib']['peak']} MiB |",
-        f"| server threads start / end / peak | {r['server_threads']['start']} / {r['server_threads']['end']} / "
-        f"{r['server_threads']['peak']} |", "",
-        "| kind | outcomes |", "|---|---|",
     ]
-    for kind, counts in r["by_kind"].items():
-        lines.append(f"| {kind} | {', '.join(f'{k}: {v}' for k, v in sorted(counts.items()))} |")
+
+    def spread(d, *keys):
+        return " / ".join(str(d[k]) for k in keys)
+
+    lat200, every = r["latency_ms_200"], r["latency_ms_answered"]
+    lines += files.table(["", ""], [
+        ["requests", r["requests"]], ["answered (HTTP status and a JSON body)", r["answered"]],
+        ["slowloris connections: 408 at the deadline / closed at the deadline without an answer / 503 at once",
+         f"{spread(r, 'slowloris_answered_408', 'closed_at_deadline', 'slowloris_refused_503')} (cut after p50 "
+         f"{r['cut_after_s']['p50']} s, max {r['cut_after_s']['max']} s, deadline {r['config']['read_timeout']} s)"],
+        ["failures (no answer, closed without one, unexpected status)", r["failures"]],
+        ["latency of 200s, p50 / p99 / max", f"{spread(lat200, 'p50', 'p99', 'max')} ms ({lat200['n']} requests)"],
+        ["latency of all answers, p50 / p99 / max", f"{spread(every, 'p50', 'p99', 'max')} ms"],
+        ["server RSS start / end / peak", f"{spread(r['server_rss_mib'], 'start', 'end', 'peak')} MiB"],
+        ["server threads start / end / peak", spread(r["server_threads"], "start", "end", "peak")]])
+    lines += [""] + files.table(["kind", "outcomes"], ([kind, ", ".join(f"{k}: {v}" for k, v in sorted(counts.items()))]
+                                                      for kind, counts in r["by_kind"].items()))
     if r["failure_kinds"]:
         lines += ["", "Failures: " + ", ".join(f"{k} ({v})" for k, v in r["failure_kinds"].items())]
     lines += ["", "503 is the answer of a full server (64 served, 64 waiting at most "
