@@ -33,7 +33,6 @@ from scaling_report import BASE_L, BASE_N, criterion, notes, summarise, verdict_
 
 RESULTS = Path(__file__).resolve().parent / "results"
 QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-scaling-quick" / "scaling"
-GROUPS = (2, 4, 8)
 # cheap points first: the first ones give the time estimate of the rest
 FULL_POINTS = [(256, 2), (512, 2), (1024, 2), (512, 4), (512, 8), (2048, 2), (4096, 2)]
 QUICK_POINTS = [(16, 2), (32, 2)]
@@ -171,13 +170,8 @@ def run_setup_child(args, out: Path) -> None:
 
 # -- the parent ---------------------------------------------------------------------------------
 
-def child_cmd(args, extra: list[str]) -> list[str]:
-    return [sys.executable, __file__, "--model", args.model, "--threads", str(args.threads), "--budget",
-            str(args.budget), "--train-prompts", str(args.train_prompts), "--omp-wait-policy", args.omp_wait_policy,
-            *extra]
-
-
 def spawn(args, extra: list[str], timeout: float | None) -> dict:
+    """Run `extra` (--child L:n or --setup-child) in a fresh process with this run's settings; its row."""
     with tempfile.TemporaryDirectory(prefix="rlpr-scaling-child-") as tmp:
         out = Path(tmp) / "row.json"
         env = {**os.environ, "OMP_NUM_THREADS": str(args.threads), "TOKENIZERS_PARALLELISM": "false"}
@@ -186,8 +180,10 @@ def spawn(args, extra: list[str], timeout: float | None) -> dict:
         if args.malloc_mmap_threshold:  # glibc: a fixed threshold (no dynamic raise to 32 MiB on free)
             env["MALLOC_MMAP_THRESHOLD_"] = str(args.malloc_mmap_threshold)
         tick = time.perf_counter()
-        proc = subprocess.run(child_cmd(args, [*extra, "--out", str(out)]), env=env, timeout=timeout,
-                              capture_output=True, text=True)
+        cmd = [sys.executable, __file__, "--model", args.model, "--threads", str(args.threads), "--budget",
+               str(args.budget), "--train-prompts", str(args.train_prompts), "--omp-wait-policy", args.omp_wait_policy,
+               *extra, "--out", str(out)]
+        proc = subprocess.run(cmd, env=env, timeout=timeout, capture_output=True, text=True)
         if proc.returncode or not out.exists():
             tail = (proc.stderr or proc.stdout or "").strip().splitlines()[-15:]
             raise RuntimeError(f"child {' '.join(extra)} failed (rc {proc.returncode}):\n" + "\n".join(tail))
