@@ -120,7 +120,7 @@ def main() -> int:
                               "prompts_per_step": 4, "responses_per_prompt": 8,
                               "micro_batch_sequences": demo_micro_batch(),
                               "interleaved": True,  # each side in its own process, their steps alternating
-                              "rss_method": "psutil RSS sampled every 20 ms by a background thread (max per part); "
+                              "rss_method": "RSS (/proc/self/statm) sampled every 20 ms by a background thread (max per part); "
                                             "ru_maxrss = lifetime peak of the part's process"},
                  "versions": versions(),
                  # isa_caps: an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode), the caps set
