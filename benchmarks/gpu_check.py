@@ -36,12 +36,10 @@ sys.path.insert(0, str(ROOT / "benchmarks"))  # its parts in files of their own 
 from gpubench.decode import decode_part  # noqa: E402
 from harness import record  # noqa: E402
 from gpubench.learning import learning_part  # noqa: E402
-from gpubench.markdown import fmt  # noqa: E402,F401
-from gpubench.models import CHATML, SHAPES, SPECIAL_TOKENS, random_model_dir, synthetic_tokenizer  # noqa: E402,F401
+from gpubench.models import random_model_dir, synthetic_tokenizer  # noqa: E402,F401
 from gpubench.report import resummarize, write_report  # noqa: E402
 from gpubench.train import (  # noqa: E402,F401
-    PHASES, PLAN_TOLERANCE, RESUME_TOLERANCE, GiB, PhaseMeter, cuda_context_gib, free_device_memory, instrumented,
-    longest_prompt, paper_overrides, planned, resume_check, score_b_comparison, train_shape)
+    PHASES, GiB, PhaseMeter, instrumented, paper_overrides, planned, resume_check, score_b_comparison, train_shape)
 
 HARD_EXTRA_S = 90
 
