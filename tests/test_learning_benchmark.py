@@ -52,6 +52,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
         assert all(k in r for k in required), set(required) - set(r)
         assert r["n_heldout"] == 6 and r["n_new_items"] == 3 and r["n_general"] == 3
         assert 0 <= r["acc_after"] <= r["pass8_after"] <= 1 and r["grader_version"] == GRADER_VERSION
+        assert r["machine"]["cpu"] and r["machine"]["cpu_count"] and r["commit"] and r["date"]  # where it ran
         # the saved responses: every question of every set, graded as the row reports
         records = records_of(out, r)
         for s in SETS:
@@ -88,6 +89,7 @@ def test_learning_benchmark_smoke(tiny_dir, tmp_path):
     for v in ("rlpr", "rlvr"):  # every run starts from the same base, on every set
         assert all(runs[v][f"{p}acc_before"] == runs["base"][f"{p}acc_before"] for p in ("", "new_items_", "general_"))
     md = out.with_suffix(".md").read_text()
+    assert f"Rows' machines: {runs['rlpr']['machine']['cpu']} (3 rows)" in md
     assert "| rlvr |" in md and "general questions (3 q) Avg@k" in md and "grader version" in md
     assert out.with_suffix(".png").stat().st_size > 10_000
     # a re-run finds every job done and only rewrites the summary

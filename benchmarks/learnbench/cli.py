@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import argparse
 import json
+from collections import Counter
 import sys
 import tempfile
 import time
 from pathlib import Path
+
+from harness import record
 
 from .plots import plot
 from .records import responses_path, write_records
@@ -126,6 +129,8 @@ def run_jobs(args, jobs: list[tuple], settings: dict, overrides: list[str], log_
         path = free_responses_path(log_path, responses_path(log_path, job[0], job[1], settings))
         write_records(path, records)  # before the row: a row always has its responses
         row["responses"] = str(path.relative_to(log_path.parent))
+        # where and from what it ran (issue 62): rows of one table come from several machines and commits
+        row.update(machine=record.machine(), commit=record.commit(), date=record.now())
         row["settings"] = settings
         row["grader_version"] = settings["grader_version"]
         append_row(log_path, row)
@@ -139,6 +144,18 @@ def run_jobs(args, jobs: list[tuple], settings: dict, overrides: list[str], log_
         if job in (have := finished()):  # finished meanwhile by a worker that has ended since
             continue
         run_job(job)
+
+
+def provenance(rows: list[dict]) -> str:
+    """The summary's header line on where its rows ran: this summary's commit and date, and the rows'
+    CPUs (or GPUs), commits and dates as the rows recorded them (rows from before 2026-12-07 did not)."""
+    where = Counter(((r.get("machine") or {}).get("gpu") or (r.get("machine") or {}).get("cpu") or "not recorded")
+                    for r in rows)
+    dates = sorted(r["date"][:10] for r in rows if r.get("date"))
+    commits = sorted({r["commit"] for r in rows if r.get("commit")})
+    return (f"Summary written at commit {record.commit()}, {record.now()}. Rows' machines: "
+            + ", ".join(f"{name} ({n} rows)" for name, n in where.most_common())
+            + (f"; rows' commits {', '.join(commits)}, dated {dates[0]} to {dates[-1]}" if dates else "") + ".")
 
 
 def write_summary(args, settings: dict, log_path: Path) -> None:
@@ -166,7 +183,7 @@ def write_summary(args, settings: dict, log_path: Path) -> None:
               f"{args.heldout} held-out questions x {args.samples} samples (Avg@{args.samples}) + greedy{transfer}; "
               f"graded with grader version {settings['grader_version']}; "
               f"'change in SEs' = (after - base) / binomial SE of the base over the set's questions, per seed; "
-              f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n")
+              f"runs took {total / 60:.0f} min in sum (workers overlap).\n\n{provenance(runs)}\n\n")
     markdown = "\n".join(sections)
     Path(summary + ".md").write_text(header + markdown)
     main_model = tables.get("smollm2", {"table": [], "controls": []})

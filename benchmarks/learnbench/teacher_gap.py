@@ -13,11 +13,12 @@ same for both prompts, graded by the rule graders as the learning benchmark grad
 from __future__ import annotations
 
 import dataclasses
-import json
 import statistics
 import tempfile
 import time
 from pathlib import Path
+
+from harness import files, record
 
 from .records import graded_numbers
 from .runner import evaluation, make_trainer
@@ -75,7 +76,8 @@ def measure(preset: str, questions: int, samples: int, threads: int, workdir: Pa
     return {"preset": preset, "samples": samples, "max_new_tokens": cfg.trainer.eval_max_new_tokens
             or cfg.rollout.max_new_tokens, "temperature": cfg.rollout.temperature, "template": d.template,
             "teacher_template": cfg.opsd.template, "families": families,
-            "teacher_prompt_example": example["prompt"].text, "student_example": out["student"][0]["samples"][:2]}
+            "teacher_prompt_example": example["prompt"].text, "student_example": out["student"][0]["samples"][:2],
+            "machine": record.machine(), "commit": record.commit(), "date": record.now()}
 
 
 def write(result: dict, prefix: Path) -> str:
@@ -93,10 +95,8 @@ def write(result: dict, prefix: Path) -> str:
                      f"{100 * r['pass']:.1f} | {100 * r['room']:+.1f} | {100 * r['teacher_avg']:.1f} | "
                      f"{100 * r['teacher_greedy']:.1f} | {100 * r['gap']:+.1f} | {r['len_words']:.0f} |")
     lines += ["", "A teacher prompt (the first question):", "", "```", result["teacher_prompt_example"], "```", ""]
-    text = "\n".join(lines)
-    prefix.with_suffix(".md").write_text(text)
-    prefix.with_suffix(".json").write_text(json.dumps(result, indent=1))
-    return text
+    lines[1:1] = ["", files.header(result)] if result.get("machine") else []
+    return files.save(result, prefix, lambda _: "\n".join(lines))
 
 
 def main(args) -> int:
