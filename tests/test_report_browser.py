@@ -1,9 +1,8 @@
-"""The run report in a real browser (benchmarks/report_browser.py): a tiny run's report.html loaded
-in headless Chromium has every image decoded and laid out, the held-out before -> after table, and
-nothing wider than the window; a page with a broken image is caught. Skips (one line) without
-Chromium; docs/testing.md says how to run it."""
+"""The run report in a real browser (tests/report_browser.py, the check these tests run): a tiny run's
+report.html loaded in headless Chromium has every image decoded and laid out, the held-out before ->
+after table, and nothing wider than the window; a page with a broken image is caught. Skips (one line)
+without Chromium; docs/testing.md says how to run it."""
 
-import importlib.util
 import json
 import subprocess
 import sys
@@ -13,23 +12,17 @@ import pytest
 
 from rlpr.train.trainer import train
 
+import report_browser
 from helpers import tiny_cfg
 
 pytestmark = pytest.mark.slow  # a real browser (and a tiny training run)
 
-SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "report_browser.py"
-
-
-def _script():
-    spec = importlib.util.spec_from_file_location("report_browser", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+SCRIPT = Path(report_browser.__file__)
 
 
 @pytest.fixture(scope="module")
 def browser():
-    module = _script()
+    module = report_browser
     chromium = module.find_chromium()
     if chromium is None:
         pytest.skip("needs Chromium for the real-browser check of the report (apt-get install -y chromium)")

@@ -3,7 +3,7 @@ else chromium / chromium-browser / google-chrome on PATH); every <img> decoded a
 table present, nothing wider than the window. Exit status 0 when the checks pass, 1 when one fails, 2
 when Chromium is absent or fails.
 
-    python benchmarks/report_browser.py runs/NAME [--screenshot shot.png --height 6000] [--json check.json]
+    python tests/report_browser.py runs/NAME [--screenshot shot.png --height 6000] [--json check.json]
 """
 
 from __future__ import annotations
