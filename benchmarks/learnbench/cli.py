@@ -17,7 +17,7 @@ from .records import responses_path, write_records
 from .regrade import regrade, unfinished_jobs
 from .rows import (append_row, claim, free_responses_path, grader_version, private_dir, read_rows, reuse_base,
                    transfer_fingerprint)
-from .runner import backfill_base_entropy, run_base, run_one, scorer_overrides
+from .runner import run_base, run_one, scorer_overrides
 from .tables import controls_verdict, opsd_verdict, summarise
 from .variants import (DEFAULT_VARIANTS, MAIN_VARIANTS, MODEL_TITLES, MODELS, RESULTS, SET_TITLES, TRANSFER, VARIANTS,
                        describe)
@@ -235,8 +235,6 @@ def main(description: str = "The learning benchmark", argv: list[str] | None = N
     if trains and claim(workdir, ("base_reuse", None), settings):
         reuse_base(log_path, settings)
     read_rows(log_path, settings, report=True)  # says which rows the summary leaves out
-    if trains and claim(workdir, ("base_entropy", None), settings):
-        backfill_base_entropy(log_path, settings, args.preset, overrides, workdir)
     if trains:
         run_jobs(args, job_list(variants, args.seeds), settings, overrides, log_path, workdir)
     write_summary(args, settings, log_path)

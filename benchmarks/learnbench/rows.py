@@ -1,7 +1,7 @@
 """The benchmark's .jsonl of finished runs and the job claims that let several workers share it.
 
 A run's row is appended in one write when the run has finished, under an exclusive lock on the file
-(rewrites, by --regrade and the base row's entropy backfill, take the same lock and replace the file
+(a rewrite, by --regrade, takes the same lock and replaces the file
 whole), so a worker killed at any point loses only the run it was doing, never a finished row. A
 torn line (a writer killed in mid-write, a full disk) is skipped with a message. A job is claimed
 by creating a file that names the claiming process; a claim whose process has ended on this host is

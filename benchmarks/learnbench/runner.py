@@ -9,8 +9,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from .records import read_records, response_records
-from .rows import load_rows, rewriting
+from .records import response_records
 from .variants import SCORER, TRANSFER, VARIANTS
 
 
@@ -164,35 +163,6 @@ def response_entropy(trainer, kept: list[dict]) -> float:
                                             [t for _, t in pairs])
     values = [h for s in stats if s is not None for h in s[0].tolist()]
     return statistics.fmean(values) if values else math.nan
-
-
-def backfill_base_entropy(log_path: Path, settings: dict, preset: str, overrides: list[str], workdir: Path) -> None:
-    """Rows from before `entropy_*` was recorded: the base row's held-out entropy, from its saved
-    responses and the untrained model (nothing is generated), written into its row in place."""
-    from rlpr.data.prompts import chat_text
-
-    lines = load_rows(log_path)
-    i = next((i for i, r in enumerate(lines) if r["variant"] == "base" and r.get("settings") == settings
-              and "entropy_before" not in r and r.get("responses")), None)
-    if i is None or not (log_path.parent / lines[i]["responses"]).exists():
-        return
-    with tempfile.TemporaryDirectory(dir=workdir) as tmp:
-        trainer = make_trainer(preset, overrides, Path(tmp))
-        records = [r for r in read_records(log_path.parent / lines[i]["responses"]) if r["set"] == "heldout"]
-
-        class _Prompt:  # what response_entropy reads of a Prompt
-            def __init__(self, text):
-                self.text = text
-
-        kept = [{"prompt": _Prompt(chat_text(trainer.tokenizer, r["prompt"])),  # responses hold the prefill
-                 "samples": r["samples"], "greedy": r["greedy"]} for r in records]
-        value = response_entropy(trainer, kept)
-        name = model_name(trainer)
-    with rewriting(log_path) as lines:  # read again under the lock: other workers append meanwhile
-        for r in lines:
-            if r["variant"] == "base" and r.get("settings") == settings:
-                r.update(entropy_before=value, entropy_after=value, model=r.get("model", name))
-    print(f"base row: held-out entropy {value:.3f} nats (from its saved responses)", flush=True)
 
 
 def curve_point(trainer, step: int, curve_questions: int, records: list[dict], score: bool = False) -> dict:
