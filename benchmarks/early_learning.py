@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 
 import yaml
-from harness.files import save
+from harness.files import save, table
 from learnbench import budget
 from learnbench.records import read_records
 from learnbench.rows import load_rows
@@ -98,27 +98,22 @@ def markdown(data: dict) -> str:
              "Ratio: the first run's value over the second's.", ""]
     parts = ("warm-up", "filtered", "all", "total")
     head = ["quantity"] + [f"{part}: {' / '.join(names)}" + (" (ratio)" if len(runs) == 2 else "") for part in parts]
-    lines += ["| " + " | ".join(head) + " |", "|---" * len(head) + "|"]
-    for key, title, _ in COLUMNS[:-1]:
-        cells = [title]
-        for part in parts:
-            values = [r["summary"][part].get(key) for r in runs]
-            if any(v is None for v in values):
-                cells.append("")
-                continue
-            ratio = f" ({fmt(values[0] / values[1])})" if len(values) == 2 and values[1] else ""
-            cells.append(" / ".join(fmt(v) for v in values) + ratio)
-        lines.append("| " + " | ".join(cells) + " |")
-    lines += ["", "| run | steps without an update | held-out Avg@8 before | after | training s (steps) |",
-              "|---|---|---|---|---|"]
+
+    def cell(part: str, key: str) -> str:
+        values = [r["summary"][part].get(key) for r in runs]
+        if any(v is None for v in values):
+            return ""
+        ratio = f" ({fmt(values[0] / values[1])})" if len(values) == 2 and values[1] else ""
+        return " / ".join(fmt(v) for v in values) + ratio
+
+    lines += table(head, ([title, *(cell(part, key) for part in parts)] for key, title, _ in COLUMNS[:-1]))
+    lines += ["", *table(["run", "steps without an update", "held-out Avg@8 before", "after", "training s (steps)"], (
+        [f"{r['kind']} (seed {r['seed']})", r["summary"]["steps_without_update"],
+         *(fmt(100 * a) + "%" if a is not None else "-" for a in (r["accuracy_before"], r["accuracy_after"])),
+         fmt(r["train_s"])] for r in runs))]
     for r in runs:
-        acc = [fmt(100 * a) + "%" if a is not None else "-" for a in (r["accuracy_before"], r["accuracy_after"])]
-        lines.append(f"| {r['kind']} (seed {r['seed']}) | {r['summary']['steps_without_update']} | {acc[0]} | "
-                     f"{acc[1]} | {fmt(r['train_s'])} |")
-    for r in runs:
-        lines += ["", f"## Per step: {r['kind']}", "",
-                  "| step | " + " | ".join(t for _, t, _ in COLUMNS) + " |", "|---" * (len(COLUMNS) + 1) + "|"]
-        lines += ["| " + " | ".join([str(s["step"])] + [fmt(s[k]) for k, _, _ in COLUMNS]) + " |" for s in r["steps"]]
+        lines += ["", f"## Per step: {r['kind']}", "", *table(["step", *(t for _, t, _ in COLUMNS)], (
+            [s["step"], *(fmt(s[k]) for k, _, _ in COLUMNS)] for s in r["steps"]))]
     if data.get("findings"):
         lines += ["", "## What it points to", "", data["findings"]]
     if data.get("comparison"):

@@ -11,6 +11,8 @@ from __future__ import annotations
 import math
 import statistics
 
+from harness.files import table
+
 from .records import graded_numbers
 
 
@@ -80,8 +82,6 @@ def compare(runs: list[dict], reference: str = "rlpr") -> dict:
 def markdown(result: dict) -> list[str]:
     """The comparison as markdown lines (percentages; differences from the reference in SEs)."""
     ref = result["reference"]
-    lines = [f"| variant | seeds | rollouts (mean) | training s (mean) | Avg@8 after {result['steps']} steps | "
-             f"- {ref} (SE) | Avg@8 at {result['budget_rollouts']} rollouts | - {ref} (SE) |", "|---" * 8 + "|"]
 
     def pct(row, key):
         return f"{100 * row[key]:.1f} +- {100 * row[key + '_se']:.1f}" if key in row else "n/a"
@@ -91,7 +91,8 @@ def markdown(result: dict) -> list[str]:
             return "" if key in row else "n/a"
         return f"{100 * row[key + '_diff']:+.1f} ({row[key + '_diff_in_se']:+.1f})"
 
-    for name, row in result["variants"].items():
-        lines.append(f"| {name} | {len(row['seeds'])} | {row['rollouts']:.0f} | {row['wall_s']:.0f} | "
-                     f"{pct(row, 'steps')} | {diff(row, 'steps')} | {pct(row, 'budget')} | {diff(row, 'budget')} |")
-    return lines
+    return table(["variant", "seeds", "rollouts (mean)", "training s (mean)", f"Avg@8 after {result['steps']} steps",
+                  f"- {ref} (SE)", f"Avg@8 at {result['budget_rollouts']} rollouts", f"- {ref} (SE)"],
+                 ([name, len(row["seeds"]), f"{row['rollouts']:.0f}", f"{row['wall_s']:.0f}", pct(row, "steps"),
+                   diff(row, "steps"), pct(row, "budget"), diff(row, "budget")]
+                  for name, row in result["variants"].items()))

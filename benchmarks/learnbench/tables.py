@@ -6,6 +6,7 @@ from __future__ import annotations
 import math
 import statistics
 
+from harness.files import table as md_table
 from rlpr.evaluation.metrics import binomial_se
 
 from .variants import CONTROLS, GRADED, OPSD_CONTROLS, OPSD_METHODS, REGISTRY, SET_TITLES, TRANSFER, VARIANTS
@@ -32,12 +33,11 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     n = base["n_heldout"]
     keys = ["acc", "greedy", "pass8", "reward", "score_b", "format", "len", "entropy"]
     transfer_keys = [f"{s}_{k}" for s in TRANSFER for k in GRADED if f"{s}_{k}_before" in base]
-    table = []
+    table, cells = [], []
     k = base.get("settings", {}).get("samples", 8)  # k of Avg@k and pass@k (--samples)
-    lines = [f"| variant | seeds | steps | Avg@{k} before ± SE | Avg@{k} after: mean ± sd (per run ± SE) | change in SEs "
-             f"| greedy before -> after | greedy change in SEs | pass@{k} before -> after | reward before -> after "
-             "| score B after | format after | length after | s/step | min/run |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    head = ["variant", "seeds", "steps", f"Avg@{k} before ± SE", f"Avg@{k} after: mean ± sd (per run ± SE)",
+            "change in SEs", "greedy before -> after", "greedy change in SEs", f"pass@{k} before -> after",
+            "reward before -> after", "score B after", "format after", "length after", "s/step", "min/run"]
     for variant in ["base", *VARIANTS]:
         runs = [r for r in rows if r["variant"] == variant]
         if not runs:
@@ -80,16 +80,16 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
             return f"{entry[f'{k}_after'] * scale:.{digits}f}{spread}"
 
         per_run = ", ".join(f"{100 * r['acc_after']:.1f} ± {100 * se(r['acc_after'], n):.1f}" for r in runs)
-        lines.append(
-            f"| {variant} | {len(runs)} | {entry['steps']} | {100 * base['acc_before']:.1f}% ± {100 * se(base['acc_before'], n):.1f} "
-            f"| {pm('acc')}% ({per_run}) | {', '.join(f'{c:+.1f}' for c in entry['acc_change_se'])} "
-            f"| {100 * base['greedy_before']:.1f}% -> {pm('greedy')}% "
-            f"| {', '.join(f'{c:+.1f}' for c in entry['greedy_change_se'])} "
-            f"| {_pct(base['pass8_before'])}% -> {pm('pass8')}% "
-            f"| {base['reward_before']:.3f} -> {pm('reward', 1, 3)} | {pm('score_b', 1, 3)} | {pm('format')}% "
-            f"| {pm('len', 1, 1)} | {entry['step_s']:.0f} | {entry['minutes_per_run']:.0f} |")
-    return table, ("\n".join(lines) + "\n" + transfer_table(table, base) + controls_verdict(table, base)[1]
-                   + opsd_verdict(table, base)[1])
+        cells.append([variant, len(runs), entry["steps"],
+                      f"{100 * base['acc_before']:.1f}% ± {100 * se(base['acc_before'], n):.1f}",
+                      f"{pm('acc')}% ({per_run})", ", ".join(f"{c:+.1f}" for c in entry["acc_change_se"]),
+                      f"{100 * base['greedy_before']:.1f}% -> {pm('greedy')}%",
+                      ", ".join(f"{c:+.1f}" for c in entry["greedy_change_se"]),
+                      f"{_pct(base['pass8_before'])}% -> {pm('pass8')}%",
+                      f"{base['reward_before']:.3f} -> {pm('reward', 1, 3)}", pm("score_b", 1, 3), f"{pm('format')}%",
+                      pm("len", 1, 1), f"{entry['step_s']:.0f}", f"{entry['minutes_per_run']:.0f}"])
+    return table, ("\n".join(md_table(head, cells)) + "\n" + transfer_table(table, base)
+                   + controls_verdict(table, base)[1] + opsd_verdict(table, base)[1])
 
 
 METRICS = (("acc", "Avg@8"), ("greedy", "greedy"), ("pass8", "pass@8"))
@@ -110,15 +110,13 @@ def _num(value, digits: int) -> str:
     return "n/a" if value is None else f"{value:.{digits}f}"
 
 
-MONITOR_HEAD = ["| variant | held-out entropy after | training entropy, last 3 steps | length after | reward s/step |",
-                "|---|---|---|---|---|"]
-
-
-def monitor_lines(entries: list[dict]) -> list[str]:
+def monitor_table(entries: list[dict]) -> list[str]:
     """The collapse monitors of each entry (held-out entropy and length after training, the update's
     entropy over the last 3 steps) and the reward's own cost per step: one table row each."""
-    return [f"| {e['variant']} | {_num(e.get('entropy_after'), 2)} | {_num(e.get('train_entropy_last'), 2)} "
-            f"| {e['len_after']:.1f} | {_num(e.get('reward_s'), 1)} |" for e in entries]
+    return md_table(["variant", "held-out entropy after", "training entropy, last 3 steps", "length after",
+                     "reward s/step"],
+                    ([e["variant"], _num(e.get("entropy_after"), 2), _num(e.get("train_entropy_last"), 2),
+                      f"{e['len_after']:.1f}", _num(e.get("reward_s"), 1)] for e in entries))
 
 
 def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
@@ -131,10 +129,7 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     if rlpr is None or not controls:
         return [], ""
     sets = _sets(base)
-    rows, lines = [], []
-    names = [c["variant"] for c in controls]
-    lines += ["| set | metric | base | RLPR | " + " | ".join(names) + " | RLPR - best control (SEs) |",
-              "|---|---|---|---|" + "---|" * len(names) + "---|"]
+    rows, cells = [], []
     for set_name, n in sets:
         prefix = "" if set_name == "heldout" else f"{set_name}_"
         for key, label in METRICS:
@@ -146,19 +141,18 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
             rows.append({"set": set_name, "metric": label, "base": base[f"{k}_before"], "rlpr": rlpr[f"{k}_after"],
                          **{c["variant"]: c[f"{k}_after"] for c in controls}, "best_control": best["variant"],
                          "net": net, "net_se": in_se})
-            cells = " | ".join(f"{100 * c[f'{k}_after']:.1f}" for c in controls)
-            lines.append(f"| {SET_TITLES[set_name]} | {label} | {100 * base[f'{k}_before']:.1f} "
-                         f"| {100 * rlpr[f'{k}_after']:.1f} | {cells} | {100 * net:+.1f} ({best['variant']}; "
-                         f"{_in_se_text(rows[-1]['net_se'])}) |")
+            cells.append([SET_TITLES[set_name], label, f"{100 * base[f'{k}_before']:.1f}",
+                          f"{100 * rlpr[f'{k}_after']:.1f}", *(f"{100 * c[f'{k}_after']:.1f}" for c in controls),
+                          f"{100 * net:+.1f} ({best['variant']}; {_in_se_text(rows[-1]['net_se'])})"])
+    lines = md_table(["set", "metric", "base", "RLPR", *(c["variant"] for c in controls),
+                      "RLPR - best control (SEs)"], cells)
     cost = ["", "Held-out mean token entropy after training (nats; base "
             f"{base.get('entropy_before') or math.nan:.2f}; rows from before it was recorded: n/a), the update's "
             "token entropy over the last 3 training steps (every run records it), response length (tokens) and the "
             "reward's own cost per step (s: score B and A, or the label-free kind's forward; each row on the "
             "machine and under the load it ran with, so rows are not comparable: the side-by-side ratios are "
             "benchmarks/results/archive/reward_cost.md's; n/a: rows recorded before the column existed):", "",
-            *MONITOR_HEAD]
-
-    cost += monitor_lines([rlpr, *controls, *[by[v] for v in ("rlvr",) if v in by]])
+            *monitor_table([rlpr, *controls, *[by[v] for v in ("rlvr",) if v in by]])]
     header = ["", "Is it the reward? RLPR beside the controls (mean over seeds, %), and RLPR minus the best "
               "control in standard errors of the difference (binomial over questions plus seed spread).", ""]
     return rows, "\n".join(header + lines + cost) + "\n"
@@ -195,17 +189,12 @@ def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     shown = [by[v] for v in ("rlpr",) if v in by] + methods + controls
     pairs = [(m, c) for m in methods for c in controls] + [(m, None) for m in methods if len(controls) > 1] + \
         [(by["rlpr"], m) for m in methods if "rlpr" in by]
-    means = ["| set | metric | base | " + " | ".join(e["variant"] for e in shown) + " |",
-             "|---|---|---|" + "---|" * len(shown)]
-    nets = ["| comparison | set | " + " | ".join(label for _, label in METRICS) + " |",
-            "|---|---|" + "---|" * len(METRICS)]
-    rows = []
-    for set_name, n in _sets(base):
-        prefix = "" if set_name == "heldout" else f"{set_name}_"
-        for key, label in METRICS:
-            k = prefix + key
-            cells = " | ".join(_num(None if e.get(f"{k}_after") is None else 100 * e[f"{k}_after"], 1) for e in shown)
-            means.append(f"| {SET_TITLES[set_name]} | {label} | {100 * base[f'{k}_before']:.1f} | {cells} |")
+    means = md_table(["set", "metric", "base", *(e["variant"] for e in shown)], (
+        [SET_TITLES[set_name], label, f"{100 * base[f'{prefix}{key}_before']:.1f}",
+         *(_num(None if e.get(f"{prefix}{key}_after") is None else 100 * e[f"{prefix}{key}_after"], 1) for e in shown)]
+        for set_name, _ in _sets(base) for prefix in ["" if set_name == "heldout" else f"{set_name}_"]
+        for key, label in METRICS))
+    rows, nets = [], []
     for a, b in pairs:
         for set_name, n in _sets(base):
             prefix = "" if set_name == "heldout" else f"{set_name}_"
@@ -222,14 +211,14 @@ def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
                              "a": a["variant"], "b": rival["variant"], "set": set_name, "metric": label,
                              "a_mean": a[f"{k}_after"], "b_mean": rival[f"{k}_after"], "net": net, "net_se": in_se})
                 cells.append(f"{100 * net:+.1f} ({rival['variant'] + '; ' if b is None else ''}{_in_se_text(in_se)})")
-            name = f"{a['variant']} - {'best control' if b is None else b['variant']}"
-            nets.append(f"| {name} | {SET_TITLES[set_name]} | " + " | ".join(cells) + " |")
+            nets.append([f"{a['variant']} - {'best control' if b is None else b['variant']}", SET_TITLES[set_name],
+                         *cells])
     controls_named = ", ".join(f"`{c}` ({REGISTRY[c].doc})" for c in OPSD_CONTROLS)
     text = ["", "On-policy self-distillation (OPSD) beside its controls (mean over seeds, %): " + controls_named + ".",
             "", *means, "", "Each OPSD method minus each control and minus the best control, and RLPR minus each "
-            "OPSD method: the difference in points (in standard errors of the difference, as above).", "", *nets,
-            "", "Collapse monitors and the reward's cost per step of these rows (as above):", "", *MONITOR_HEAD,
-            *monitor_lines(shown)]
+            "OPSD method: the difference in points (in standard errors of the difference, as above).", "",
+            *md_table(["comparison", "set", *(label for _, label in METRICS)], nets),
+            "", "Collapse monitors and the reward's cost per step of these rows (as above):", "", *monitor_table(shown)]
     return rows, "\n".join(text) + "\n"
 
 
@@ -240,11 +229,8 @@ def transfer_table(table: list[dict], base: dict) -> str:
     if not sets:
         return ""
     sizes = [("heldout", base["n_heldout"])] + [(s, base[f"n_{s}"]) for s in sets]
-    head = "| variant | seeds | " + " | ".join(f"{SET_TITLES[s]} ({n} q) {m}" for s, n in sizes
-                                              for m in ("Avg@k", "greedy")) + " |"
-    lines = ["", "Transfer: the same runs on questions of other sets (never trained on); before -> after, "
-             "mean ± sd over seeds (per-seed change in SEs of the base).", "", head,
-             "|---|---|" + "---|" * (2 * (1 + len(sets)))]
+    head = ["variant", "seeds", *(f"{SET_TITLES[s]} ({n} q) {m}" for s, n in sizes for m in ("Avg@k", "greedy"))]
+    rows = []
     for e in table:
         cells = []
         for s in ["heldout", *sets]:
@@ -258,5 +244,6 @@ def transfer_table(table: list[dict], base: dict) -> str:
                 changes = e.get(f"{prefix}{k}_change_se") or []
                 per_seed = f" ({', '.join(f'{c:+.1f}' for c in changes)})" if e["variant"] != "base" else ""
                 cells.append(f"{100 * e[f'{prefix}{k}_before']:.1f} -> {100 * after:.1f}{spread}{per_seed}")
-        lines.append(f"| {e['variant']} | {len(e['seeds'])} | " + " | ".join(cells) + " |")
-    return "\n".join(lines) + "\n"
+        rows.append([e["variant"], len(e["seeds"]), *cells])
+    return "\n".join(["", "Transfer: the same runs on questions of other sets (never trained on); before -> after, "
+                      "mean ± sd over seeds (per-seed change in SEs of the base).", "", *md_table(head, rows)]) + "\n"

@@ -88,12 +88,11 @@ def write(result: dict, prefix: Path) -> str:
              f"Teacher: the same model shown the family's worked solution (opsd.template="
              f"{result['teacher_template']}, context solution). Gap = teacher Avg@{k} - student Avg@{k}; "
              f"room = pass@{k} - Avg@{k} (%).", "",
-             f"| family | questions | greedy | Avg@{k} | pass@{k} | room | teacher Avg@{k} | teacher greedy | gap | "
-             "words per response |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for f, r in result["families"].items():
-        lines.append(f"| {f} | {r['questions']} | {100 * r['greedy']:.1f} | {100 * r['avg']:.1f} | "
-                     f"{100 * r['pass']:.1f} | {100 * r['room']:+.1f} | {100 * r['teacher_avg']:.1f} | "
-                     f"{100 * r['teacher_greedy']:.1f} | {100 * r['gap']:+.1f} | {r['len_words']:.0f} |")
+             *files.table(["family", "questions", "greedy", f"Avg@{k}", f"pass@{k}", "room", f"teacher Avg@{k}",
+                           "teacher greedy", "gap", "words per response"], (
+                 [f, r["questions"], *(f"{100 * r[c]:.1f}" for c in ("greedy", "avg", "pass")), f"{100 * r['room']:+.1f}",
+                  f"{100 * r['teacher_avg']:.1f}", f"{100 * r['teacher_greedy']:.1f}", f"{100 * r['gap']:+.1f}",
+                  f"{r['len_words']:.0f}"] for f, r in result["families"].items()))]
     lines += ["", "A teacher prompt (the first question):", "", "```", result["teacher_prompt_example"], "```", ""]
     lines[1:1] = ["", files.header(result)] if result.get("machine") else []
     return files.save(result, prefix, lambda _: "\n".join(lines))
