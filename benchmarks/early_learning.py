@@ -5,15 +5,10 @@ one RLPR run and one self-certainty run at the `small` preset, from their metric
     python benchmarks/early_learning.py report RUN_A RUN_B ...   # the tables from finished runs
     python benchmarks/early_learning.py compare                  # item 3: the variants' rows, fair in compute
 
-`compare` reads the learning benchmark's rows of the early-learning variants (docs/learning.md, "RLPR's
-early learning": `benchmarks/learning.py --output benchmarks/results/early_learning_runs ...`) and
-compares them at equal steps and at equal rollouts (learnbench/budget.py), into the same result files.
-
-Per step: groups generated, passed by the std filter, trained on; tokens trained on; the advantage's
-scale (mean |A| over trained tokens); the gradient norm (before clipping); responses generated (this
-step and so far). The comparison is of each quantity's mean over the steps before the filter starts
-(its warm-up) and after, and of the run's totals; the held-out accuracy before and after.
-Writes benchmarks/results/early_learning.{md,json}.
+The per-step quantities (COLUMNS) are compared as means over the filter's warm-up and after it, and as
+totals (docs/training.md, "Filling the batch"); `compare` reads the learning rows of the early-learning
+variants (`learning.py --variants rlpr,rlpr_fill,rlpr_lr2x --output benchmarks/results/early_learning_runs`)
+at equal steps and equal rollouts (learnbench/budget.py). Writes results/early_learning.{md,json}.
 """
 
 from __future__ import annotations

@@ -1,11 +1,7 @@
-"""The benchmark's .jsonl of finished runs and the job claims that let several workers share it.
-
-A run's row is appended in one write when the run has finished, under an exclusive lock on the file
-(a rewrite, by --regrade, takes the same lock and replaces the file
-whole), so a worker killed at any point loses only the run it was doing, never a finished row. A
-torn line (a writer killed in mid-write, a full disk) is skipped with a message. A job is claimed
-by creating a file that names the claiming process; a claim whose process has ended on this host is
-stale, and the next worker takes the job over and runs it again from its start."""
+"""The benchmark's .jsonl of finished runs and the job claims that let several workers share it: a row is
+appended in one write under an exclusive lock (a --regrade rewrite takes the same lock), so a killed
+worker loses only its run in progress; a torn line is skipped with a message; a claim names its process,
+and a claim whose process has ended on this host is taken over (docs/learning.md, "Workers, resuming")."""
 
 from __future__ import annotations
 
@@ -41,8 +37,8 @@ def transfer_fingerprint() -> dict:
 
 @contextmanager
 def _lock(path: Path):
-    """An exclusive lock on `path` itself (created when missing), held for the block. A rewrite
-    replaces the file, so a waiter that got the lock on the old inode opens the new one again."""
+    """An exclusive lock on `path` itself (created when missing), held for the block; a waiter that got the
+    lock on an inode a rewrite has replaced opens the new file again."""
     path.parent.mkdir(parents=True, exist_ok=True)
     while True:
         fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT | getattr(os, "O_NOFOLLOW", 0), 0o644)
@@ -84,9 +80,7 @@ def load_rows(log_path: Path) -> list[dict]:
 
 def free_responses_path(log_path: Path, path: Path) -> Path:
     """`path`, or `path` numbered (-2, -3, ...) where a row of the .jsonl already names it: a run never
-    writes over another row's saved responses (a renamed variant's rows keep their file names, and
-    a run of the old name would otherwise replace them; a file no row names, left by a run killed
-    before its row, is written over)."""
+    writes over another row's saved responses (a renamed variant's rows keep their file names)."""
     taken = {r.get("responses") for r in load_rows(log_path)}
     candidate, number = path, 1
     while str(candidate.relative_to(log_path.parent)) in taken:
@@ -121,9 +115,8 @@ def rewriting(log_path: Path):
 
 
 def replace_with(path: Path, text: str) -> None:
-    """Write `text` to a new file beside `path`, created exclusively under a random name (never
-    through a link planted at a predictable one: issue 60, S10), then rename it over `path` (a
-    rename replaces a link, never its target)."""
+    """Write `text` to a new file beside `path` under a random name (never through a link planted at a
+    predictable one: issue 60, S10), then rename it over `path` (a rename replaces a link, not its target)."""
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
@@ -136,9 +129,8 @@ def replace_with(path: Path, text: str) -> None:
 
 
 def private_dir(path: Path) -> Path:
-    """`path` created as a folder only this user can enter (0700), refused (SystemExit, one line) when it
-    is a link or another user's or others may write into it: the default work folder lies in the
-    shared temporary folder, where anyone could plant one first."""
+    """`path` created as a folder only this user can enter (0700); one line (SystemExit) when it is a link,
+    another user's, or writable by others (the default lies in the shared temporary folder)."""
     path.mkdir(mode=0o700, parents=True, exist_ok=True)
     st = os.lstat(path)
     if stat.S_ISLNK(st.st_mode) or not stat.S_ISDIR(st.st_mode) or st.st_uid != os.getuid() or st.st_mode & 0o022:
@@ -178,9 +170,8 @@ def read_rows(log_path: Path, settings: dict, report: bool = False) -> list[dict
 
 
 def reuse_base(log_path: Path, settings: dict) -> dict | None:
-    """The untrained model's row does not depend on the number of training steps: a base row of the
-    same settings but another `steps` (a longer run's settings, say), copied under these settings
-    and appended, so that a long run does not evaluate the base model again (~10 min)."""
+    """A base row of the same settings but another `steps`, copied under these settings and appended: the
+    untrained model's row does not depend on the steps, and a longer run need not evaluate it again."""
     rows = load_rows(log_path)
     bases = [r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
              and r.get("grader_version") == settings["grader_version"]]  # as read_rows keeps them
@@ -199,8 +190,7 @@ def reuse_base(log_path: Path, settings: dict) -> dict | None:
 
 
 def _alive(owner: dict) -> bool:
-    """Whether a claim's process may still run: True unless it ran on this host and has ended (a
-    claim from before claims named their process is taken to be alive, as then)."""
+    """Whether a claim's process may still run: True unless it ran on this host and has ended."""
     pid = owner.get("pid")
     if not isinstance(pid, int) or owner.get("host") != socket.gethostname():
         return True
@@ -223,10 +213,8 @@ def claim_alive(path: Path) -> bool:
 
 
 def claim(workdir: Path, job: tuple, settings: dict) -> bool:
-    """Several workers share the job list: a job is claimed by creating a file that names this
-    process. A claim whose process has ended (killed mid-run) is taken over; a claim from before
-    claims named their process blocks the job until it is deleted (delete `workdir/claims` to re-run
-    such abandoned jobs)."""
+    """Claim `job` with a file that names this process; False while another live process holds it (a
+    claim that names no process blocks the job until `workdir/claims` is deleted)."""
     claims = workdir / "claims"
     claims.mkdir(parents=True, exist_ok=True)
     path = claims / f"{job[0]}-{job[1]}-{settings_hash(settings)}"

@@ -79,19 +79,12 @@ def transfer_prompts(trainer, limit: int) -> dict[str, list]:
     return out
 
 
-# What a run evaluates, and how (rows record it as `eval_schedule`; rows without it are schedule 1).
-# 1: every evaluation (the held-out set, both transfer sets, each curve point) scored with the common
-#    scorer (score B and A of every greedy response) as well as graded;
-# 2: only the final held-out evaluation scored (its reward, score B and format are the tables'
-#    columns); the transfer sets and the curve points graded only (their reward was never reported),
-#    which skips a scoring pass per greedy response: the same responses, verdicts, Avg@k, greedy,
-#    pass@k and lengths, about a quarter less evaluation time (docs/learning.md).
+# rows' `eval_schedule` (docs/learning.md, "The evaluation schedule"): 2 scores only the final held-out
+# evaluation (the transfer sets and curve points are graded only); rows without it are schedule 1
 EVAL_SCHEDULE = 2
-# a training step's metrics kept in the row's `train` beside the fixed list: every one of these families
-# (OPSD's, issue 41: its per-token signal and the OPSD-sum / RLPR identity correlations)
+# what a row's `train` keeps of each step: these metric families (OPSD's, issue 41) and the fixed list
+# (the reward and rollouts, and issue 61's accounting of groups, responses, |A| and the gradient norm)
 TRAIN_PREFIXES = ("opsd/",)
-# what the row's `train` keeps of each step: the reward and rollouts, and the step's accounting of issue
-# 61 (groups generated, passed and trained on, responses so far, the advantage's scale, the gradient norm)
 TRAIN_KEYS = ("reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/score_a_mean", "filter/kept_frac",
               "filter/nonzero_std_frac", "rollout/response_len_mean", "rollout/distinct_frac", "policy/entropy",
               "rollout/distinct_answers", "rollout/identical_frac", "perf/step_s", "perf/reward_s",
@@ -101,9 +94,8 @@ TRAIN_KEYS = ("reward/mean", "reward/accuracy", "reward/score_b_mean", "reward/s
 
 def evaluation(trainer, limit: int = 0, prompts: list | None = None, keep: list | None = None,
                score: bool = True) -> dict:
-    """Held-out evaluation (rlpr.train.held_out.evaluate) on `prompts` (default: the trainer's
-    held-out questions), or on their first `limit`; each question's responses and grades are
-    appended to `keep`; `score=False`: graded only (no reward, score B or format)."""
+    """rlpr.train.held_out.evaluate on `prompts` (default: the held-out questions), or their first `limit`;
+    each question's responses and grades go to `keep`; `score=False`: graded only."""
     from rlpr.train.held_out import evaluate
 
     full = trainer.val_prompts
