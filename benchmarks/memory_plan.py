@@ -123,13 +123,12 @@ def markdown(result: dict) -> str:
         f"(`getrusage(RUSAGE_CHILDREN).ru_maxrss`, the largest process); plan for model.device=cpu "
         f"(its runtime line {result['plan_runtime_gib']:.2f} GiB; measured now: {result['runtime_gib']:.3f} GiB, "
         "RSS after a run's imports and the tokenizer).", "",
-        "| config | processes | strategy | planned peak (phase) | measured peak | measured / planned | within 25% | run |",
-        "|---|---:|---|---:|---:|---:|---|---:|",
+        *files.table(["config", "processes", "strategy", "planned peak (phase)", "measured peak", "measured / planned",
+                      "within 25%", "run"], (
+            [r["name"], r["processes"], r["plan"]["label"], f"{r['plan']['peak_gib']:.2f} GiB ({r['plan']['peak_phase']})",
+             f"{r['measured_gib']:.2f} GiB", f"{r['ratio']:.2f}", "yes" if r["within"] else "NO", f"{r['seconds']:.0f} s"]
+            for r in result["runs"]), ["---", "---:", "---", "---:", "---:", "---:", "---", "---:"]),
     ]
-    for r in result["runs"]:
-        lines.append(f"| {r['name']} | {r['processes']} | {r['plan']['label']} | {r['plan']['peak_gib']:.2f} GiB "
-                     f"({r['plan']['peak_phase']}) | {r['measured_gib']:.2f} GiB | {r['ratio']:.2f} | "
-                     f"{'yes' if r['within'] else 'NO'} | {r['seconds']:.0f} s |")
     lines += ["", "Overrides common to every run (demo preset): `" + " ".join(COMMON) + "`; per run: "
               + "; ".join(f"{n}: `{' '.join(o for o in CONFIGS[n][2]) or '-'}` ({CONFIGS[n][1]} steps)"
                           for n in [r["name"] for r in result["runs"]]) + ".", ""]

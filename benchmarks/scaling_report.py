@@ -58,23 +58,22 @@ def markdown(res: dict) -> str:
                    f"{st['rollout_dtype']} rollout copy, score-A cache: {st['trainer_rss_gb']:.2f} GiB) plus a gradient "
                    f"per parameter and AdamW's two moments ({st['trainable_params'] / 1e6:.0f}M trainable parameters)."),
                   ""]
-    lines += ["| response tokens L | group size n | peak RSS GiB | growth over model_gb | peak in rollout / score B / "
-              "update / AdamW step, GiB | step s | rollout s | reward s | update s | tokens/s (L n / step) | "
-              "rollout tok/s |",
-              "|---|---|---|---|---|---|---|---|---|---|---|"]
     mg = res.get("model_gb")
 
     def f(v, fmt="{:.1f}"):
         return "-" if v is None else fmt.format(v)
 
-    for r in res["rows"]:
-        growth = None if mg is None else r["peak_rss_gb"] - mg
+    def row(r: dict) -> list:
         ph = r.get("phase_peak_gb") or {}
-        phase_cell = " / ".join(f(ph.get(k), "{:.2f}") for k in ("rollout", "reward", "update", "optimizer_step"))
-        lines.append(f"| {r['response_tokens']} | {r['group_size']} | {r['peak_rss_gb']:.2f} | {f(growth, '{:.2f}')} | "
-                     f"{phase_cell} | {r['step_s']:.1f} | {f(r['rollout_s'])} | {f(r['reward_s'])} | {f(r['update_s'])} | "
-                     f"{r['tokens_per_s']:.1f} | {f(r['rollout_tok_s'], '{:.0f}')} |")
-    lines.append("")
+        return [r["response_tokens"], r["group_size"], f"{r['peak_rss_gb']:.2f}",
+                f(None if mg is None else r["peak_rss_gb"] - mg, "{:.2f}"),
+                " / ".join(f(ph.get(k), "{:.2f}") for k in ("rollout", "reward", "update", "optimizer_step")),
+                f"{r['step_s']:.1f}", f(r["rollout_s"]), f(r["reward_s"]), f(r["update_s"]), f"{r['tokens_per_s']:.1f}",
+                f(r["rollout_tok_s"], "{:.0f}")]
+
+    lines += [*files.table(["response tokens L", "group size n", "peak RSS GiB", "growth over model_gb",
+                            "peak in rollout / score B / update / AdamW step, GiB", "step s", "rollout s", "reward s",
+                            "update s", "tokens/s (L n / step)", "rollout tok/s"], map(row, res["rows"])), ""]
     c = res.get("criterion")
     if c:
         verdict = "holds" if c["holds"] else "does NOT hold"

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from gpubench.markdown import fmt, unfinished
+from harness.files import table
 
 
 def report_lines(d: dict) -> list[str]:
@@ -14,13 +15,12 @@ def report_lines(d: dict) -> list[str]:
     lines += [f"{d['shape']} shape, random weights, {d['rollout_dtype']} rollout copy, {d['prompt_tokens']}-token "
               f"prompts ({d['group']} rows share each), responses forced to {d['new_tokens']} new tokens; "
               f"device copy bandwidth {d['copy_bandwidth_gbs']:.0f} GB/s (read + written).", "",
-              "| rows | graph tok/s | ms/step | floor ms/step | of floor | eager tok/s (tokens) | eager ms/step | speedup | capture s (graphs) |",
-              "|---:|---:|---:|---:|---:|---:|---:|---:|---:|"]
-    for r in d["runs"]:
-        lines.append(f"| {r['rows']} | {r['graph_tok_s']:.0f} | {r['graph_step_ms']:.2f} | {r['step_floor_ms']:.3f} | "
-                     f"{r['graph_floor_fraction']:.1%} | {r['eager_tok_s']:.0f} ({r['eager_tokens']}) | "
-                     f"{r['eager_step_ms']:.1f} | **{r['speedup']:.1f}x** | {r['capture_s']:.2f} ({r['graphs']}) |")
-    lines.append("")
+              *table(["rows", "graph tok/s", "ms/step", "floor ms/step", "of floor", "eager tok/s (tokens)",
+                      "eager ms/step", "speedup", "capture s (graphs)"], (
+                  [r["rows"], f"{r['graph_tok_s']:.0f}", f"{r['graph_step_ms']:.2f}", f"{r['step_floor_ms']:.3f}",
+                   f"{r['graph_floor_fraction']:.1%}", f"{r['eager_tok_s']:.0f} ({r['eager_tokens']})",
+                   f"{r['eager_step_ms']:.1f}", f"**{r['speedup']:.1f}x**", f"{r['capture_s']:.2f} ({r['graphs']})"]
+                  for r in d["runs"]), ["---:"] * 9), ""]
     for name, a in d.get("agreement_fp32", {}).items():
         lines.append(f"- fp32 copies, {name}: {a['identical_rows']} of {a['rows']} rows identical between the loops"
                      + (f" (first differences at tokens {sorted(a['first_difference'])[:8]})" if a["first_difference"] else ""))
@@ -53,9 +53,9 @@ def arm_lines(d: dict) -> list[str]:
             lines += [f"{p['rows']} rows, {p['context']}-token prompts, {p['steps']} steps, {p.get('dtype', '')}; "
                       f"{p['mode']}: {count:.0f} {unit} per step, {p['busy_ms_per_step']:.2f} ms busy per step, "
                       f"{p['non_matrix_share']:.0%} of it not matrix products.", "",
-                      "| class | ms/step | share |", "|---|---:|---:|"]
-            lines += [f"| {k} | {ms:.3f} | {p['class_share'][k]:.1%} |" for k, ms in p["class_ms_per_step"].items()]
-            lines.append("")
+                      *table(["class", "ms/step", "share"], ([k, f"{ms:.3f}", f"{p['class_share'][k]:.1%}"]
+                                                              for k, ms in p["class_ms_per_step"].items()),
+                             ["---", "---:", "---:"]), ""]
             lines.append("- top ops: " + "; ".join(f"{o['op']} {o['ms_per_step']:.3f} ms" for o in p["top_ops"][:8]))
             if u := p.get("unfused"):
                 replays = f", graph replays {u['graph']['wall_ms_per_step']:.2f} ms per step" if u.get("graph") else ""

@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from gpubench.markdown import unfinished
+from harness.files import table
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ROOT / "benchmarks" / "results" / "learning.jsonl"
@@ -160,16 +161,13 @@ def report_lines(d: dict) -> list[str]:
                   + (f" against {v['step_s_cpu']:.1f} s on the CPU row ({v['step_s_cpu'] / v['step_s_gpu']:.1f}x)"
                      if v.get("step_s_cpu") else "") + f"; held-out entropy after {v['entropy_after']:.2f} nats, "
                   f"length {v['len_after']:.1f} tokens.", "",
-                  "| set / metric | before | after (GPU) | gain, SEs | after (CPU, same seed) | GPU - CPU, binomial SEs "
-                  "| CPU seeds | GPU - CPU seeds' mean, SEs with seed spread |",
-                  "|---|---:|---:|---:|---:|---:|---|---:|"]
-        for key, c in v["compare"].items():
-            cpu = f"{100 * c['after_cpu']:.1f}" if "after_cpu" in c else "-"
-            diff = f"{c['gpu_minus_cpu_ses']:+.1f}" if "gpu_minus_cpu_ses" in c else "-"
-            seeds = ", ".join(f"{100 * x:.1f}" for x in c.get("cpu_seeds", [])) or "-"
-            spread = f"{c['gpu_minus_cpu_seeds_ses']:+.1f}" if "gpu_minus_cpu_seeds_ses" in c else "-"
-            lines.append(f"| {key} | {100 * c['before']:.1f} | {100 * c['after_gpu']:.1f} | {c['gain_ses']:+.1f} | "
-                         f"{cpu} | {diff} | {seeds} | {spread} |")
-        lines.append("")
+                  *table(["set / metric", "before", "after (GPU)", "gain, SEs", "after (CPU, same seed)",
+                          "GPU - CPU, binomial SEs", "CPU seeds", "GPU - CPU seeds' mean, SEs with seed spread"], (
+                      [key, f"{100 * c['before']:.1f}", f"{100 * c['after_gpu']:.1f}", f"{c['gain_ses']:+.1f}",
+                       f"{100 * c['after_cpu']:.1f}" if "after_cpu" in c else "-",
+                       f"{c['gpu_minus_cpu_ses']:+.1f}" if "gpu_minus_cpu_ses" in c else "-",
+                       ", ".join(f"{100 * x:.1f}" for x in c.get("cpu_seeds", [])) or "-",
+                       f"{c['gpu_minus_cpu_seeds_ses']:+.1f}" if "gpu_minus_cpu_seeds_ses" in c else "-"]
+                      for key, c in v["compare"].items()), ["---"] + ["---:"] * 5 + ["---", "---:"]), ""]
     return lines
 

@@ -10,6 +10,7 @@ from gpubench.learning import report_lines as learning_lines
 from gpubench.learning import summarize
 from gpubench.markdown import fmt, unfinished
 from gpubench.train import PHASES, PLAN_TOLERANCE
+from harness.files import table
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -52,13 +53,12 @@ def write_report(out: Path, report: dict) -> None:
                 f"{ph} {', '.join(fmt(v, '.1f') for v in per_step[ph].values())}" for ph in PHASES))
         lines.append("")
         plan = r["plan"]
-        lines += ["| phase | seconds | allocated GiB | reserved GiB | plan GiB (runtime term) | allocated / (plan - runtime) |",
-                  "|---|---:|---:|---:|---:|---:|"]
-        for ph in PHASES:
-            p = r["phases"][ph]
-            lines.append(f"| {ph} | {p['seconds']:.1f} | {fmt(p.get('allocated_gib'))} | {fmt(p.get('reserved_gib'))} | "
-                         f"{plan['phases_gib'][ph]:.2f} ({plan['runtime_term_gib']:.2f}) | "
-                         f"{fmt((r.get('measured_over_plan') or {}).get(ph), '.3f')} |")
+        lines += table(["phase", "seconds", "allocated GiB", "reserved GiB", "plan GiB (runtime term)",
+                        "allocated / (plan - runtime)"], (
+            [ph, f"{p['seconds']:.1f}", fmt(p.get("allocated_gib")), fmt(p.get("reserved_gib")),
+             f"{plan['phases_gib'][ph]:.2f} ({plan['runtime_term_gib']:.2f})",
+             fmt((r.get("measured_over_plan") or {}).get(ph), ".3f")]
+            for ph, p in ((ph, r["phases"][ph]) for ph in PHASES)), ["---"] + ["---:"] * 5)
         lines += ["", f"Plan peak {plan['peak_gib']:.2f} GiB in the {plan['peak_phase']} phase; "
                   f"CUDA context outside the allocator {fmt(r.get('cuda_context_gib'))} GiB; "
                   f"plan within {PLAN_TOLERANCE:.0%} in every phase: **{r.get('plan_holds')}**.", ""]
