@@ -139,14 +139,13 @@ def private_dir(path: Path) -> Path:
     return path
 
 
+def _without(settings: dict, key: str) -> dict:
+    return {k: v for k, v in settings.items() if k != key}
+
+
 def same_settings(a: dict | None, b: dict) -> bool:
     """Equal settings apart from the grader version."""
-    if not isinstance(a, dict):
-        return False
-    def unversioned(d: dict) -> dict:
-        return {k: v for k, v in d.items() if k != "grader_version"}
-
-    return unversioned(a) == unversioned(b)
+    return isinstance(a, dict) and _without(a, "grader_version") == _without(b, "grader_version")
 
 
 def read_rows(log_path: Path, settings: dict, report: bool = False) -> list[dict]:
@@ -175,13 +174,9 @@ def reuse_base(log_path: Path, settings: dict) -> dict | None:
     rows = load_rows(log_path)
     bases = [r for r in rows if r["variant"] == "base" and isinstance(r.get("settings"), dict)
              and r.get("grader_version") == settings["grader_version"]]  # as read_rows keeps them
-
-    def stepless(d: dict) -> dict:
-        return {k: v for k, v in d.items() if k != "steps"}
-
     if any(r["settings"] == settings for r in bases):
         return None
-    donor = next((r for r in bases if stepless(r["settings"]) == stepless(settings)), None)
+    donor = next((r for r in bases if _without(r["settings"], "steps") == _without(settings, "steps")), None)
     if donor is None:
         return None
     row = {**donor, "settings": settings, "reused_from_steps": donor["settings"]["steps"]}
@@ -189,27 +184,23 @@ def reuse_base(log_path: Path, settings: dict) -> dict | None:
     return row
 
 
-def _alive(owner: dict) -> bool:
-    """Whether a claim's process may still run: True unless it ran on this host and has ended."""
-    pid = owner.get("pid")
+def claim_alive(path: Path) -> bool:
+    """Whether the worker that holds the claim file `path` may still run: True unless the claim names a
+    process on this host that has ended."""
+    try:
+        owner = json.loads(path.read_text() or "{}")
+    except (json.JSONDecodeError, OSError):
+        owner = {}
+    pid = owner.get("pid") if isinstance(owner, dict) else None
     if not isinstance(pid, int) or owner.get("host") != socket.gethostname():
         return True
     try:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # another user's process: alive
+        pass
     return True
-
-
-def claim_alive(path: Path) -> bool:
-    """Whether the worker that holds the claim file `path` may still run (see `_alive`)."""
-    try:
-        owner = json.loads(path.read_text() or "{}")
-    except (json.JSONDecodeError, OSError):
-        owner = {}
-    return not isinstance(owner, dict) or _alive(owner)
 
 
 def claim(workdir: Path, job: tuple, settings: dict) -> bool:
