@@ -72,3 +72,18 @@ def test_a_run_never_writes_over_another_rows_responses(tmp_path):
     # a file that no row names (a run killed before its row was appended) is written over
     other = tmp_path / "learning_responses" / "rlpr-0-abc.jsonl.gz"
     assert rows_mod.free_responses_path(log, other) == other
+
+
+def test_saved_responses_are_never_written_through_a_planted_link(tmp_path):
+    """write_records wrote through `NAME.tmp`, a predictable name: a link planted there had its target
+    overwritten. Now it writes as the rows and claims do (a random name, renamed into place)."""
+    records = importlib.import_module("learnbench.records")
+    victim = tmp_path / "victim.txt"
+    victim.write_text("precious\n")
+    path = tmp_path / "learning_responses" / "rlpr-0-abc.jsonl.gz"
+    path.parent.mkdir()
+    path.with_name(path.name + ".tmp").symlink_to(victim)
+    rows = [{"set": "heldout", "greedy": "Paris", "samples": ["Paris", "Lyon"]}]
+    records.write_records(path, rows)
+    assert victim.read_text() == "precious\n" and records.read_records(path) == rows
+    assert not path.is_symlink() and (path.stat().st_mode & 0o777) == 0o644

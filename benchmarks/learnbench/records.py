@@ -7,6 +7,7 @@ import gzip
 import hashlib
 import json
 import os
+import tempfile
 from pathlib import Path
 
 
@@ -54,14 +55,25 @@ def regrade_records(records: list[dict], grade) -> list[dict]:
     return out
 
 
+def replace_with(path: Path, data: str | bytes) -> None:
+    """Write `data` to a new file beside `path` under a random name (never through a link planted at a
+    predictable one: issue 60, S10), then rename it over `path` (a rename replaces a link, not its target)."""
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb" if isinstance(data, bytes) else "w") as f:
+            f.write(data)
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
 def write_records(path: Path, records: list[dict]) -> None:
-    """Gzipped jsonl, written whole and renamed into place."""
+    """Gzipped jsonl, written whole and renamed into place (`replace_with`)."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    with gzip.open(tmp, "wt", encoding="utf-8") as f:
-        for r in records:
-            f.write(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n")
-    os.replace(tmp, path)
+    replace_with(path, gzip.compress("".join(json.dumps(r, ensure_ascii=False, separators=(",", ":")) + "\n"
+                                             for r in records).encode("utf-8")))
 
 
 def read_records(path: Path) -> list[dict]:

@@ -10,12 +10,11 @@ import json
 import os
 import socket
 import stat
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 
-from .records import settings_hash
+from .records import replace_with, settings_hash
 from .variants import TRANSFER
 
 try:
@@ -112,20 +111,6 @@ def rewriting(log_path: Path):
         rows = load_rows(log_path)
         yield rows
         replace_with(log_path, "".join(json.dumps(r) + "\n" for r in rows))
-
-
-def replace_with(path: Path, text: str) -> None:
-    """Write `text` to a new file beside `path` under a random name (never through a link planted at a
-    predictable one: issue 60, S10), then rename it over `path` (a rename replaces a link, not its target)."""
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def private_dir(path: Path) -> Path:
