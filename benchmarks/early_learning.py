@@ -22,7 +22,8 @@ import time
 from pathlib import Path
 
 import yaml
-from harness.files import save, table
+from harness import record
+from harness.files import header, save, table
 from learnbench import budget
 from learnbench.records import read_records
 from learnbench.rows import load_rows
@@ -89,7 +90,7 @@ def markdown(data: dict) -> str:
     runs = data["runs"]
     names = [r["kind"] for r in runs]
     lines = ["# Early learning: where RLPR's steps differ from self-certainty's (issue 61)", "",
-             data.get("note", ""), "", "## Means per step (warm-up: no filter; filtered: the filter on), totals", "",
+             *([header(data), ""] if data.get("machine") else []), data.get("note", ""), "", "## Means per step (warm-up: no filter; filtered: the filter on), totals", "",
              "Ratio: the first run's value over the second's.", ""]
     parts = ("warm-up", "filtered", "all", "total")
     head = ["quantity"] + [f"{part}: {' / '.join(names)}" + (" (ratio)" if len(runs) == 2 else "") for part in parts]
@@ -155,7 +156,7 @@ def main(argv=None) -> None:
         if not runs:
             raise SystemExit(f"{args.rows}: no trained rows with rollouts recorded")
         data["comparison"] = budget.compare(runs) | {"note": args.note, "findings": args.findings}
-        print(save(data, args.output, markdown))
+        print(save(data | record.stamp(), args.output, markdown))
         return
     if args.cmd == "run":
         for kind in KINDS:
@@ -169,7 +170,7 @@ def main(argv=None) -> None:
     data = {"runs": runs, "note": args.note, "findings": args.findings}
     if args.output.with_suffix(".json").exists():  # item 3's comparison stays
         data["comparison"] = json.loads(args.output.with_suffix(".json").read_text()).get("comparison")
-    print(save(data, args.output, markdown))
+    print(save(data | record.stamp(), args.output, markdown))
 
 
 if __name__ == "__main__":

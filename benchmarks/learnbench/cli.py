@@ -130,7 +130,7 @@ def run_jobs(args, jobs: list[tuple], settings: dict, overrides: list[str], log_
         write_records(path, records)  # before the row: a row always has its responses
         row["responses"] = str(path.relative_to(log_path.parent))
         # where and from what it ran (issue 62): rows of one table come from several machines and commits
-        row.update(machine=record.machine(), commit=record.commit(), date=record.now())
+        row.update(record.stamp())
         row["settings"] = settings
         row["grader_version"] = settings["grader_version"]
         append_row(log_path, row)

@@ -77,7 +77,7 @@ def measure(preset: str, questions: int, samples: int, threads: int, workdir: Pa
             or cfg.rollout.max_new_tokens, "temperature": cfg.rollout.temperature, "template": d.template,
             "teacher_template": cfg.opsd.template, "families": families,
             "teacher_prompt_example": example["prompt"].text, "student_example": out["student"][0]["samples"][:2],
-            "machine": record.machine(), "commit": record.commit(), "date": record.now()}
+            **record.stamp()}
 
 
 def write(result: dict, prefix: Path) -> str:
