@@ -121,6 +121,12 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
+def previous(output: Path) -> dict | None:
+    """The result already at `output` (its .json), which a new part of the result keeps the rest of."""
+    path = output.with_suffix(".json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
 def comparison_runs(rows_path: Path) -> list[dict]:
     """The trained rows of a learning-benchmark .jsonl, each with its curve in rollouts (budget.curve)."""
     out = []
@@ -150,8 +156,7 @@ def main(argv=None) -> None:
         q.add_argument("--findings", default="", help="the conclusions, as a paragraph at the end")
     args = p.parse_args(argv)
     if args.cmd == "compare":
-        old = args.output.with_suffix(".json")
-        data = json.loads(old.read_text()) if old.exists() else {"runs": []}
+        data = previous(args.output) or {"runs": []}
         runs = comparison_runs(args.rows)
         if not runs:
             raise SystemExit(f"{args.rows}: no trained rows with rollouts recorded")
@@ -168,8 +173,8 @@ def main(argv=None) -> None:
     for run in runs:
         run["summary"] = summarize(run)
     data = {"runs": runs, "note": args.note, "findings": args.findings}
-    if args.output.with_suffix(".json").exists():  # item 3's comparison stays
-        data["comparison"] = json.loads(args.output.with_suffix(".json").read_text()).get("comparison")
+    if comparison := (previous(args.output) or {}).get("comparison"):  # item 3's comparison stays
+        data["comparison"] = comparison
     print(save(data | record.stamp(), args.output, markdown))
 
 

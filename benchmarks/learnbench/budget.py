@@ -47,9 +47,9 @@ def compare(runs: list[dict], reference: str = "rlpr") -> dict:
     (the seeds' spread plus the binomial error over the questions), rollouts and wall time, and each
     difference from `reference` in SEs of the difference."""
     budget = min((r["rollouts"] for r in runs if r["curve_points"]), default=None)
-    table = {}
+    by_variant: dict[str, dict] = {}
     for run in runs:
-        t = table.setdefault(run["variant"], {"seeds": [], "steps": [], "budget": [], "rollouts": [], "wall_s": []})
+        t = by_variant.setdefault(run["variant"], {"seeds": [], "steps": [], "budget": [], "rollouts": [], "wall_s": []})
         t["seeds"].append(run["seed"])
         t["steps"].append(run["acc_after"])
         t["budget"].append(read_at(run["curve_points"], budget) if budget is not None and run["curve_points"]
@@ -58,7 +58,7 @@ def compare(runs: list[dict], reference: str = "rlpr") -> dict:
         t["wall_s"].append(run["wall_s"])
         t["n_heldout"], t["n_curve"] = run["n_heldout"], run["n_curve"]
     out = {"budget_rollouts": budget, "reference": reference, "steps": max(r["steps"] for r in runs), "variants": {}}
-    for name, t in table.items():
+    for name, t in by_variant.items():
         row = {"seeds": t["seeds"], "rollouts": statistics.fmean(t["rollouts"]), "wall_s": statistics.fmean(t["wall_s"])}
         for key, n in (("steps", t["n_heldout"]), ("budget", t["n_curve"])):
             values = [v for v in t[key] if not math.isnan(v)]

@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-from collections import Counter
 import sys
 import tempfile
 import time
+from collections import Counter
 from pathlib import Path
 
 from harness import record
@@ -149,8 +149,8 @@ def run_jobs(args, jobs: list[tuple], settings: dict, overrides: list[str], log_
 def provenance(rows: list[dict]) -> str:
     """The summary's header line on where its rows ran: this summary's commit and date, and the rows'
     CPUs (or GPUs), commits and dates as the rows recorded them (rows from before 2026-12-07 did not)."""
-    where = Counter(((r.get("machine") or {}).get("gpu") or (r.get("machine") or {}).get("cpu") or "not recorded")
-                    for r in rows)
+    machines = [r.get("machine") or {} for r in rows]
+    where = Counter(m.get("gpu") or m.get("cpu") or "not recorded" for m in machines)
     dates = sorted(r["date"][:10] for r in rows if r.get("date"))
     commits = sorted({r["commit"] for r in rows if r.get("commit")})
     return (f"Summary written at commit {record.commit()}, {record.now()}. Rows' machines: "
