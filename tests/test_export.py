@@ -302,7 +302,8 @@ def slow(model, tokenizer, output, *a, **k):
     Path(output).mkdir(parents=True, exist_ok=True)
     (Path(output) / "model.safetensors").write_bytes(b"half")
     Path(sys.argv[1]).write_text("writing")
-    time.sleep(60)
+    for _ in range(600):  # slices: a signal another thread took runs its handler between them
+        time.sleep(0.1)
 
 export.save_hf = slow
 from rlpr.cli.main import main
