@@ -1,6 +1,6 @@
 """benchmarks/gpu_check.py (issue 36) kept from rotting between GPU loans: its CPU dry run (`--device
 cpu`, a tiny model, 2 steps of 8-token responses: every part of the GPU check on the CPU), its
-tokenizer, and the wheels, requirements and model parts that benchmarks/gpu_loan.py carries to the GPU
+tokenizer, and the wheels, requirements and model parts that tools/gpu_loan.py carries to the GPU
 machine."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tools")]
 import gpu_check  # noqa: E402
 import gpu_loan  # noqa: E402
 

@@ -1,6 +1,6 @@
 """gpu_check's `learning_cuda` part (issue 40): the learning benchmark's `small` RLPR variant and its
 shuffled-reference control (20 steps, seed 0) trained on CUDA from the embedded model (benchmarks/learning.py
-in a subprocess; the model carried by benchmarks/gpu_loan.py), beside the CPU table's rows of the
+in a subprocess; the model carried by tools/gpu_loan.py), beside the CPU table's rows of the
 same seed in standard errors, and the step time."""
 
 from __future__ import annotations
