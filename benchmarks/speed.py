@@ -31,13 +31,6 @@ QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
 SIDES = ("rlpr", "trl")
 
 
-def markdown(res: dict) -> str:
-    """speed.markdown(json) re-renders a saved result."""
-    from speedbench.report import markdown as render
-
-    return render(res)
-
-
 def prompts_digest(prompts: list) -> str:
     """One hash of the prompts' texts in order: the two sides must train on the same ones."""
     return hashlib.sha256("\x00".join(p.text for p in prompts).encode()).hexdigest()[:16]
