@@ -73,7 +73,7 @@ def main() -> int:
     if args.baseline:
         return baseline(work, args.quick)
     if args.render:
-        print(files.save(json.loads((RESULTS / "reward_quality.json").read_text()), RESULTS / "reward_quality", markdown))
+        print(files.save(files.load(RESULTS / "reward_quality"), RESULTS / "reward_quality", markdown))
         return 0
     threads = f"model.threads={args.threads}"
     timings = {"build_s": args.build_seconds} if args.labeled and args.build_seconds else {}
