@@ -7,7 +7,7 @@ step profile, Gemma 3's shape, the attention kernel, torch.compile (docs/distrib
 from __future__ import annotations
 
 import time
-
+from unittest import mock
 
 ROWS = (32, 128, 256)
 PROMPT_TOKENS = 128
@@ -238,11 +238,10 @@ def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
     """step_profile on the bf16 rollout copy (the same copy the rows above ran)."""
     import torch
 
+    from rlpr.rollout import fused_step, graph_decode
     from rlpr.rollout.hf import HFRollout
     from rlpr.rollout.sampling import PerRowSampler
     from rlpr.rollout.step_profile import profile_decode
-
-    from rlpr.rollout import fused_step, graph_decode
 
     # (a CPU copy's prepacked layers would keep the products apart: off, so the dry run profiles the GPU's path)
     model = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph",
@@ -256,11 +255,8 @@ def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
     out = run()
     fused = fused_step.fused_step(model, graph_decode.DECODE_ATTENTION) is not None
     out.update(dtype="bfloat16", fused_projections=fused)
-    fused_step.ENABLED = False  # the same step on the model's own forward: what fusing q/k/v and gate/up saved
-    try:
+    with mock.patch.object(fused_step, "ENABLED", False):  # the model's own forward: what fusing q/k/v, gate/up saved
         plain = run()
-    finally:
-        fused_step.ENABLED = True
     out["unfused"] = {k: plain.get(k) for k in ("kernels_per_step", "ops_per_step", "matrix_products_per_step",
                                                  "busy_ms_per_step",
                                                  "non_matrix_share", "class_ms_per_step", "graph") if k in plain}
@@ -296,14 +292,11 @@ def kernel_arm(policy, tokenizer, device, rows: int, tokens: int) -> dict:
     out = {"rows": rows, "new_tokens": tokens}
     tokens_of = {}
     for kernel in ("matmul", "sdpa"):
-        graph_decode.KERNEL = kernel
-        try:
+        with mock.patch.object(graph_decode, "KERNEL", kernel):
             engine = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph")
             timed_generate(engine, prompts, tokens, device)  # capture
             seconds, _ = timed_generate(engine, prompts, tokens, device)
             tokens_of[kernel] = [r.token_ids for r in engine.generate(prompts, GROUP, max_new_tokens=8, temperature=0.0)]
-        finally:
-            graph_decode.KERNEL = "matmul"
         out[f"{kernel}_step_ms"] = 1e3 * seconds / tokens
         out[f"{kernel}_graph_failed"] = graph_decode.decoder_for(engine.model).failed
     out["sdpa_over_matmul"] = out["sdpa_step_ms"] / out["matmul_step_ms"]

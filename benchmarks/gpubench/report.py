@@ -11,6 +11,7 @@ from gpubench.learning import summarize
 from gpubench.markdown import fmt, section
 from gpubench.train import PHASES, PLAN_TOLERANCE
 from harness.files import table
+from learnbench.rows import load_rows
 
 
 def write_report(out: Path, report: dict) -> None:
@@ -89,7 +90,6 @@ def resummarize(report_path: Path, rows_path: Path) -> dict:
     against the CPU table as it is now, and rewrite the report's .json and .md."""
     report = json.loads(report_path.read_text())
     part = report["learning_cuda"]
-    rows = [json.loads(line) for line in rows_path.read_text().splitlines() if line.strip()]
-    part.update(summarize(rows, part["steps"], part["seed"]))
+    part.update(summarize(load_rows(rows_path), part["steps"], part["seed"]))
     write_report(report_path.parent, report)
     return part
