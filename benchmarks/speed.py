@@ -100,8 +100,8 @@ def main() -> int:
         return run_side(args)
     import torch
 
-    from harness.record import machine
-    from speedbench.report import versions, write
+    from harness.record import machine, versions
+    from speedbench.report import write
     from speedbench.settings import demo_micro_batch
 
     if args.threads:
@@ -115,7 +115,7 @@ def main() -> int:
                               "interleaved": True,  # each side in its own process, their steps alternating
                               "rss_method": "RSS (/proc/self/statm) sampled every 20 ms by a background thread (max per part); "
                                             "ru_maxrss = lifetime peak of the part's process"},
-                 "versions": versions(),
+                 "versions": versions("peft", "accelerate", "trl"),
                  # isa_caps: an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode), the caps set
                  "machine": {**machine(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                              "load_before": round(os.getloadavg()[0], 1)}}

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import files, record
-
-
-def versions() -> dict:
-    return record.versions("peft", "accelerate", "trl")
+from harness import files
 
 
 def pct(value) -> str:
