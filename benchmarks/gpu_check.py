@@ -218,8 +218,7 @@ def main(argv=None) -> int:
                                                        128 if cuda else response)),
                 "score_b": (25, 5, lambda: score_b_comparison(models[0] if models else "tiny", work / "score-b",
                                                               device, response)),
-                "decode": (60, 5, lambda: decode_part(device, None, decode_rows, args.decode_tokens, None,
-                                                      max(0.0, left()))),
+                "decode": (60, 5, lambda: decode_part(device, decode_rows, args.decode_tokens, max(0.0, left()))),
                 "learning_cuda": (120, 5, lambda: learning_part(
                     out, device, args.learning_steps, 0, args.learning_heldout or None,
                     max(60.0, left() + HARD_EXTRA_S / 2), args.learning_set, args.learning_resume))}

@@ -137,8 +137,7 @@ def loop_row(policy, tokenizer, device, n: int, tokens: int, eager_tokens: int, 
     return row
 
 
-def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: int | None = None,
-                eager_tokens: dict | None = None, budget_s: float | None = None) -> dict:
+def decode_part(device_name: str, rows=ROWS, tokens: int | None = None, budget_s: float | None = None) -> dict:
     """The `decode` section of gpu_check.json; `budget_s`: the seconds it may take (the arms after the
     row counts are skipped, with the reason, when what is left would not hold them)."""
     import torch
@@ -154,11 +153,11 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
         left = float("inf") if budget_s is None else budget_s - (time.perf_counter() - start)
         return None if left >= need_s else f"not started: {left:.0f} s of the part's budget left, {need_s:.0f} s needed"
 
-    shape = shape or ("qwen2.5-0.5b" if cuda else "tiny")
+    shape = "qwen2.5-0.5b" if cuda else "tiny"
     tokens = tokens or (1024 if cuda else 24)
     # the eager loop is Python-bound (~27 ms a step whatever the rows): 1024 tokens at 32 rows, fewer at
     # more rows (its tokens/s at a shorter length is, if anything, flattered: less attention per step)
-    eager_tokens = eager_tokens or ({32: 1024, 128: 256, 256: 256} if cuda else {})
+    eager_tokens = {32: 1024, 128: 256, 256: 256} if cuda else {}
     policy, tokenizer = random_model(SHAPES[shape], device)
     policy.eval()
     result = {"shape": shape, "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens, "group": GROUP,
