@@ -47,17 +47,15 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                 continue
             entry[f"{k}_after"] = statistics.fmean(after)
             entry[f"{k}_after_sd"] = statistics.stdev(after) if len(after) > 1 else 0.0
-        # per seed: how many binomial standard errors (of the base accuracy) the change is
-        entry["acc_change_se"] = [in_ses(r["acc_after"] - base["acc_before"], base["acc_before"], n) for r in runs]
-        entry["greedy_change_se"] = [in_ses(r["greedy_after"] - base["greedy_before"], base["greedy_before"], n)
-                                     for r in runs]
-        for s in TRANSFER:
-            m = base.get(f"n_{s}")
-            if m and all(f"{s}_acc_after" in r for r in runs):
+        # per seed and set: how many binomial standard errors (of the base accuracy) the change is
+        for s, m, prefix in _sets(base):
+            if prefix and not all(f"{prefix}acc_after" in r for r in runs):
+                continue
+            if prefix:
                 entry[f"n_{s}"] = m
-                for k in ("acc", "greedy"):
-                    entry[f"{s}_{k}_change_se"] = [in_ses(r[f"{s}_{k}_after"] - base[f"{s}_{k}_before"],
-                                                          base[f"{s}_{k}_before"], m) for r in runs]
+            for k in ("acc", "greedy"):
+                before = base[f"{prefix}{k}_before"]
+                entry[f"{prefix}{k}_change_se"] = [in_ses(r[f"{prefix}{k}_after"] - before, before, m) for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
         # the update's mean token entropy over the last 3 steps (policy/entropy): recorded by every run
         tails = [[t["policy/entropy"] for t in r.get("train", [])[-3:]  # NaN: a step that kept no group
