@@ -38,10 +38,6 @@ def readme_command() -> list[str]:
     raise SystemExit("README.md: no 'pip install ... && rlpr train' line (command 1)")
 
 
-def cpu_name() -> str:
-    return f"{record.cpu_name()}, {len(os.sched_getaffinity(0))} CPUs"
-
-
 def run_mode(mode: str, parts: list[str], work: Path) -> dict:
     clone, venv = work / f"clone-{mode}", work / f"venv-{mode}"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(clone)], check=True)
@@ -121,10 +117,9 @@ def main() -> None:
     unknown = [m for m in modes if m not in MODES]
     if unknown:
         raise SystemExit(f"--modes: unknown {', '.join(unknown)}; choose from {', '.join(MODES)}")
-    parts, cpu = readme_command(), cpu_name()
+    parts, cpu = readme_command(), f"{record.cpu_name()}, {len(os.sched_getaffinity(0))} CPUs"
     out, rows = Path(args.output), []
-    res = files.carry_history({**record.stamp(), "cpu": cpu, "command": parts, "runs": rows},
-                              out.with_suffix(".json"), history_row)
+    res = files.carry_history({**record.stamp(), "cpu": cpu, "command": parts, "runs": rows}, out, history_row)
     work = Path(tempfile.mkdtemp(prefix="rlpr-demo-time-"))  # kept if a mode fails: its logs and runs
     for mode in modes:  # each mode's row is written as soon as it is measured
         rows.append(run_mode(mode, parts, work))

@@ -22,7 +22,7 @@ import time
 from pathlib import Path
 
 import yaml
-from harness import record
+from harness import files, record
 from harness.files import header, save, table
 from learnbench import budget
 from learnbench.records import read_records
@@ -121,12 +121,6 @@ def markdown(data: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def previous(output: Path) -> dict | None:
-    """The result already at `output` (its .json), which a new part of the result keeps the rest of."""
-    path = output.with_suffix(".json")
-    return json.loads(path.read_text()) if path.exists() else None
-
-
 def comparison_runs(rows_path: Path) -> list[dict]:
     """The trained rows of a learning-benchmark .jsonl, each with its curve in rollouts (budget.curve)."""
     out = []
@@ -156,7 +150,7 @@ def main(argv=None) -> None:
         q.add_argument("--findings", default="", help="the conclusions, as a paragraph at the end")
     args = p.parse_args(argv)
     if args.cmd == "compare":
-        data = previous(args.output) or {"runs": []}
+        data = files.load(args.output) or {"runs": []}  # a new part of the result keeps the rest
         runs = comparison_runs(args.rows)
         if not runs:
             raise SystemExit(f"{args.rows}: no trained rows with rollouts recorded")
@@ -173,7 +167,7 @@ def main(argv=None) -> None:
     for run in runs:
         run["summary"] = summarize(run)
     data = {"runs": runs, "note": args.note, "findings": args.findings}
-    if comparison := (previous(args.output) or {}).get("comparison"):  # item 3's comparison stays
+    if comparison := (files.load(args.output) or {}).get("comparison"):  # item 3's comparison stays
         data["comparison"] = comparison
     print(save(data | record.stamp(), args.output, markdown))
 

@@ -9,8 +9,7 @@ Each part runs against the deadline `--budget-s` (one that would not fit is reco
 is rewritten after every part), the short ones first: the CUDA tests (tests/test_cuda.py), resume and
 score B on the device, `decode` and `learning_cuda` (gpubench/decode.py, learning.py), then the model
 shapes trained against `rlpr plan` (gpubench/train.py). This file keeps the command line, the budget,
-the tests' and the environment's parts; gpubench/ holds the rest, imports running down. The names tests
-use are imported here again (`gpu_check.NAME`).
+the tests' and the environment's parts; gpubench/ holds the rest, imports running down.
 """
 
 from __future__ import annotations
@@ -32,14 +31,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "benchmarks"))  # its parts in files of their own (module docstring)
-# the parts' names, importable from here as before (tests/test_cuda.py, tests/test_gpu_check.py use gpu_check.NAME)
 from gpubench.decode import decode_part  # noqa: E402
-from harness import record  # noqa: E402
 from gpubench.learning import learning_part  # noqa: E402
-from gpubench.models import random_model_dir, synthetic_tokenizer  # noqa: E402,F401
 from gpubench.report import resummarize, write_report  # noqa: E402
-from gpubench.train import (  # noqa: E402,F401
-    PHASES, GiB, PhaseMeter, instrumented, paper_overrides, planned, resume_check, score_b_comparison, train_shape)
+from gpubench.train import GiB, resume_check, score_b_comparison, train_shape  # noqa: E402
+from harness import record  # noqa: E402
 
 HARD_EXTRA_S = 90
 
@@ -120,7 +116,6 @@ def rlpr_source() -> dict:
     return {"path": str(installed), "matches_tree": same}
 
 
-
 class PartDeadline(Exception):
     """A part ran past the budget + HARD_EXTRA_S (raised by SIGALRM in the main thread)."""
 
@@ -181,8 +176,8 @@ def main(argv=None) -> int:
     def left() -> float:
         return args.budget_s - (time.perf_counter() - start)
 
-    def part(key, fn, need_s, *a):
-        """Run one part if `need_s` seconds are left; its error is recorded, not raised."""
+    def part(key, fn, need_s):
+        """Run `fn()`, one part, if `need_s` seconds are left; its error is recorded, not raised."""
         if left() < need_s:
             return {"skipped": f"not started: {left():.0f} s of the budget left, {need_s:.0f} s needed"}
         tick = time.perf_counter()
@@ -191,7 +186,7 @@ def main(argv=None) -> int:
         signal.signal(signal.SIGALRM, _deadline)
         signal.alarm(max(1, int(left() + HARD_EXTRA_S)))
         try:
-            value = fn(*a)
+            value = fn()
         except Exception as e:  # noqa: BLE001 - the check reports every failure and goes on
             report["errors"].append(f"{key}: {type(e).__name__}: {e}")
             traceback.print_exc()
@@ -213,40 +208,36 @@ def main(argv=None) -> int:
     gpu_gb = args.gpu_gb if args.gpu_gb is not None else (report["environment"]["gpu_memory_gib"] if cuda else None)
     response = args.response_tokens or (1024 if cuda else 16)
     models = args.models if args.models is not None else (["qwen2.5-0.5b", "qwen2.5-1.5b"] if cuda else ["tiny"])
+    decode_rows = tuple(args.decode_rows or ((32, 128, 256) if cuda else (8,)))
     write_report(out, report)
     work = Path(tempfile.mkdtemp(prefix="rlpr-gpu-check-"))
     try:
+        # each part: (seconds it needs to start on CUDA, on the CPU; what runs it)
+        runs = {"cuda_tests": (20, 20, lambda: cuda_tests(out, max(30.0, min(150.0, left() - 60)))),
+                "resume": (30, 5, lambda: resume_check("qwen-small" if cuda else "tiny", work / "resume", device,
+                                                       128 if cuda else response)),
+                "score_b": (25, 5, lambda: score_b_comparison(models[0] if models else "tiny", work / "score-b",
+                                                              device, response)),
+                "decode": (60, 5, lambda: decode_part(device, decode_rows, args.decode_tokens, max(0.0, left()))),
+                "learning_cuda": (120, 5, lambda: learning_part(
+                    out, device, args.learning_steps, 0, args.learning_heldout or None,
+                    max(60.0, left() + HARD_EXTRA_S / 2), args.learning_set, args.learning_resume))}
+        # seconds each shape needs on one H100 (1024 tokens, 3 steps): measured 192 and 243 s
+        # (benchmarks/results/gpu_check.md), of which ~55 s each was cuDNN attention planning the
+        # first rollout, now left out; a part that starts runs to the budget + HARD_EXTRA_S at most
+        need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 180}
         # the short parts first: a model part running long must not starve them (the first GPU run
         # spent its whole budget on the two shapes)
         for name in parts:
-            if name == "cuda_tests":
-                report["cuda_tests"] = part("cuda_tests", cuda_tests, 20, out, max(30.0, min(150.0, left() - 60)))
-            elif name == "resume":
-                small = "qwen-small" if cuda else "tiny"
-                report["resume"] = part("resume", resume_check, 30 if cuda else 5, small, work / "resume", device,
-                                        128 if cuda else response)
-            elif name == "score_b":
-                report["score_b"] = part("score_b", score_b_comparison, 25 if cuda else 5,
-                                         models[0] if models else "tiny", work / "score-b", device, response)
-            elif name == "decode":
-                report["decode"] = part("decode", decode_part, 60 if cuda else 5, device, None,
-                                        tuple(args.decode_rows or (32, 128, 256) if cuda else args.decode_rows or (8,)),
-                                        args.decode_tokens, None, max(0.0, left()))
-            elif name == "learning_cuda":
-                report["learning_cuda"] = part("learning_cuda", learning_part, 120 if cuda else 5, out, device,
-                                               args.learning_steps, 0, args.learning_heldout or None,
-                                               max(60.0, left() + HARD_EXTRA_S / 2), args.learning_set,
-                                               args.learning_resume)
-            elif name == "models":
-                # seconds each part needs on one H100 (1024 tokens, 3 steps): measured 192 and 243 s
-                # (benchmarks/results/gpu_check.md), of which ~55 s each was cuDNN attention planning the
-                # first rollout, now left out; a part that starts runs to the budget + HARD_EXTRA_S at most
-                need = {"qwen2.5-0.5b": 150, "qwen2.5-1.5b": 180}
-                for shape in models:
-                    report["models"][shape] = part(f"models/{shape}", train_shape, need.get(shape, 10), shape,
-                                                   work / shape, device, response, args.steps, gpu_gb)
-                    write_report(out, report)
-            write_report(out, report)
+            if name != "models":
+                on_cuda, on_cpu, fn = runs[name]
+                report[name] = part(name, fn, on_cuda if cuda else on_cpu)
+                write_report(out, report)
+                continue
+            for shape in models:
+                report["models"][shape] = part(f"models/{shape}", lambda: train_shape(
+                    shape, work / shape, device, response, args.steps, gpu_gb), need.get(shape, 10))
+                write_report(out, report)
     finally:
         shutil.rmtree(work, ignore_errors=True)
         report["wall_s"] = time.perf_counter() - start

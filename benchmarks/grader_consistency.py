@@ -20,6 +20,11 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
+if str(Path(__file__).resolve().parent) not in sys.path:  # run as a script, or loaded from its path by a test
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from harness import files, record  # noqa: E402
+
 ROOT = Path(__file__).resolve().parents[1]
 DATA = ROOT.parent / "shared" / "data"
 RESULTS = ROOT / "benchmarks" / "results"
@@ -172,9 +177,7 @@ def check(groups: list[list], *, workers: int = 1, seed: int = SHUFFLE_SEED) -> 
 
 
 def table(results: dict) -> str:
-    from harness.files import table as md
-
-    return "\n".join(md(["data set", "rows", "grader", "`<answer> REF </answer>`", "`The answer is REF.`", "`\\boxed{REF}`",
+    return "\n".join(files.table(["data set", "rows", "grader", "`<answer> REF </answer>`", "`The answer is REF.`", "`\\boxed{REF}`",
                          "shuffled refs correct", "chance (same answer)", "bound", "ok"],
                         ([name, r["n"], ", ".join(r["graders"]), *(f"{100 * r[f]:.1f}%" for f in FORMS),
                           *(f"{100 * r[k]:.2f}%" for k in ("shuffled", "chance", "shuffled_bound")),
@@ -234,17 +237,13 @@ def _pct(x) -> str:
 
 def slices(rows: list[tuple[str, dict]]) -> list[str]:
     """A markdown table of (slice name, _scores) rows."""
-    from harness.files import table
-
-    return table(["slice", "scored rows", "precision", "recall", "agreement", "TP", "FP", "FN", "TN"],
+    return files.table(["slice", "scored rows", "precision", "recall", "agreement", "TP", "FP", "FN", "TN"],
                  ([name, r["n"], _pct(r["precision"]), _pct(r["recall"]), _pct(r["agreement"]), r["tp"], r["fp"],
                    r["fn"], r["tn"]] for name, r in rows))
 
 
 def disagreements(result: dict, halves: bool) -> list[str]:
-    from harness.files import table
-
-    return table(["id", *(["half"] if halves else []), "label", "graded", "rule", "label's reason", "response"],
+    return files.table(["id", *(["half"] if halves else []), "label", "graded", "rule", "label's reason", "response"],
                  ([d["id"], *([d["half"]] if halves else []), d["label"], d["graded"], d["rule"],
                    d["reason"].replace("|", "/"), " ".join(d["response"].split())[:160].replace("|", "\\|")]
                   for d in result["disagreements"]))
@@ -274,8 +273,6 @@ def labeled_markdown(result: dict, fresh: list[dict] = ()) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    from harness import files, record  # benchmarks/ is on the path when this runs as a script
-
     from rlpr.grading import GRADER_VERSION
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
@@ -302,10 +299,9 @@ def main(argv: list[str] | None = None) -> int:
     import tempfile
 
     results, start = {}, time.time()
-    for name, fmt, source, files in DATASETS:
+    for name, fmt, source, paths in DATASETS:  # (`files` is the harness module)
         t = time.time()
-        results[name] = check(load_files(fmt, source, [DATA / f for f in files], args.limit),
-                              workers=args.workers)
+        results[name] = check(load_files(fmt, source, [DATA / f for f in paths], args.limit), workers=args.workers)
         print(f"{name}: {json.dumps({k: v for k, v in results[name].items() if 'fail' not in k})} "
               f"({time.time() - t:.0f} s)", flush=True)
     with tempfile.TemporaryDirectory() as tmp:

@@ -2,17 +2,11 @@
 
 Every variant of learnbench/variants.py (`--list-variants`) trains the `small` preset's model over
 several seeds and is evaluated, with one fixed scorer, on the same held-out and transfer questions;
-the method, the settings and what the results mean are docs/learning.md's ("The learning benchmark").
+the method, the settings, the workers and what the results mean are docs/learning.md's ("The learning
+benchmark"). Finished runs are rows of <output>.jsonl (a re-run skips them, a killed run is taken over),
+their responses in <output>_responses/, the summary <output>.{json,md,png}; the code: learnbench/.
 
-    python benchmarks/learning.py              # the full benchmark (see --help for its size)
-    python benchmarks/learning.py --variants rlpr,rlvr,rlvr_exact   # the three main variants only
-    python benchmarks/learning.py --quick      # a smaller smoke setting (1 seed, rlpr + base)
-    python benchmarks/learning.py --regrade    # re-grade the saved responses with the current grader
-    python benchmarks/learning.py --threads 1 & python benchmarks/learning.py --threads 1 --reverse  # two workers
-
-Finished runs are rows of <output>.jsonl (a re-run skips them; a killed run is taken over from its
-start), their responses in <output>_responses/; the summary is <output>.{json,md,png}. The benchmark
-is the package beside this entry point, learnbench/ (a package named `learning` would shadow it).
+    python benchmarks/learning.py [--quick] [--regrade] [--list-variants] [--variants a,b] [--reverse]
 """
 
 from __future__ import annotations

@@ -138,7 +138,6 @@ def markdown(result: dict) -> str:
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", nargs="+", choices=list(CONFIGS), default=list(CONFIGS))
-    ap.add_argument("--no-write", action="store_true", help="print only")
     args = ap.parse_args()
     import torch
 
@@ -164,10 +163,8 @@ def main() -> None:
                   f"{plan['peak_phase']:8s} {seconds:.0f} s{'' if within else '  OUTSIDE 25%'}", flush=True)
     result = {**record.stamp(), "torch": torch.__version__, "runtime_gib": runtime,
               "plan_runtime_gib": mp.CPU_RUNTIME_BYTES / mp.GiB, "tolerance": TOLERANCE, "runs": runs}
-    if not args.no_write:
-        files.save(result, RESULTS / "memory_plan", markdown)
-        print(f"wrote {RESULTS / 'memory_plan.json'} and memory_plan.md")
-    print(markdown(result))
+    print(files.save(result, RESULTS / "memory_plan", markdown))
+    print(f"wrote {RESULTS / 'memory_plan.json'} and memory_plan.md")
 
 
 if __name__ == "__main__":

@@ -38,12 +38,11 @@ def rlpr(*args: str) -> None:
 def summary_table(report: dict) -> list[str]:
     """One row per variant: pooled and within-group AUC with their CIs, and the within-group
     difference to the configured reward with its paired CI."""
-    def ci(c, signed=False):
-        f = "{:+.3f}" if signed else "{:.3f}"
-        return "n/a" if c is None else f"[{f.format(c[0])}, {f.format(c[1])}]"
-
     def num(x, signed=False):
         return "n/a" if x is None else (f"{x:+.3f}" if signed else f"{x:.3f}")
+
+    def ci(c, signed=False):
+        return "n/a" if c is None else f"[{num(c[0], signed)}, {num(c[1], signed)}]"
 
     return files.table(["reward variant", "pooled AUC [95% CI]", "within-group AUC [95% CI]",
                         "within - reward [paired 95% CI]"],
@@ -73,7 +72,7 @@ def main() -> int:
     if args.baseline:
         return baseline(work, args.quick)
     if args.render:
-        print(files.save(json.loads((RESULTS / "reward_quality.json").read_text()), RESULTS / "reward_quality", markdown))
+        print(files.save(files.load(RESULTS / "reward_quality"), RESULTS / "reward_quality", markdown))
         return 0
     threads = f"model.threads={args.threads}"
     timings = {"build_s": args.build_seconds} if args.labeled and args.build_seconds else {}

@@ -17,7 +17,6 @@ import argparse
 import json
 import os
 import platform
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -61,8 +60,7 @@ def run_child(args, length: int, n: int, out: Path) -> None:
     from rlpr.model.memory import release_memory
     from rlpr.train import trainer as T
 
-    work = tempfile.mkdtemp(prefix="rlpr-scaling-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="rlpr-scaling-") as work:
         cfg = load_config("demo", overrides(args, length, n, work, "point"))
         seen: dict = {"phase_peak_gb": {}}
         phases, stack, state = seen["phase_peak_gb"], [], {"active": False, "peak": 0.0}
@@ -127,8 +125,6 @@ def run_child(args, length: int, n: int, out: Path) -> None:
         row = {"response_tokens": length, "group_size": n, **seen,
                "metrics": {k: v for k, v in metrics.items() if k.startswith(("perf/", "rollout/", "policy/", "reward/"))}}
         out.write_text(json.dumps(row))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 def run_setup_child(args, out: Path) -> None:
@@ -143,8 +139,7 @@ def run_setup_child(args, out: Path) -> None:
     from rlpr.train.setup import load_data
     from rlpr.train.trainer import Trainer
 
-    work = tempfile.mkdtemp(prefix="rlpr-scaling-setup-")
-    try:
+    with tempfile.TemporaryDirectory(prefix="rlpr-scaling-setup-") as work:
         cfg = load_config("demo", overrides(args, BASE_L, BASE_N, work, "setup"))
         dist.init_from_env(dist.resolve_device(cfg.model.device))
         examples = load_data(cfg)
@@ -164,8 +159,6 @@ def run_setup_child(args, out: Path) -> None:
                "rollout_dtype": str(next(trainer.engine.model.parameters()).dtype).removeprefix("torch."),
                "mixed_precision": trainer.mixed_precision, "torch_threads": torch.get_num_threads()}
         out.write_text(json.dumps(row))
-    finally:
-        shutil.rmtree(work, ignore_errors=True)
 
 
 # -- the parent ---------------------------------------------------------------------------------
@@ -190,12 +183,6 @@ def spawn(args, extra: list[str], timeout: float | None) -> dict:
         row = json.loads(out.read_text())
         row["process_wall_s"] = time.perf_counter() - tick
         return row
-
-
-def settings_key(args) -> dict:
-    return {"model": args.model, "budget": args.budget, "threads": args.threads, "train_prompts": args.train_prompts,
-            "omp_wait_policy": args.omp_wait_policy,
-            **({"malloc_mmap_threshold": args.malloc_mmap_threshold} if args.malloc_mmap_threshold else {})}
 
 
 def load_rows(path: Path, key: dict) -> list[dict]:
@@ -239,7 +226,9 @@ def main() -> int:
     stem = stem.with_suffix("") if stem.suffix in (".json", ".md", ".png", ".jsonl") else stem
     log = stem.with_suffix(".jsonl")
     log.parent.mkdir(parents=True, exist_ok=True)
-    key = settings_key(args)
+    key = {"model": args.model, "budget": args.budget, "threads": args.threads, "train_prompts": args.train_prompts,
+           "omp_wait_policy": args.omp_wait_policy,  # a point measured under other settings is measured again
+           **({"malloc_mmap_threshold": args.malloc_mmap_threshold} if args.malloc_mmap_threshold else {})}
     started = time.time()
 
     def append(row: dict) -> None:

@@ -80,7 +80,7 @@ def markdown(res: dict) -> str:
         lines += [(f"**Linearity criterion {verdict}**: growth above model_gb at L=4096 is {c['growth_4096_gb']:.3f} "
                    f"GiB, {c['ratio']:.3f}x the {c['growth_512_gb']:.3f} GiB at L=512 (n=2), against a limit of "
                    f"1.2 x 8 = {c['limit']:.1f}x. " + res.get("verdict_text", "")), ""]
-    if not c:
+    else:
         lines += ["Linearity criterion: not evaluated (the L=512 and L=4096 points at n=2 and model_gb are all "
                   "needed).", ""]
     if res.get("notes"):
@@ -98,7 +98,8 @@ def verdict_text(rows: list[dict], model_gb: float) -> str:
             + " (flat or falling: at most linear; rising: faster than linear).")
 
 
-def plot(res: dict, path: Path) -> None:
+def plot(res: dict):
+    """The figure: peak RSS and the step's seconds against L (n = 2) and against n (L = 512)."""
     import matplotlib
 
     matplotlib.use("Agg")
@@ -140,17 +141,16 @@ def plot(res: dict, path: Path) -> None:
     fig.suptitle("One RLPR training step: SmolLM2-135M, full fine-tuning, checkpointing, "
                  f"{res['settings']['budget']}-token micro-batches")
     fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    return fig
 
 
 def write(res: dict, stem: Path) -> str:
-    text = files.save(res, stem, markdown)
+    figure = None
     try:
-        plot(res, stem.with_suffix(".png"))
+        figure = plot(res)
     except ImportError:
         print("matplotlib is not installed: no plot", file=sys.stderr)
-    return text
+    return files.save(res, stem, markdown, figure)
 
 
 def notes(res: dict, args) -> list[str]:

@@ -10,6 +10,7 @@ the server's RSS and threads are sampled every 0.2 s.
 from __future__ import annotations
 
 import argparse
+import itertools
 import json
 import os
 import select
@@ -166,44 +167,35 @@ def proc_status(pid: int) -> dict:
     return fields
 
 
+def run_all(threads: list[threading.Thread]) -> None:
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+
+
 def soak(port: int, pid: int, seconds: float) -> dict:
     table = kinds()
-    records: list[tuple[str, object, float]] = []
-    lock = threading.Lock()
+    records: list[tuple[str, object, float]] = []  # (kind, outcome, seconds); list.append is atomic
     stop_at = time.monotonic() + seconds
     samples = []
 
-    def record(name, outcome, elapsed):
-        with lock:
-            records.append((name, outcome, elapsed))
-
     def loop(names):  # one client, request after request; after a 503 it waits its Retry-After (1 s)
-        i = 0
-        while time.monotonic() < stop_at:
-            name = names[i % len(names)]
-            outcome, elapsed = table[name][0](port)
-            record(name, outcome, elapsed)
-            if outcome == 503:
+        for name in itertools.cycle(names):
+            if time.monotonic() >= stop_at:
+                return
+            records.append((name, *(answer := table[name][0](port))))
+            if answer[0] == 503:
                 time.sleep(1.0)
-            i += 1
 
-    def burst():
-        barrier = threading.Barrier(100)
+    def one(barrier):
+        barrier.wait()
+        records.append(("burst", *table["valid"][0](port)))
 
-        def one():
-            barrier.wait()
-            record("burst", *table["valid"][0](port))
-
-        threads = [threading.Thread(target=one) for _ in range(100)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-
-    def bursts():
+    def bursts():  # 100 clients at once every 15 s
         while time.monotonic() < stop_at:
-            started = time.monotonic()
-            burst()
+            started, barrier = time.monotonic(), threading.Barrier(100)
+            run_all([threading.Thread(target=one, args=(barrier,)) for _ in range(100)])
             time.sleep(max(0.0, min(15.0 - (time.monotonic() - started), stop_at - time.monotonic())))
 
     def monitor():
@@ -221,10 +213,7 @@ def soak(port: int, pid: int, seconds: float) -> dict:
     workers += [threading.Thread(target=loop, args=(MALFORMED[i::4],)) for i in range(4)]
     rss_start = proc_status(pid)
     started = time.monotonic()
-    for w in workers:
-        w.start()
-    for w in workers:
-        w.join()
+    run_all(workers)
     elapsed = time.monotonic() - started
     rss_end = proc_status(pid)
 

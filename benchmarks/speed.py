@@ -31,18 +31,6 @@ QUICK_OUTPUT = Path(tempfile.gettempdir()) / "rlpr-speed-quick" / "speed"
 SIDES = ("rlpr", "trl")
 
 
-def markdown(res: dict) -> str:
-    """speed.markdown(json) re-renders a saved result."""
-    from speedbench.report import markdown as render
-
-    return render(res)
-
-
-def prompts_digest(prompts: list) -> str:
-    """One hash of the prompts' texts in order: the two sides must train on the same ones."""
-    return hashlib.sha256("\x00".join(p.text for p in prompts).encode()).hexdigest()[:16]
-
-
 def run_side(args) -> int:
     """One child: rlpr's or TRL's steps, each a turn of the baton; writes its part to --side-out. Its
     first turn begins before torch is imported, so that neither side's imports run during the
@@ -71,7 +59,8 @@ def run_side(args) -> int:
             part = run_trl(args, work, prompts, baton)
     part["memory"] = mem.to_dict()
     part["gomp_spincount"] = os.environ.get("GOMP_SPINCOUNT")  # None: libgomp's default (300,000)
-    part["prompts_digest"] = prompts_digest(prompts)
+    # one hash of the prompts' texts in order: the two sides must train on the same ones
+    part["prompts_digest"] = hashlib.sha256("\x00".join(p.text for p in prompts).encode()).hexdigest()[:16]
     Path(args.side_out).write_text(json.dumps(part, default=str))
     return 0
 
@@ -87,8 +76,7 @@ def main() -> int:
     parser.add_argument("--steps", type=int, default=5, help="timed steps per trainer")
     parser.add_argument("--warmup", type=int, default=1, help="untimed steps before them")
     parser.add_argument("--max-new-tokens", type=int, default=64)
-    parser.add_argument("--skip-trl", action="store_true")
-    parser.add_argument("--skip-rlpr", action="store_true", help=argparse.SUPPRESS)
+    parser.add_argument("--skip-trl", action="store_true", help="rlpr's side only")
     parser.add_argument("--trl-bf16", action=argparse.BooleanOptionalAction, default=True,
                         help="TRL's bf16 flag (accelerate bf16 autocast on CPU)")
     parser.add_argument("--threads", type=int, default=0,
@@ -107,8 +95,8 @@ def main() -> int:
         return run_side(args)
     import torch
 
-    from harness.record import machine
-    from speedbench.report import versions, write
+    from harness.record import machine, versions
+    from speedbench.report import write
     from speedbench.settings import demo_micro_batch
 
     if args.threads:
@@ -122,12 +110,12 @@ def main() -> int:
                               "interleaved": True,  # each side in its own process, their steps alternating
                               "rss_method": "RSS (/proc/self/statm) sampled every 20 ms by a background thread (max per part); "
                                             "ru_maxrss = lifetime peak of the part's process"},
-                 "versions": versions(),
+                 "versions": versions("peft", "accelerate", "trl"),
                  # isa_caps: an emulated AVX2 machine (benchmarks/demo_time.py's avx2 mode), the caps set
                  "machine": {**machine(), "torch_threads": torch.get_num_threads(), "platform": platform.platform(),
                              "load_before": round(os.getloadavg()[0], 1)}}
     started = time.time()
-    sides = [s for s in SIDES if not getattr(args, f"skip_{s}")]
+    sides = ["rlpr"] if args.skip_trl else list(SIDES)
     with tempfile.TemporaryDirectory(prefix="rlpr-speed-") as tmp:
         work = Path(tmp)
         print(f"== {' and '.join(sides)}, steps alternating (each in its own process)", flush=True)

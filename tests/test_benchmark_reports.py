@@ -11,7 +11,7 @@ pytestmark = pytest.mark.unit
 
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 # module, report function, the stored results it reads
-REPORTS = [("speed", "markdown", "speed*.json"), ("speed", "markdown", "archive/speed*.json")]
+REPORTS = [("speedbench.report", "markdown", "speed*.json"), ("speedbench.report", "markdown", "archive/speed*.json")]
 
 
 @pytest.mark.parametrize("module,function,pattern", REPORTS)

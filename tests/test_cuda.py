@@ -16,7 +16,7 @@ if not torch.cuda.is_available():
     pytest.skip("needs CUDA (benchmarks/gpu_check.py runs these on a GPU)", allow_module_level=True)
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "benchmarks"))
-import gpu_check  # noqa: E402
+from gpubench import models, train  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -26,13 +26,13 @@ CUDA = torch.device("cuda", 0)
 @pytest.fixture(scope="module")
 def model_dir(tmp_path_factory):
     """A random 2-layer Qwen2-layout model (tied embeddings, GQA, q/k/v biases), vocabulary 4096."""
-    return gpu_check.random_model_dir(tmp_path_factory.mktemp("tiny-qwen"), "tiny", "cpu")
+    return models.random_model_dir(tmp_path_factory.mktemp("tiny-qwen"), "tiny", "cpu")
 
 
 def overrides(model_dir, out, name, **kw):
     args = dict(device="cuda", response_tokens=12, prompt_tokens=256, steps=2)
     args.update(kw)
-    return gpu_check.paper_overrides(model_dir, out, name, **args)
+    return train.paper_overrides(model_dir, out, name, **args)
 
 
 def test_auto_device_and_precisions_choose_the_gpu():
@@ -68,10 +68,10 @@ def test_plan_weight_and_rollout_copy_terms_match_the_cuda_allocator(tmp_path):
     from rlpr.model.loading import load_model
     from rlpr.rollout.hf import plain_copy
 
-    path = gpu_check.random_model_dir(tmp_path / "small", "qwen-small", "cpu")
+    path = models.random_model_dir(tmp_path / "small", "qwen-small", "cpu")
     cfg = load_config("paper", overrides(path, tmp_path, "plan", prompt_tokens=64))
-    plan = gpu_check.planned(cfg, None)
-    terms = {t["name"]: t["gib"] * gpu_check.GiB for t in plan["terms"]}
+    plan = train.planned(cfg, None)
+    terms = {t["name"]: t["gib"] * train.GiB for t in plan["terms"]}
     model, _ = load_model(path)
     torch.cuda.synchronize()
     before = torch.cuda.memory_allocated()
@@ -183,14 +183,14 @@ def test_phase_meter_records_cuda_peaks(model_dir, tmp_path):
     from rlpr.config import load_config
     from rlpr.train.trainer import train
 
-    meter = gpu_check.PhaseMeter(cuda=True)
-    with gpu_check.instrumented(meter, save=False):
+    meter = train.PhaseMeter(cuda=True)
+    with train.instrumented(meter, save=False):
         train(load_config("paper", overrides(model_dir, tmp_path, "meter")))
     phases = meter.summary(2)
     weights = sum(v.numel() * 4 for v in load_file(str(model_dir / "model.safetensors")).values())
-    for ph in gpu_check.PHASES:
+    for ph in train.PHASES:
         assert phases[ph]["calls"] >= 1, ph
-        assert phases[ph]["allocated_gib"] * gpu_check.GiB >= weights, ph
+        assert phases[ph]["allocated_gib"] * train.GiB >= weights, ph
         assert phases[ph]["reserved_gib"] >= phases[ph]["allocated_gib"], ph
 
 
@@ -250,7 +250,7 @@ def test_sliding_windows_decode_in_captured_graphs_as_the_eager_loop(name):
     CPU test's tiny models; the check's own tokenizer, whose EOS is id 2 as SmolLM2's)."""
     from test_graph_windows import _family, eos_prone, prompts
 
-    tokenizer = gpu_check.synthetic_tokenizer(4096)
+    tokenizer = models.synthetic_tokenizer(4096)
     assert tokenizer.eos_token_id == 2
 
     from rlpr.rollout import graph_decode

@@ -1,6 +1,6 @@
 """benchmarks/gpu_check.py (issue 36) kept from rotting between GPU loans: its CPU dry run (`--device
 cpu`, a tiny model, 2 steps of 8-token responses: every part of the GPU check on the CPU), its
-tokenizer, and the wheels, requirements and model parts that benchmarks/gpu_loan.py carries to the GPU
+tokenizer, and the wheels, requirements and model parts that tools/gpu_loan.py carries to the GPU
 machine."""
 
 from __future__ import annotations
@@ -13,9 +13,11 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(ROOT / "benchmarks"))
+sys.path[:0] = [str(ROOT / "benchmarks"), str(ROOT / "tools")]
 import gpu_check  # noqa: E402
 import gpu_loan  # noqa: E402
+from gpubench.models import synthetic_tokenizer  # noqa: E402
+from gpubench.train import PHASES  # noqa: E402
 
 pytestmark = pytest.mark.integration
 
@@ -35,7 +37,7 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
     assert tiny["response_len"] == [8.0, 8.0]  # rollout.min_new_tokens forced every response to full length
     assert all(m > 1 for m in tiny["micro_batches"])  # the token budget split the updates
     assert tiny["update_tokens"] > 0 and tiny["update_tok_s"] > 0
-    for phase in gpu_check.PHASES:
+    for phase in PHASES:
         assert tiny["phases"][phase]["calls"] >= 2, phase  # every phase of both steps was metered
         assert list(tiny["phases"][phase]["seconds_per_step"]) == ["1", "2"], phase  # step 1's warm-up shows
         assert tiny["plan"]["phases_gib"][phase] > 0
@@ -81,7 +83,7 @@ def test_cpu_dry_run_runs_every_part_of_the_gpu_check(tmp_path):
 
 
 def test_synthetic_tokenizer_has_the_vocabulary_and_decodes_every_id():
-    tok = gpu_check.synthetic_tokenizer(4096)
+    tok = synthetic_tokenizer(4096)
     assert len(tok) == 4096 and tok.is_fast
     assert tok.eos_token == "<|im_end|>" and tok.pad_token == "<|endoftext|>"
     text = "What is the capital of France? <answer>Paris</answer>"

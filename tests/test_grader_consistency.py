@@ -49,3 +49,17 @@ def test_shuffled_bound_is_chance_for_multiple_choice():
     r = gc.check([[ex(x) for x in "ABCDABCD"]])
     assert r["multiple_choice_rows"] == 8 and r["shuffled_bound"] == r["chance"]
     assert r["shuffled"] == r["chance"]  # a letter grader agrees exactly when the letters do
+
+
+def test_the_full_command_writes_its_result_pair(tmp_path, monkeypatch):
+    """main() end to end on one small data set: the run once ended in an AttributeError after every
+    check had run, its loop variable `files` shadowing the harness module that saves the result."""
+    (tmp_path / "gsm8k").mkdir()
+    (tmp_path / "gsm8k" / "test.jsonl").write_text("".join(
+        f'{{"question": "What is {i} + 1?", "answer": "{i} + 1 = {i + 1}\\n#### {i + 1}"}}\n' for i in range(6)))
+    monkeypatch.setattr(gc, "DATA", tmp_path)
+    monkeypatch.setattr(gc, "DATASETS", [("gsm8k", "gsm8k", "gsm8k", ["gsm8k/test.jsonl"])])
+    monkeypatch.setattr(gc, "FIXTURES", [])
+    assert gc.main(["--output", str(tmp_path / "out" / "gc"), "--workers", "1"]) == 0
+    text = (tmp_path / "out" / "gc.md").read_text()
+    assert text.startswith("# Grader self-consistency") and "| gsm8k | 6 |" in text

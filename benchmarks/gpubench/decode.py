@@ -7,7 +7,7 @@ step profile, Gemma 3's shape, the attention kernel, torch.compile (docs/distrib
 from __future__ import annotations
 
 import time
-
+from unittest import mock
 
 ROWS = (32, 128, 256)
 PROMPT_TOKENS = 128
@@ -137,8 +137,7 @@ def loop_row(policy, tokenizer, device, n: int, tokens: int, eager_tokens: int, 
     return row
 
 
-def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: int | None = None,
-                eager_tokens: dict | None = None, budget_s: float | None = None) -> dict:
+def decode_part(device_name: str, rows=ROWS, tokens: int | None = None, budget_s: float | None = None) -> dict:
     """The `decode` section of gpu_check.json; `budget_s`: the seconds it may take (the arms after the
     row counts are skipped, with the reason, when what is left would not hold them)."""
     import torch
@@ -154,11 +153,11 @@ def decode_part(device_name: str, shape: str | None = None, rows=ROWS, tokens: i
         left = float("inf") if budget_s is None else budget_s - (time.perf_counter() - start)
         return None if left >= need_s else f"not started: {left:.0f} s of the part's budget left, {need_s:.0f} s needed"
 
-    shape = shape or ("qwen2.5-0.5b" if cuda else "tiny")
+    shape = "qwen2.5-0.5b" if cuda else "tiny"
     tokens = tokens or (1024 if cuda else 24)
     # the eager loop is Python-bound (~27 ms a step whatever the rows): 1024 tokens at 32 rows, fewer at
     # more rows (its tokens/s at a shorter length is, if anything, flattered: less attention per step)
-    eager_tokens = eager_tokens or ({32: 1024, 128: 256, 256: 256} if cuda else {})
+    eager_tokens = {32: 1024, 128: 256, 256: 256} if cuda else {}
     policy, tokenizer = random_model(SHAPES[shape], device)
     policy.eval()
     result = {"shape": shape, "prompt_tokens": PROMPT_TOKENS, "new_tokens": tokens, "group": GROUP,
@@ -238,11 +237,10 @@ def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
     """step_profile on the bf16 rollout copy (the same copy the rows above ran)."""
     import torch
 
+    from rlpr.rollout import fused_step, graph_decode
     from rlpr.rollout.hf import HFRollout
     from rlpr.rollout.sampling import PerRowSampler
     from rlpr.rollout.step_profile import profile_decode
-
-    from rlpr.rollout import fused_step, graph_decode
 
     # (a CPU copy's prepacked layers would keep the products apart: off, so the dry run profiles the GPU's path)
     model = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph",
@@ -256,11 +254,8 @@ def profile_arm(policy, tokenizer, device, rows: int, steps: int) -> dict:
     out = run()
     fused = fused_step.fused_step(model, graph_decode.DECODE_ATTENTION) is not None
     out.update(dtype="bfloat16", fused_projections=fused)
-    fused_step.ENABLED = False  # the same step on the model's own forward: what fusing q/k/v and gate/up saved
-    try:
+    with mock.patch.object(fused_step, "ENABLED", False):  # the model's own forward: what fusing q/k/v, gate/up saved
         plain = run()
-    finally:
-        fused_step.ENABLED = True
     out["unfused"] = {k: plain.get(k) for k in ("kernels_per_step", "ops_per_step", "matrix_products_per_step",
                                                  "busy_ms_per_step",
                                                  "non_matrix_share", "class_ms_per_step", "graph") if k in plain}
@@ -296,14 +291,11 @@ def kernel_arm(policy, tokenizer, device, rows: int, tokens: int) -> dict:
     out = {"rows": rows, "new_tokens": tokens}
     tokens_of = {}
     for kernel in ("matmul", "sdpa"):
-        graph_decode.KERNEL = kernel
-        try:
+        with mock.patch.object(graph_decode, "KERNEL", kernel):
             engine = HFRollout(policy, tokenizer, torch.bfloat16, batch_sequences=rows, loop="graph")
             timed_generate(engine, prompts, tokens, device)  # capture
             seconds, _ = timed_generate(engine, prompts, tokens, device)
             tokens_of[kernel] = [r.token_ids for r in engine.generate(prompts, GROUP, max_new_tokens=8, temperature=0.0)]
-        finally:
-            graph_decode.KERNEL = "matmul"
         out[f"{kernel}_step_ms"] = 1e3 * seconds / tokens
         out[f"{kernel}_graph_failed"] = graph_decode.decoder_for(engine.model).failed
     out["sdpa_over_matmul"] = out["sdpa_step_ms"] / out["matmul_step_ms"]

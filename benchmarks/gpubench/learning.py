@@ -1,11 +1,10 @@
 """gpu_check's `learning_cuda` part (issue 40): the learning benchmark's `small` RLPR variant and its
 shuffled-reference control (20 steps, seed 0) trained on CUDA from the embedded model (benchmarks/learning.py
-in a subprocess; the model carried by benchmarks/gpu_loan.py), beside the CPU table's rows of the
+in a subprocess; the model carried by tools/gpu_loan.py), beside the CPU table's rows of the
 same seed in standard errors, and the step time."""
 
 from __future__ import annotations
 
-import json
 import math
 import statistics
 import subprocess
@@ -17,6 +16,7 @@ from pathlib import Path
 
 from gpubench.markdown import unfinished
 from harness.files import table
+from learnbench.rows import load_rows
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU_ROWS = ROOT / "benchmarks" / "results" / "learning.jsonl"
@@ -32,10 +32,7 @@ def binomial_se(p: float, n: int) -> float:
 def cpu_rows(variant: str, steps: int, grader_version: int, path: Path | None = CPU_ROWS) -> dict:
     """The CPU learning table's rows of the embedded model for `variant` at `steps`, graded by this
     grader version, by seed (the newest row of a seed)."""
-    if path is None or not path.exists():
-        return {}
-    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-    return {r["seed"]: r for r in rows if r["variant"] == variant and r["steps"] == (0 if variant == "base" else steps)
+    return {r["seed"]: r for r in (load_rows(path) if path else []) if r["variant"] == variant and r["steps"] == (0 if variant == "base" else steps)
             and r.get("grader_version") == grader_version and not r.get("settings", {}).get("model")
             and not r.get("settings", {}).get("set")}
 
@@ -132,8 +129,7 @@ def learning_part(out: Path, device: str, steps: int = 20, seed: int = 0, heldou
     print("\n".join(log.read_text().splitlines()[-30:]), flush=True)
     result = {"command": " ".join(cmd[1:]).replace(str(work), "WORK"), "wall_s": wall, "returncode": returncode,
               "output_tail": log.read_text()[-3000:], "device": device, "steps": steps, "seed": seed}
-    rows = [json.loads(line) for line in (output.with_suffix(".jsonl")).read_text().splitlines()] \
-        if output.with_suffix(".jsonl").exists() else []
+    rows = load_rows(output.with_suffix(".jsonl"))
     with tarfile.open(out / "learning_cuda.tar.gz", "w:gz") as tar:
         for f in sorted(work.glob("learning_cuda*")):
             tar.add(f, arcname=f.name)

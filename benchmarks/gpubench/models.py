@@ -5,6 +5,7 @@ ChatML as Qwen2.5's), and a HF folder of random weights."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 
@@ -59,13 +60,10 @@ def synthetic_tokenizer(vocab_size: int, bpe_size: int = 2048):
     tok.train_from_iterator(_corpus(), trainer)
     data = json.loads(tok.to_str())
     vocab = data["model"]["vocab"]
-    n = len(alphabet)
-    i = 0
-    while len(vocab) < vocab_size:
-        word = alphabet[i % n] + alphabet[(i // n) % n] + alphabet[(i // n // n) % n] + "\u0120"
-        i += 1
-        if word not in vocab:
-            vocab[word] = len(vocab)
+    for c, b, a in itertools.product(alphabet, repeat=3):  # three bytes and a space, the first varying fastest
+        if len(vocab) >= vocab_size:
+            break
+        vocab.setdefault(a + b + c + "\u0120", len(vocab))
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=Tokenizer.from_str(json.dumps(data)),
                                         eos_token="<|im_end|>", pad_token="<|endoftext|>")
     tokenizer.chat_template = CHATML

@@ -67,10 +67,7 @@ class PhaseMeter:
     including everything held across it)."""
 
     def __init__(self, cuda: bool):
-        self.cuda = cuda
-        self.records: list[dict] = []
-        self.step = 0
-        self.update_tokens = 0
+        self.cuda, self.records, self.step = cuda, [], 0
 
     def wrap(self, phase: str, fn):
         import torch
@@ -115,33 +112,32 @@ class PhaseMeter:
 def instrumented(meter: PhaseMeter, save: bool = True):
     """Wrap the trainer's phases (rlpr/train/trainer.py) without changing them: the engine's sync and
     generate, the reward (score), the old log-probs, the micro-batch backward and the optimizer step."""
+    from unittest import mock
+
     from rlpr.train import trainer as tr
 
-    orig = {"_setup": tr.Trainer._setup, "train_step": tr.Trainer.train_step, "score": tr.Trainer.score,
-            "save": tr.Trainer.save, "fill": tr.fill_step_logprobs, "acc": tr.accumulate_gradients}
+    setup, train_step = tr.Trainer._setup, tr.Trainer.train_step
 
-    def _setup(self):
-        orig["_setup"](self)
+    def wrapped_setup(self):
+        setup(self)
         self.engine.sync = meter.wrap("sync", self.engine.sync)
         self.engine.generate = meter.wrap("rollout", self.engine.generate)
         self.strategy.step = meter.wrap("step", self.strategy.step)
 
-    def train_step(self, step):
+    def counted_step(self, step):
         meter.step = step
-        return orig["train_step"](self, step)
+        return train_step(self, step)
 
-    tr.Trainer._setup = _setup
-    tr.Trainer.train_step = train_step
-    tr.Trainer.score = meter.wrap("scoring", orig["score"])
-    tr.fill_step_logprobs = meter.wrap("scoring", orig["fill"])
-    tr.accumulate_gradients = meter.wrap("update", orig["acc"])
-    if not save:
-        tr.Trainer.save = lambda self: None  # a 1.5B model's checkpoint is 18 GB of writes: not what is timed
-    try:
+    patches = [(tr.Trainer, "_setup", wrapped_setup), (tr.Trainer, "train_step", counted_step),
+               (tr.Trainer, "score", meter.wrap("scoring", tr.Trainer.score)),
+               (tr, "fill_step_logprobs", meter.wrap("scoring", tr.fill_step_logprobs)),
+               (tr, "accumulate_gradients", meter.wrap("update", tr.accumulate_gradients))]
+    if not save:  # a 1.5B model's checkpoint is 18 GB of writes: not what is timed
+        patches.append((tr.Trainer, "save", lambda self: None))
+    with contextlib.ExitStack() as stack:  # every patch undone on the way out, as an error leaves too
+        for owner, name, new in patches:
+            stack.enter_context(mock.patch.object(owner, name, new))
         yield meter
-    finally:
-        tr.Trainer._setup, tr.Trainer.train_step, tr.Trainer.score = orig["_setup"], orig["train_step"], orig["score"]
-        tr.Trainer.save, tr.fill_step_logprobs, tr.accumulate_gradients = orig["save"], orig["fill"], orig["acc"]
 
 
 def free_device_memory() -> int:

@@ -55,11 +55,16 @@ def save(res: dict, output, render, figure=None) -> str:
     return text
 
 
-def carry_history(res: dict, previous: Path, row) -> dict:
-    """`res` with the history of the canonical file `previous` (if it exists) kept, and that file's
+def load(output) -> dict | None:
+    """The result `save` wrote at OUTPUT (its .json), or None where there is none yet."""
+    path = Path(output).with_suffix("").with_suffix(".json")
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def carry_history(res: dict, output, row) -> dict:
+    """`res` with the history of the canonical result at OUTPUT (if there is one) kept, and that result's
     own run added as its newest history row (`row(old_result)` -> dict): rerunning a suite moves the
     run it replaces into the history instead of losing it."""
-    if previous.exists():
-        old = json.loads(previous.read_text())
+    if (old := load(output)) is not None:
         res["history"] = [row(old)] + old.get("history", [])
     return res

@@ -12,10 +12,6 @@ RESULTS = Path(__file__).resolve().parents[1] / "results"
 COLUMNS = ("question", "command", "canonical", "quoted")
 
 
-def _cell(text: str) -> str:
-    return text.strip().strip("`").strip()
-
-
 def rows(path: Path = RESULTS / "README.md") -> list[dict]:
     """The index table's rows as dicts of COLUMNS; `quoted` parsed to {file: [number, ...]}."""
     out = []
@@ -23,7 +19,7 @@ def rows(path: Path = RESULTS / "README.md") -> list[dict]:
         cells = [c.strip() for c in line.strip().strip("|").split("|")] if line.startswith("|") else []
         if len(cells) != len(COLUMNS) or cells[0] in ("question", "") or set(cells[0]) <= set("-: "):
             continue
-        row = dict(zip(COLUMNS, map(_cell, cells)))
+        row = dict(zip(COLUMNS, (c.strip("`").strip() for c in cells)))
         quoted = {}
         for part in filter(None, (p.strip() for p in row["quoted"].split(";"))):
             if part == "-":

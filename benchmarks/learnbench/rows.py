@@ -92,15 +92,11 @@ def append_row(log_path: Path, row: dict) -> None:
     """Append one row, in one write under the lock: concurrent workers never interleave."""
     data = (json.dumps(row) + "\n").encode()
     with _lock(log_path) as fd:
-        if os.fstat(fd).st_size and not _ends_with_newline(fd):
+        if (size := os.fstat(fd).st_size) and os.pread(fd, 1, size - 1) != b"\n":
             data = b"\n" + data  # a torn last line stays a line of its own
         view = memoryview(data)
         while view:
             view = view[os.write(fd, view):]
-
-
-def _ends_with_newline(fd: int) -> bool:
-    return os.pread(fd, 1, os.fstat(fd).st_size - 1) == b"\n"
 
 
 @contextmanager

@@ -10,7 +10,7 @@ import time
 from pathlib import Path
 
 from .records import response_records
-from .variants import SCORER, TRANSFER, VARIANTS
+from .variants import GRADED, SCORER, TRANSFER, VARIANTS
 
 
 def scorer_overrides(overrides: list[str]) -> list[str]:
@@ -118,10 +118,8 @@ def summary_of(ev: dict, suffix: str) -> dict:
 
 
 def transfer_summary(ev: dict, name: str, suffix: str) -> dict:
-    """A transfer set's graded numbers: {name}_acc_{suffix}, {name}_greedy_..., {name}_pass8_..."""
-    k = ev.get("eval/samples", 8)
-    return {f"{name}_acc_{suffix}": ev["eval/accuracy"], f"{name}_greedy_{suffix}": ev["eval/greedy_accuracy"],
-            f"{name}_pass8_{suffix}": ev.get(f"eval/pass@{k}")}
+    """A transfer set's graded numbers (GRADED): {name}_acc_{suffix}, {name}_greedy_..., {name}_pass8_..."""
+    return {f"{name}_{key}": v for key, v in summary_of(ev, suffix).items() if key.rsplit("_", 1)[0] in GRADED}
 
 
 def evaluate_all(trainer, transfer: dict[str, list], records: list[dict], suffix: str,

@@ -7,13 +7,9 @@ import math
 import statistics
 
 from harness.files import table as md_table
-from rlpr.evaluation.metrics import binomial_se
+from rlpr.evaluation.metrics import binomial_se as se  # the same standard error the trainer reports
 
 from .variants import CONTROLS, GRADED, OPSD_CONTROLS, OPSD_METHODS, REGISTRY, SET_TITLES, TRANSFER, VARIANTS
-
-
-def se(p: float, n: int) -> float:
-    return binomial_se(p, n)  # the same standard error the trainer reports
 
 
 def in_ses(change: float, p: float, n: int) -> float:
@@ -51,17 +47,15 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
                 continue
             entry[f"{k}_after"] = statistics.fmean(after)
             entry[f"{k}_after_sd"] = statistics.stdev(after) if len(after) > 1 else 0.0
-        # per seed: how many binomial standard errors (of the base accuracy) the change is
-        entry["acc_change_se"] = [in_ses(r["acc_after"] - base["acc_before"], base["acc_before"], n) for r in runs]
-        entry["greedy_change_se"] = [in_ses(r["greedy_after"] - base["greedy_before"], base["greedy_before"], n)
-                                     for r in runs]
-        for s in TRANSFER:
-            m = base.get(f"n_{s}")
-            if m and all(f"{s}_acc_after" in r for r in runs):
+        # per seed and set: how many binomial standard errors (of the base accuracy) the change is
+        for s, m, prefix in _sets(base):
+            if prefix and not all(f"{prefix}acc_after" in r for r in runs):
+                continue
+            if prefix:
                 entry[f"n_{s}"] = m
-                for k in ("acc", "greedy"):
-                    entry[f"{s}_{k}_change_se"] = [in_ses(r[f"{s}_{k}_after"] - base[f"{s}_{k}_before"],
-                                                          base[f"{s}_{k}_before"], m) for r in runs]
+            for k in ("acc", "greedy"):
+                before = base[f"{prefix}{k}_before"]
+                entry[f"{prefix}{k}_change_se"] = [in_ses(r[f"{prefix}{k}_after"] - before, before, m) for r in runs]
         entry["step_s"] = statistics.fmean(r.get("step_s", 0.0) for r in runs)
         # the update's mean token entropy over the last 3 steps (policy/entropy): recorded by every run
         tails = [[t["policy/entropy"] for t in r.get("train", [])[-3:]  # NaN: a step that kept no group
@@ -128,10 +122,8 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     controls = [by[c] for c in CONTROLS if c in by]
     if rlpr is None or not controls:
         return [], ""
-    sets = _sets(base)
     rows, cells = [], []
-    for set_name, n in sets:
-        prefix = "" if set_name == "heldout" else f"{set_name}_"
+    for set_name, n, prefix in _sets(base):
         for key, label in METRICS:
             k = prefix + key
             if rlpr.get(f"{k}_after") is None or any(c.get(f"{k}_after") is None for c in controls):
@@ -158,9 +150,9 @@ def controls_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     return rows, "\n".join(header + lines + cost) + "\n"
 
 
-def _sets(base: dict) -> list[tuple[str, int]]:
-    """The sets every run was evaluated on, with their numbers of questions."""
-    return [("heldout", base["n_heldout"])] + [(s, base[f"n_{s}"]) for s in TRANSFER if base.get(f"n_{s}")]
+def _sets(base: dict) -> list[tuple[str, int, str]]:
+    """The sets every run was evaluated on: name, number of questions, and the prefix of a row's keys."""
+    return [("heldout", base["n_heldout"], "")] + [(s, base[f"n_{s}"], f"{s}_") for s in TRANSFER if base.get(f"n_{s}")]
 
 
 def _difference(a: dict, b: dict, k: str, n: int) -> tuple[float, float | None]:
@@ -192,12 +184,10 @@ def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
     means = md_table(["set", "metric", "base", *(e["variant"] for e in shown)], (
         [SET_TITLES[set_name], label, f"{100 * base[f'{prefix}{key}_before']:.1f}",
          *(_num(None if e.get(f"{prefix}{key}_after") is None else 100 * e[f"{prefix}{key}_after"], 1) for e in shown)]
-        for set_name, _ in _sets(base) for prefix in ["" if set_name == "heldout" else f"{set_name}_"]
-        for key, label in METRICS))
+        for set_name, _, prefix in _sets(base) for key, label in METRICS))
     rows, nets = [], []
     for a, b in pairs:
-        for set_name, n in _sets(base):
-            prefix = "" if set_name == "heldout" else f"{set_name}_"
+        for set_name, n, prefix in _sets(base):
             cells = []
             for key, label in METRICS:
                 k = prefix + key
@@ -225,16 +215,14 @@ def opsd_verdict(table: list[dict], base: dict) -> tuple[list[dict], str]:
 def transfer_table(table: list[dict], base: dict) -> str:
     """In-family held-out beside the transfer sets: Avg@k and greedy, before -> after (mean ± sd over
     seeds), and per seed the change in binomial standard errors of the base."""
-    sets = [s for s in TRANSFER if base.get(f"n_{s}")]
-    if not sets:
+    sets = _sets(base)
+    if len(sets) == 1:
         return ""
-    sizes = [("heldout", base["n_heldout"])] + [(s, base[f"n_{s}"]) for s in sets]
-    head = ["variant", "seeds", *(f"{SET_TITLES[s]} ({n} q) {m}" for s, n in sizes for m in ("Avg@k", "greedy"))]
+    head = ["variant", "seeds", *(f"{SET_TITLES[s]} ({n} q) {m}" for s, n, _ in sets for m in ("Avg@k", "greedy"))]
     rows = []
     for e in table:
         cells = []
-        for s in ["heldout", *sets]:
-            prefix = "" if s == "heldout" else f"{s}_"
+        for _, _, prefix in sets:
             for k in ("acc", "greedy"):
                 after = e.get(f"{prefix}{k}_after")
                 if after is None:

@@ -5,11 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from harness import files, record
-
-
-def versions() -> dict:
-    return record.versions("peft", "accelerate", "trl")
+from harness import files
 
 
 def pct(value) -> str:
@@ -136,5 +132,5 @@ HISTORY = [("date", "date (UTC)"), ("machine", "machine"), ("commit", "commit"),
 def write(res: dict, args, out: Path) -> str:
     """speed.json and speed.md at `out`; the run they replace becomes the newest history row."""
     add_notes(res, args)
-    files.carry_history(res, Path(out).with_suffix(".json"), history_row)
+    files.carry_history(res, out, history_row)
     return files.save(res, out, markdown)

