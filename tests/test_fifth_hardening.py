@@ -176,6 +176,35 @@ def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path,
     assert f"run directory: '{run}'" in err  # quoted to paste, as the resume line (S16)
 
 
+
+@pytest.mark.parametrize("name", ["SIGHUP", "SIGINT"])
+def test_a_stop_signal_the_process_was_started_ignoring_stays_ignored(tiny_dir, tmp_path, name):
+    """`nohup rlpr train` (SIGHUP ignored) and a script's background job (SIGINT ignored) ask the run
+    to outlive a closed terminal or the terminal's Ctrl-C; rlpr's handlers replaced SIG_IGN, so a
+    hang-up stopped a nohup'd run after its step. Now the run trains on to its last step."""
+    from rlpr.cli.main import interrupt_on_signals
+    from rlpr.train.trainer import Trainer, _train
+
+    number = getattr(signal, name)
+    original = Trainer.train_step
+
+    def signalled_in_step_1(self, step):
+        if step == 1:
+            os.kill(os.getpid(), number)
+        return original(self, step)
+
+    previous = signal.signal(number, signal.SIG_IGN)
+    try:
+        interrupt_on_signals()  # what rlpr's main installs first
+        assert signal.getsignal(number) is signal.SIG_IGN
+        Trainer.train_step = signalled_in_step_1
+        summary = _train(tiny_cfg(tiny_dir, tmp_path, "nohup", "trainer.max_steps=3", *SMALL), None)
+    finally:
+        Trainer.train_step = original
+        signal.signal(number, previous)
+    assert not summary.get("interrupted") and summary["step"] == 3
+
+
 # -- S4-S6: the base fingerprint covers the tokenizer, every reader checks it, and it fails closed -----
 
 @pytest.fixture

@@ -24,7 +24,7 @@ from rlpr.train.tracking import read_metrics
 from rlpr.train.trainer import Trainer, train
 from rlpr.train.update import Sample, accumulate_gradients, fill_logprobs
 
-from helpers import ScriptedEngine, adapter_tensors, tiny_cfg
+from helpers import ScriptedEngine, adapter_tensors, at_a_terminal, tiny_cfg
 
 pytestmark = pytest.mark.integration
 
@@ -295,7 +295,8 @@ def test_sigint_checkpoints_and_resume_finishes(tiny_dir, tmp_path):
            "trainer.name=sig", "trainer.max_steps=200", "rollout.max_new_tokens=8", "rollout.responses_per_prompt=2",
            "trainer.prompts_per_step=2", "trainer.mini_batch_prompts=2", "data.val=", "model.threads=1",
            "trainer.tensorboard=false", "trainer.report=false"]
-    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(cmd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            preexec_fn=at_a_terminal)  # Ctrl-C reaches it as a terminal's foreground job
     deadline = time.time() + 120
     while time.time() < deadline and not ((run / "metrics.jsonl").exists() and (run / "metrics.jsonl").read_text()):
         time.sleep(0.2)

@@ -172,10 +172,13 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP")
 
 
 def stop_signals() -> list:
-    """STOP_SIGNALS as this platform's signal numbers (Windows has no SIGHUP)."""
+    """STOP_SIGNALS as this platform's signal numbers (Windows has no SIGHUP), less those this process
+    was started ignoring: `nohup rlpr train` asks to outlive a closed terminal, and a script's
+    background job (`cmd &`) ignores the terminal's Ctrl-C; a handler over SIG_IGN would undo both."""
     import signal
 
-    return [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    numbers = [getattr(signal, name) for name in STOP_SIGNALS if hasattr(signal, name)]
+    return [s for s in numbers if signal.getsignal(s) is not signal.SIG_IGN]
 
 
 class Interrupted(KeyboardInterrupt):
