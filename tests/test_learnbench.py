@@ -155,6 +155,17 @@ def test_no_opsd_rows_no_opsd_section():
     assert result == [] and "| op2sd |" in text
 
 
+
+def test_a_retired_variants_rows_stay_in_the_table():
+    """precision_arms.jsonl holds `rlpr_b_from_bf16_cache`, a name the registry no longer has: a --regrade
+    rewrote its rows and the summary dropped them. Registry order first, then such names in row order."""
+    rows = [r for r in _opsd_rows() if r["variant"] in ("base", "rlpr")]
+    rows += [_run("an_old_arm", s, 0.4, 0.5, 0.6) for s in (0, 1)] + [_run("random", 0, 0.2, 0.4, 0.5)]
+    table, markdown = tables.summarise(rows)
+    assert [e["variant"] for e in table] == ["base", "rlpr", "random", "an_old_arm"]
+    assert next(e for e in table if e["variant"] == "an_old_arm")["seeds"] == [0, 1]
+    assert "| an_old_arm | 2 |" in markdown
+
 def test_summary_json_carries_the_opsd_rows(tmp_path):
     settings = {"preset": "small", "steps": 20, "heldout": 203, "samples": 8, "set": [], "transfer_questions": 0,
                 "transfer": rows_mod.transfer_fingerprint(), "grader_version": GRADER_VERSION}

@@ -7,7 +7,7 @@ import math
 import statistics
 from pathlib import Path
 
-from .variants import SET_TITLES, TRANSFER, VARIANTS
+from .variants import SET_TITLES, TRANSFER, VARIANTS, in_order
 
 
 def smooth(values: list[float], width: int = 3) -> list[float]:
@@ -47,7 +47,7 @@ def plot(rows: list[dict], path: Path) -> None:
     if base:
         axes[0].axhline(100 * base["acc_before"], color="gray", ls="--", label="base, all held-out")
         sets = ["heldout", *[s for s in TRANSFER if base.get(f"n_{s}")]]
-        variants = [v for v in VARIANTS if any(r["variant"] == v for r in rows)]
+        variants = in_order(rows)
         width = 0.8 / max(len(variants), 1)
         for j, s in enumerate(sets):
             key = "acc_after" if s == "heldout" else f"{s}_acc_after"

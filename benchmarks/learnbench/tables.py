@@ -9,7 +9,7 @@ import statistics
 from harness.files import table as md_table
 from rlpr.evaluation.metrics import binomial_se as se  # the same standard error the trainer reports
 
-from .variants import CONTROLS, GRADED, OPSD_CONTROLS, OPSD_METHODS, REGISTRY, SET_TITLES, TRANSFER, VARIANTS
+from .variants import CONTROLS, GRADED, OPSD_CONTROLS, OPSD_METHODS, REGISTRY, SET_TITLES, TRANSFER, in_order
 
 
 def in_ses(change: float, p: float, n: int) -> float:
@@ -34,10 +34,8 @@ def summarise(rows: list[dict]) -> tuple[list[dict], str]:
     head = ["variant", "seeds", "steps", f"Avg@{k} before ± SE", f"Avg@{k} after: mean ± sd (per run ± SE)",
             "change in SEs", "greedy before -> after", "greedy change in SEs", f"pass@{k} before -> after",
             "reward before -> after", "score B after", "format after", "length after", "s/step", "min/run"]
-    for variant in ["base", *VARIANTS]:
+    for variant in ["base", *in_order(rows)]:
         runs = [r for r in rows if r["variant"] == variant]
-        if not runs:
-            continue
         entry = {"variant": variant, "seeds": [r["seed"] for r in runs], "steps": runs[0]["steps"], "n_heldout": n}
         for k in keys + [k for k in transfer_keys if all(f"{k}_after" in r for r in runs)]:
             after = [r.get(f"{k}_after") for r in runs]  # entropy: rows recorded before it have none

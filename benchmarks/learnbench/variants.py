@@ -125,6 +125,13 @@ CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "control")
 OPSD_METHODS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd")
 OPSD_CONTROLS = tuple(name for name, v in REGISTRY.items() if v.role == "opsd_control")
 
+
+def in_order(rows: list[dict]) -> list[str]:
+    """The trained variants of `rows` in the registry's order, then names it no longer holds in row order:
+    a renamed or retired arm's rows stay in their tables (a --regrade once dropped them)."""
+    present = [r["variant"] for r in rows if r["variant"] != "base"]
+    return [v for v in VARIANTS if v in present] + list(dict.fromkeys(v for v in present if v not in VARIANTS))
+
 # the second model family (issue 33), `--model gemma`: its base GGUF has no chat template, so prompts and the
 # answer cue use the Question/Answer format (rlpr.model.loading.QA_CHAT_TEMPLATE, docs/learning.md)
 MODEL_TITLES = {"smollm2": "SmolLM2-135M-Instruct (the embedded model)", "gemma": "Gemma 3 270M (base)"}
