@@ -118,14 +118,30 @@ def markdown(data: dict) -> str:
                   *budget.markdown(c)]
         if c.get("findings"):
             lines += ["", c["findings"]]
+    if data.get("longer"):
+        c = data["longer"]
+        lines += ["", f"## Trained longer: {c['steps']} steps (item 3)", "", c.get("note", ""), "", *budget.markdown(c)]
     return "\n".join(lines) + "\n"
 
 
-def comparison_runs(rows_path: Path) -> list[dict]:
-    """The trained rows of a learning-benchmark .jsonl, each with its curve in rollouts (budget.curve)."""
+def longer_rows(steps: int, variants: list[str]):
+    """`keep` for comparison_runs: the `small` preset's SmolLM2 rows of `variants` at `steps` steps, graded
+    with the current grader (the learning benchmark's main .jsonl holds every preset, model and length)."""
+    from rlpr.grading import GRADER_VERSION
+
+    def keep(row: dict) -> bool:
+        s = row.get("settings", {})
+        return (row["steps"] == steps and row["variant"] in variants and s.get("preset") == "small"
+                and not s.get("model") and not s.get("set") and s.get("grader_version") == GRADER_VERSION)
+    return keep
+
+
+def comparison_runs(rows_path: Path, keep=lambda row: row.get("rollouts") is not None) -> list[dict]:
+    """The trained rows of a learning-benchmark .jsonl that `keep` accepts (by default those that record
+    their rollouts), each with its curve in rollouts (budget.curve)."""
     out = []
     for row in load_rows(rows_path):
-        if row["variant"] == "base" or row.get("rollouts") is None:
+        if row["variant"] == "base" or not keep(row):
             continue
         records = read_records(rows_path.parent / row["responses"]) if row.get("responses") else []
         out.append({k: row.get(k) for k in ("variant", "seed", "steps", "acc_after", "n_heldout", "rollouts", "wall_s")}
@@ -144,6 +160,11 @@ def main(argv=None) -> None:
     rep.add_argument("runs", type=Path, nargs="+")
     cmp = sub.add_parser("compare", help="item 3: the variants' learning rows at equal steps and equal rollouts")
     cmp.add_argument("--rows", type=Path, default=RUNS, help="the learning benchmark's .jsonl of those runs")
+    cmp.add_argument("--longer", type=Path, help="also compare this .jsonl's rows at --longer-steps (the best RLPR "
+                     "setting against RLPR and self-certainty trained longer: results/learning.jsonl)")
+    cmp.add_argument("--longer-steps", type=int, default=60)
+    cmp.add_argument("--longer-variants", default="rlpr,rlpr_lr2x,self_certainty")
+    cmp.add_argument("--longer-note", default="", help="a paragraph over the longer comparison")
     for q in (r, rep, cmp):
         q.add_argument("--output", type=Path, default=OUT, help="path prefix of the result files (.json, .md)")
         q.add_argument("--note", default="", help="a paragraph under the title (machine, load, code)")
@@ -155,6 +176,11 @@ def main(argv=None) -> None:
         if not runs:
             raise SystemExit(f"{args.rows}: no trained rows with rollouts recorded")
         data["comparison"] = budget.compare(runs) | {"note": args.note, "findings": args.findings}
+        if args.longer:
+            longer = comparison_runs(args.longer, longer_rows(args.longer_steps, args.longer_variants.split(",")))
+            if not longer:
+                raise SystemExit(f"{args.longer}: no rows of {args.longer_variants} at {args.longer_steps} steps")
+            data["longer"] = budget.compare(longer) | {"note": args.longer_note}
         print(save(data | record.stamp(), args.output, markdown))
         return
     if args.cmd == "run":

@@ -220,3 +220,36 @@ def test_budget_reads_curves_at_equal_rollouts():
     assert fill["steps_diff"] == pytest.approx(0.2)
     assert fill["steps_diff_in_se"] == pytest.approx(0.2 / math.hypot(fill["steps_se"], rlpr["steps_se"]))
     assert "| fill | 1 | 600 | 20 | 70.0 +- 4.6 | +20.0 (+1.7) | 50.0 +- 7.1 | +0.0 (+0.0) |" in budget.markdown(result)
+
+
+def test_the_longer_comparison_takes_rows_without_rollouts_and_only_their_setting():
+    """Issue 61's 60-step check sets the best RLPR setting beside RLPR and self-certainty rows that came
+    before rollouts were recorded: equal steps only, their rollouts and wall time n/a; the learning
+    benchmark's .jsonl also holds other presets, models, lengths and grader versions, which stay out."""
+    import importlib.util
+
+    from rlpr.grading import GRADER_VERSION
+
+    budget = learnbench("budget")
+    spec = importlib.util.spec_from_file_location("early_learning", BENCH.with_name("early_learning.py"))
+    early = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(early)
+    keep = early.longer_rows(60, ["rlpr", "rlpr_lr2x"])
+    small = {"preset": "small", "set": [], "grader_version": GRADER_VERSION}
+    assert keep({"variant": "rlpr", "steps": 60, "settings": small})
+    assert not keep({"variant": "rlpr", "steps": 20, "settings": small})
+    assert not keep({"variant": "self_certainty", "steps": 60, "settings": small})
+    assert not keep({"variant": "rlpr", "steps": 60, "settings": small | {"model": "gemma"}})
+    assert not keep({"variant": "rlpr", "steps": 60, "settings": small | {"preset": "reasoning"}})
+    assert not keep({"variant": "rlpr", "steps": 60, "settings": small | {"grader_version": GRADER_VERSION - 1}})
+    runs = [{"variant": "rlpr", "seed": s, "steps": 60, "acc_after": a, "n_heldout": 100, "rollouts": None,
+             "wall_s": None, "curve_points": [], "n_curve": 0} for s, a in ((0, 0.5), (1, 0.5))]
+    runs.append({"variant": "rlpr_lr2x", "seed": 0, "steps": 60, "acc_after": 0.6, "n_heldout": 100, "rollouts": 3000,
+                 "wall_s": 900.0, "curve_points": [], "n_curve": 0})
+    result = budget.compare(runs)
+    assert result["budget_rollouts"] is None and result["variants"]["rlpr"]["rollouts"] is None
+    lr2x = result["variants"]["rlpr_lr2x"]
+    assert lr2x["steps_diff"] == pytest.approx(0.1) and "budget" not in lr2x
+    lines = budget.markdown(result)
+    assert "| rlpr | 2 | n/a | n/a | 50.0 +- 5.0 |  | n/a | n/a |" in lines and "at equal rollouts" in lines[0]
+    assert "| rlpr_lr2x | 1 | 3000 | 900 | 60.0 +- 4.9 | +10.0 (+1.4) | n/a | n/a |" in lines

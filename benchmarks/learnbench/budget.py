@@ -41,6 +41,12 @@ def _spread(values: list[float]) -> tuple[float, float]:
     return mean, (statistics.stdev(values) / math.sqrt(len(values)) if len(values) > 1 else 0.0)
 
 
+def _mean_or_none(values: list) -> float | None:
+    """The mean of what was recorded (rows from before issue 61 record no rollouts or wall time)."""
+    known = [v for v in values if v is not None]
+    return statistics.fmean(known) if known else None
+
+
 def compare(runs: list[dict], reference: str = "rlpr") -> dict:
     """`runs`: {variant, seed, steps, acc_after, n_heldout, rollouts, wall_s, curve_points, n_curve}. Per variant:
     seeds, mean Avg@k after (equal steps) and at the common budget (equal rollouts), each with its SE
@@ -59,7 +65,7 @@ def compare(runs: list[dict], reference: str = "rlpr") -> dict:
         t["n_heldout"], t["n_curve"] = run["n_heldout"], run["n_curve"]
     out = {"budget_rollouts": budget, "reference": reference, "steps": max(r["steps"] for r in runs), "variants": {}}
     for name, t in by_variant.items():
-        row = {"seeds": t["seeds"], "rollouts": statistics.fmean(t["rollouts"]), "wall_s": statistics.fmean(t["wall_s"])}
+        row = {"seeds": t["seeds"], **{k: _mean_or_none(t[k]) for k in ("rollouts", "wall_s")}}
         for key, n in (("steps", t["n_heldout"]), ("budget", t["n_curve"])):
             values = [v for v in t[key] if not math.isnan(v)]
             if not values:
@@ -91,8 +97,11 @@ def markdown(result: dict) -> list[str]:
             return "" if key in row else "n/a"
         return f"{100 * row[key + '_diff']:+.1f} ({row[key + '_diff_in_se']:+.1f})"
 
+    def count(value):
+        return "n/a" if value is None else f"{value:.0f}"
+
     return table(["variant", "seeds", "rollouts (mean)", "training s (mean)", f"Avg@8 after {result['steps']} steps",
-                  f"- {ref} (SE)", f"Avg@8 at {result['budget_rollouts']} rollouts", f"- {ref} (SE)"],
-                 ([name, len(row["seeds"]), f"{row['rollouts']:.0f}", f"{row['wall_s']:.0f}", pct(row, "steps"),
+                  f"- {ref} (SE)", f"Avg@8 at {result['budget_rollouts'] or 'equal'} rollouts", f"- {ref} (SE)"],
+                 ([name, len(row["seeds"]), count(row["rollouts"]), count(row["wall_s"]), pct(row, "steps"),
                    diff(row, "steps"), pct(row, "budget"), diff(row, "budget")]
                   for name, row in result["variants"].items()))
