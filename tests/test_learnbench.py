@@ -42,7 +42,7 @@ def test_opsd_variants_registered_with_their_overrides():
     # appended after every earlier variant: their table rows and plot colours stay where they were
     names = list(variants.VARIANTS)
     assert names[:6] == ["rlpr", "rlvr", "rlvr_exact", "no_debias", "no_std_filter", "seq_likelihood"]
-    assert names[17:22] == list(OPSD) and len(names) == 35
+    assert names[17:22] == list(OPSD) and len(names) == 36
     # then the precision arms (issue 42), which the default list leaves out
     assert names[22:25] == ["rlpr_exact_b", "rlpr_fp32_update", "rlpr_b_by_policy"]
     # then (issue 58) the OPSD rows of the mismatched teacher template, kept under their own names, and

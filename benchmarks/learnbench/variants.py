@@ -117,6 +117,8 @@ register("opsd_context_only_recipe", ["reward.kind=opsd", *_RECIPE, "opsd.contex
 register("rlpr_fill", ["algorithm.refill=missing", "algorithm.max_sampling_tries=4"], "ablation", by_name=True,
          doc="RLPR filling its batch: up to 4 sampling rounds of exactly the missing groups")
 register("rlpr_lr2x", ["trainer.lr=4e-4"], "ablation", by_name=True, doc="RLPR at twice the preset's learning rate")
+register("rlpr_fp32", ["model.rollout_dtype=float32", "trainer.mixed_precision=none"], "ablation", by_name=True,
+         doc="RLPR in fp32 throughout, as `auto` runs it on an AVX2 CPU: rollout copy, score B's caches, the update")
 
 VARIANTS: dict[str, list[str]] = {name: list(v.overrides) for name, v in REGISTRY.items()}
 MAIN_VARIANTS = tuple(name for name, v in REGISTRY.items() if v.first)
