@@ -53,7 +53,7 @@ def test_opsd_variants_registered_with_their_overrides():
     assert all("opsd.recipe=authors_current" in variants.VARIANTS[n] for n in names[29:33])
     # then (issue 61) RLPR's early-learning settings, one change each against the preset
     assert variants.VARIANTS["rlpr_fill"] == ["algorithm.refill=missing", "algorithm.max_sampling_tries=4"]
-    assert names[33:] == ["rlpr_fill", "rlpr_lr2x"] and variants.VARIANTS["rlpr_lr2x"] == ["trainer.lr=4e-4"]
+    assert names[33:] == ["rlpr_fill", "rlpr_lr2x", "rlpr_fp32"] and variants.VARIANTS["rlpr_lr2x"] == ["trainer.lr=4e-4"]
     assert list(variants.DEFAULT_VARIANTS) == names[:22]
     assert variants.CONTROLS == ("random", "shuffled_reference", "entropy", "self_certainty", "majority")
     assert set(OPSD) <= set(variants.MAIN_VARIANTS)
