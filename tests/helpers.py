@@ -95,11 +95,16 @@ LAUNCHERS = {
 
 
 def at_a_terminal():  # a subprocess preexec_fn
-    """The child takes Ctrl-C as a terminal's foreground job does, also where this test runs in a
-    background job of a script (`cmd &` starts it with SIGINT ignored, which Python then keeps)."""
+    """The child takes the stop signals as a terminal's foreground job does, also where this test runs
+    in a background job of a script (`cmd &` starts it with SIGINT ignored) or under `nohup` (SIGHUP
+    ignored): rlpr keeps a stop signal its process was started ignoring (errors.stop_signals)."""
     import signal
 
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
+    from rlpr.errors import STOP_SIGNALS
+
+    for name in STOP_SIGNALS:
+        if hasattr(signal, name):
+            signal.signal(getattr(signal, name), signal.SIG_DFL)
 
 
 class Zygote:
