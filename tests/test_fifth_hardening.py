@@ -140,15 +140,10 @@ def test_a_resume_skips_a_nonfinite_checkpoint_for_the_previous_one(tiny_dir, tm
 
 # -- S3: every stop signal of a user's session checkpoints -------------------------------------------
 
-@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
-def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path, monkeypatch, capsys, name):
-    """SIGHUP (a closed terminal, a dropped ssh session) ended a run with 130 and no checkpoint. A
-    stand-in handler catches a signal training does not handle (the test fails instead of dying)."""
-    from rlpr.errors import STOP_SIGNALS
-    from rlpr.train.trainer import Trainer, _train
+def signal_in_step_1(monkeypatch, number: int) -> None:
+    """Training sends itself `number` at the start of step 1 (what a user's signal does mid-run)."""
+    from rlpr.train.trainer import Trainer
 
-    assert name in STOP_SIGNALS
-    number = getattr(signal, name)
     original = Trainer.train_step
 
     def signalled_in_step_1(self, step):
@@ -156,13 +151,26 @@ def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path,
             os.kill(os.getpid(), number)
         return original(self, step)
 
+    monkeypatch.setattr(Trainer, "train_step", signalled_in_step_1)
+
+
+@pytest.mark.parametrize("name", ["SIGINT", "SIGTERM", "SIGHUP"])
+def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path, monkeypatch, capsys, name):
+    """SIGHUP (a closed terminal, a dropped ssh session) ended a run with 130 and no checkpoint. A
+    stand-in handler catches a signal training does not handle (the test fails instead of dying)."""
+    from rlpr.errors import STOP_SIGNALS
+    from rlpr.train.trainer import _train
+
+    assert name in STOP_SIGNALS
+    number = getattr(signal, name)
+    signal_in_step_1(monkeypatch, number)
+
     class Unhandled(Exception):
         pass
 
     def unhandled(signum, frame):
         raise Unhandled(signal.Signals(signum).name)
 
-    monkeypatch.setattr(Trainer, "train_step", signalled_in_step_1)
     previous = signal.signal(number, unhandled)
     try:
         summary = _train(tiny_cfg(tiny_dir, tmp_path, "a run", "trainer.max_steps=5", *SMALL), None)
@@ -176,31 +184,22 @@ def test_every_stop_signal_finishes_the_step_and_checkpoints(tiny_dir, tmp_path,
     assert f"run directory: '{run}'" in err  # quoted to paste, as the resume line (S16)
 
 
-
 @pytest.mark.parametrize("name", ["SIGHUP", "SIGINT"])
-def test_a_stop_signal_the_process_was_started_ignoring_stays_ignored(tiny_dir, tmp_path, name):
+def test_a_stop_signal_the_process_was_started_ignoring_stays_ignored(tiny_dir, tmp_path, monkeypatch, name):
     """`nohup rlpr train` (SIGHUP ignored) and a script's background job (SIGINT ignored) ask the run
     to outlive a closed terminal or the terminal's Ctrl-C; rlpr's handlers replaced SIG_IGN, so a
     hang-up stopped a nohup'd run after its step. Now the run trains on to its last step."""
     from rlpr.cli.main import interrupt_on_signals
-    from rlpr.train.trainer import Trainer, _train
+    from rlpr.train.trainer import _train
 
     number = getattr(signal, name)
-    original = Trainer.train_step
-
-    def signalled_in_step_1(self, step):
-        if step == 1:
-            os.kill(os.getpid(), number)
-        return original(self, step)
-
+    signal_in_step_1(monkeypatch, number)
     previous = signal.signal(number, signal.SIG_IGN)
     try:
         interrupt_on_signals()  # what rlpr's main installs first
         assert signal.getsignal(number) is signal.SIG_IGN
-        Trainer.train_step = signalled_in_step_1
         summary = _train(tiny_cfg(tiny_dir, tmp_path, "nohup", "trainer.max_steps=3", *SMALL), None)
     finally:
-        Trainer.train_step = original
         signal.signal(number, previous)
     assert not summary.get("interrupted") and summary["step"] == 3
 
